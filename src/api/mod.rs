@@ -1,0 +1,80 @@
+//! Custom resource types (`Workflow`, `Run`) and the names that go with them: condition types,
+//! reasons and event reasons live here, once.
+
+pub mod run;
+pub mod schema;
+pub mod workflow;
+
+pub use run::*;
+pub use workflow::*;
+
+/// API group of every Runway resource.
+pub const GROUP: &str = "runway.dev";
+/// API version of every Runway resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Condition types written on Workflows and Runs.
+pub mod conditions {
+    /// A Workflow passed validation and is offered as a tool.
+    pub const READY: &str = "Ready";
+    /// A Run has reached a terminal phase.
+    pub const FINISHED: &str = "Finished";
+}
+
+/// Machine-readable reasons used in conditions and run errors.
+pub mod reasons {
+    /// The Workflow is valid.
+    pub const VALID: &str = "Valid";
+    /// The manifest could not be parsed as a Workflow.
+    pub const INVALID_MANIFEST: &str = "InvalidManifest";
+    /// A JSON Schema in the tool definition does not compile.
+    pub const INVALID_SCHEMA: &str = "InvalidSchema";
+    /// A structural rule (the CEL rules of the CRD) is broken.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A template does not compile.
+    pub const INVALID_TEMPLATE: &str = "InvalidTemplate";
+    /// A duration field does not parse.
+    pub const INVALID_DURATION: &str = "InvalidDuration";
+    /// Two Workflows of a namespace offer the same tool name.
+    pub const DUPLICATE_TOOL: &str = "DuplicateTool";
+    /// A step kind needs a store this server does not run on.
+    pub const UNSUPPORTED_STEP: &str = "UnsupportedStep";
+    /// A Run finished successfully.
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// A Run failed.
+    pub const FAILED: &str = "Failed";
+    /// A Run was cancelled.
+    pub const CANCELLED: &str = "Cancelled";
+    /// Cancellation reason when the client of a blocking call went away.
+    pub const MCP_REQUEST_CANCELLED: &str = "mcp-request-cancelled";
+}
+
+/// Reasons of the Kubernetes Events recorded on Runs.
+pub mod event_reasons {
+    /// A step started an attempt.
+    pub const STEP_STARTED: &str = "StepStarted";
+    /// A step succeeded.
+    pub const STEP_SUCCEEDED: &str = "StepSucceeded";
+    /// A step failed for good.
+    pub const STEP_FAILED: &str = "StepFailed";
+    /// A step attempt failed and another is scheduled.
+    pub const STEP_RETRYING: &str = "StepRetrying";
+    /// A step was skipped by its `when`.
+    pub const STEP_SKIPPED: &str = "StepSkipped";
+    /// A Run opened input requests.
+    pub const INPUT_REQUESTED: &str = "InputRequested";
+    /// Someone answered an input request.
+    pub const INPUT_ANSWERED: &str = "InputAnswered";
+    /// An answer was ignored (ineligible approver).
+    pub const INPUT_REJECTED: &str = "InputRejected";
+    /// Someone asked to cancel a Run.
+    pub const CANCEL_REQUESTED: &str = "CancelRequested";
+    /// A Run reached a terminal phase.
+    pub const FINISHED: &str = "Finished";
+}
+
+/// Labels Runway puts on Runs.
+pub mod labels {
+    /// Name of the Workflow a Run belongs to.
+    pub const WORKFLOW: &str = "runway.dev/workflow";
+}

@@ -1,0 +1,395 @@
+//! The `Run` custom resource: one call of a Workflow, and the durable record of an MCP task.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::WorkflowSpec;
+use super::schema::{any_object, any_value};
+
+/// A Run executes one call of a Workflow. Its name is the MCP `taskId`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "runway.dev",
+    version = "v1alpha1",
+    kind = "Run",
+    namespaced,
+    status = "RunStatus",
+    category = "runway",
+    cel,
+    printcolumn = r#"{"name":"Workflow","type":"string","jsonPath":".spec.workflowRef.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
+    printcolumn = r#"{"name":"Waiting-For","type":"string","jsonPath":".status.waitingFor"}"#,
+    printcolumn = r#"{"name":"Requested-By","type":"string","jsonPath":".spec.requestedBy.username"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(
+    validation = kube::core::Rule::new("self.workflowRef == oldSelf.workflowRef").message("spec.workflowRef is immutable"),
+    validation = kube::core::Rule::new("has(self.arguments) == has(oldSelf.arguments) && (!has(self.arguments) || self.arguments == oldSelf.arguments)").message("spec.arguments is immutable"),
+    validation = kube::core::Rule::new("has(self.requestedBy) == has(oldSelf.requestedBy) && (!has(self.requestedBy) || self.requestedBy == oldSelf.requestedBy)").message("spec.requestedBy is immutable"),
+    validation = kube::core::Rule::new("!has(oldSelf.cancel) || (has(self.cancel) && self.cancel == oldSelf.cancel)").message("spec.cancel can be set once and never changed"),
+    validation = kube::core::Rule::new("!has(oldSelf.inputResponses) || (has(self.inputResponses) && oldSelf.inputResponses.all(k, k in self.inputResponses && self.inputResponses[k] == oldSelf.inputResponses[k]))").message("spec.inputResponses may only gain keys; an answer never changes")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// The Workflow this Run executes.
+    pub workflow_ref: WorkflowRef,
+    /// Tool arguments, validated against the Workflow's `inputSchema` when the Run is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub arguments: Option<Value>,
+    /// Who called the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<Principal>,
+    /// A request to stop the Run. Set once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<CancelRequest>,
+    /// Answers to input requests, by key. Keys are only ever added.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_responses: BTreeMap<String, InputResponse>,
+}
+
+/// Reference to a Workflow in the Run's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowRef {
+    /// Workflow name.
+    pub name: String,
+}
+
+/// An authenticated identity.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Principal {
+    /// User name (for ServiceAccounts `system:serviceaccount:<ns>:<name>`).
+    pub username: String,
+    /// Stable user id, when the authenticator gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Groups of the user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+/// A request to cancel a Run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRequest {
+    /// Why (free text, or `mcp-request-cancelled` when a blocking caller went away).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// When (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
+}
+
+/// An answer to one input request.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InputResponse {
+    /// `accept`, `decline` or `cancel`.
+    pub action: InputAction,
+    /// Accepted content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub content: Option<Value>,
+    /// Who answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    /// Groups of who answered, as authenticated when the answer was recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_by_groups: Vec<String>,
+    /// When (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_at: Option<String>,
+}
+
+/// Elicitation answer actions.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum InputAction {
+    /// The content is the answer.
+    Accept,
+    /// The answer is no.
+    Decline,
+    /// The question was dismissed; it is asked again under a fresh key.
+    Cancel,
+}
+
+/// Lifecycle phase of a Run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RunPhase {
+    /// Created, not yet started by the controller.
+    #[default]
+    Pending,
+    /// Executing steps.
+    Running,
+    /// Waiting for input.
+    Waiting,
+    /// Cancel requested; cleanup in progress.
+    Cancelling,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished with a tool error (`status.result`) or a protocol error (`status.error`).
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunPhase {
+    /// Whether the phase is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    /// The phase name as written in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Waiting => "Waiting",
+            Self::Cancelling => "Cancelling",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// Observed state of a Run, written only by the controller.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: RunPhase,
+    /// `Finished` once terminal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// When the controller started the Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the Run reached a terminal phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Absolute deadline (creation + `execution.timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// Human-readable progress, e.g. `step 2/4: deploy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// Name of the step in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
+    /// Open input keys, comma-separated, for `kubectl get runs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// The Workflow spec as it was when the Run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub workflow: Option<Value>,
+    /// One record per step that started, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
+    /// Open input requests, by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_requests: BTreeMap<String, OpenInputRequest>,
+    /// How the Run ends, decided when the main steps end; `finally` steps run before it applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<Ending>,
+    /// The final `CallToolResult` (also set for tool errors, with `isError: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub result: Option<Value>,
+    /// A protocol-level failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// Answers that were not accepted, with why (ineligible approver, unknown key).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
+    /// Generation of the spec last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Which terminal phase a Run is heading to while `finally` steps run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Ending {
+    /// `Succeeded`, `Failed` or `Cancelled`.
+    pub phase: RunPhase,
+    /// Result to publish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub result: Option<Value>,
+    /// Error to publish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+    /// Why, for `statusMessage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A protocol-level failure, as a JSON-RPC error.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunError {
+    /// JSON-RPC error code.
+    pub code: i64,
+    /// Message.
+    pub message: String,
+    /// Extra data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub data: Option<Value>,
+}
+
+/// A remark about an answer or request that was ignored.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Note {
+    /// Input key concerned.
+    pub key: String,
+    /// Who answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    /// Why it was ignored.
+    pub message: String,
+}
+
+/// Phase of a step.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepPhase {
+    /// An attempt is in progress (or a timer runs).
+    #[default]
+    Running,
+    /// Waiting for input.
+    Waiting,
+    /// Waiting for the next attempt.
+    Retrying,
+    /// Done.
+    Succeeded,
+    /// Failed for good.
+    Failed,
+    /// Skipped by `when`.
+    Skipped,
+    /// Stopped by cancellation.
+    Cancelled,
+}
+
+impl StepPhase {
+    /// Whether the step is done.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Skipped | Self::Cancelled
+        )
+    }
+}
+
+/// What happened to one step.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    /// Step name.
+    pub name: String,
+    /// Whether the step is a `finally` step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finally: bool,
+    /// Phase.
+    pub phase: StepPhase,
+    /// Attempt number, from 1.
+    #[serde(default)]
+    pub attempt: u32,
+    /// When the step started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the current attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_started_at: Option<String>,
+    /// When the step finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Timer wake time (`delay`), next attempt (`Retrying`) or input deadline (`Waiting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+    /// Output, when the step succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<Value>,
+    /// The output was larger than the limit and was cut.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    /// Why the last attempt failed, or other detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Failed attempts before the current one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
+    /// Upstream task of a `tool` step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_task_id: Option<String>,
+    /// Job of a `job` step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// Input keys an `input` step opened, by request name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_keys: BTreeMap<String, String>,
+}
+
+/// A failed attempt.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// Attempt number.
+    pub attempt: u32,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why.
+    pub message: String,
+}
+
+/// An open input request.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenInputRequest {
+    /// Step that asked.
+    pub step: String,
+    /// Request name within the step.
+    pub name: String,
+    /// MCP method of the request (`elicitation/create`).
+    pub method: String,
+    /// Request params (`message`, `requestedSchema`), rendered.
+    #[schemars(schema_with = "any_object")]
+    pub params: Value,
+    /// When it was opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_at: Option<String>,
+}
+
+impl Run {
+    /// Phase, `Pending` when the controller has not written status yet.
+    pub fn phase(&self) -> RunPhase {
+        self.status.as_ref().map(|s| s.phase).unwrap_or_default()
+    }
+
+    /// The Workflow snapshot taken at start, if any.
+    pub fn workflow_snapshot(&self) -> Option<WorkflowSpec> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.workflow.clone())
+            .and_then(|w| serde_json::from_value(w).ok())
+    }
+}

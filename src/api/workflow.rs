@@ -1,0 +1,504 @@
+//! The `Workflow` custom resource: a tool definition plus the steps a call runs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::schema::{any_object, any_value};
+
+/// Most steps (main plus `finally`) one Workflow may declare; keeps CEL cost bounded.
+pub const MAX_STEPS: usize = 64;
+
+/// A Workflow is an MCP tool: calling it creates a Run that executes `steps`, then `finally`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "runway.dev",
+    version = "v1alpha1",
+    kind = "Workflow",
+    namespaced,
+    status = "WorkflowStatus",
+    shortname = "wf",
+    category = "runway",
+    cel,
+    printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".spec.tool.name"}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.execution.mode"}"#,
+    printcolumn = r#"{"name":"Steps","type":"integer","jsonPath":".spec.steps[*].name","description":"Steps of the workflow"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = kube::core::Rule::new(
+    "(self.steps.map(s, s.name) + (has(self.finally) ? self.finally.map(s, s.name) : [])).all(n, (self.steps.map(s, s.name) + (has(self.finally) ? self.finally.map(s, s.name) : [])).filter(m, m == n).size() == 1)"
+).message("step names must be unique across steps and finally"))]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowSpec {
+    /// How the Workflow appears as an MCP tool.
+    #[serde(default)]
+    pub tool: ToolSpec,
+    /// How calls run: as tasks, blocking, or either; timeouts and garbage collection.
+    #[serde(default)]
+    pub execution: ExecutionSpec,
+    /// Questions asked through MRTR before the Run exists, when the arguments they fill are missing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elicit: Vec<ArgumentElicitation>,
+    /// Steps, run in order.
+    #[schemars(length(min = 1, max = 64))]
+    pub steps: Vec<Step>,
+    /// Cleanup steps that run after the main steps succeed, fail or are cancelled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub finally: Vec<Step>,
+    /// Templates for the final `CallToolResult`. Without it the last step's output is returned as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultSpec>,
+}
+
+/// The MCP tool a Workflow offers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// MCP tool name; defaults to `metadata.name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.-]{1,128}$')").message("tool name must match ^[A-Za-z0-9_.-]{1,128}$"))]
+    pub name: Option<String>,
+    /// Human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// JSON Schema (2020-12) of the arguments, kept verbatim. Defaults to an empty object schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub input_schema: Option<Value>,
+    /// JSON Schema (2020-12) of `structuredContent`, kept verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub output_schema: Option<Value>,
+    /// MCP tool annotations (`readOnlyHint`, `destructiveHint`, ...), kept verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub annotations: Option<Value>,
+}
+
+/// How a call of the tool executes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionSpec {
+    /// `auto` (a task when the client declared the Tasks extension, else blocking), `task` or `sync`.
+    #[serde(default)]
+    pub mode: ExecutionMode,
+    /// Absolute deadline of a Run, counted from its creation (queued and waiting time included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Finished Runs are deleted this long after they finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_after_finished: Option<String>,
+    /// How often clients should poll a task (`pollIntervalMs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval: Option<String>,
+    /// Client capabilities a caller must declare (for example `{sampling: {}}`); others get `-32021`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub required_client_capabilities: Option<Value>,
+}
+
+/// Whether a call becomes an MCP task.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum ExecutionMode {
+    /// A task when the client declared the Tasks extension, else a blocking call.
+    #[default]
+    Auto,
+    /// Always a task; clients without the extension are refused with `-32021`.
+    Task,
+    /// Never a task.
+    Sync,
+}
+
+/// A question asked before a Run exists, to fill missing arguments (MRTR `input_required`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgumentElicitation {
+    /// The `inputRequests` key the client answers under.
+    pub key: String,
+    /// Message shown to the user.
+    pub message: String,
+    /// Elicitation schema (a flat object of primitive properties). Accepted content is merged into
+    /// the arguments; the question is asked when any of its properties is missing from them.
+    #[schemars(schema_with = "any_object")]
+    pub requested_schema: Value,
+}
+
+/// One step. Exactly one of `http`, `tool`, `job`, `input`, `delay`, `fail` is set.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = kube::core::Rule::new(
+    "[has(self.http), has(self.tool), has(self.job), has(self.input), has(self.delay), has(self.fail)].filter(x, x).size() == 1"
+).message("a step must set exactly one of http, tool, job, input, delay, fail"))]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Unique name; outputs are `steps.<name>.output` in templates.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Template condition; the step is skipped when it renders falsy (`false`, empty, `0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Active time per attempt (a duration or a template rendering one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Retry policy for failed attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Call an HTTP endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpStep>,
+    /// Call a tool on an upstream MCP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolStep>,
+    /// Run a Kubernetes Job (Kubernetes store only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobStep>,
+    /// Ask people or agents for input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputStep>,
+    /// Wait durably.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<DelayStep>,
+    /// End the Run with a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail: Option<FailStep>,
+}
+
+/// Retry policy of a step.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (a number or a template rendering one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_string")]
+    pub limit: Option<Value>,
+    /// First backoff; doubles on each retry. Default `1s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    /// Upper bound of the backoff. Default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<String>,
+    /// Which failures retry. Default: `timeout`, `connection`, `serverError`, `tooManyRequests`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on: Vec<ErrorClass>,
+}
+
+fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-int-or-string": true })
+}
+
+/// Classes of attempt failures, for `retry.on`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorClass {
+    /// The attempt ran past its timeout.
+    Timeout,
+    /// The connection failed or broke.
+    Connection,
+    /// HTTP 5xx, or a retryable upstream error.
+    ServerError,
+    /// HTTP 429.
+    TooManyRequests,
+    /// Any other non-success HTTP status.
+    ClientError,
+    /// The upstream tool reported `isError` or a JSON-RPC error.
+    ToolError,
+}
+
+/// An HTTP request.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpStep {
+    /// Method; default `GET`, or `POST` when a body is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// URL template.
+    pub url: String,
+    /// Headers; values are templates or come from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<Header>,
+    /// Body: a string template, or JSON whose string leaves are templates (sent as JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub body: Option<Value>,
+    /// Status codes that count as success. Default: any 2xx.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub success_codes: Vec<u16>,
+}
+
+/// A header with an inline value or a value from a Secret.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = kube::core::Rule::new("has(self.value) != has(self.valueFrom)").message("a header sets exactly one of value, valueFrom"))]
+#[serde(rename_all = "camelCase")]
+pub struct Header {
+    /// Header name.
+    pub name: String,
+    /// Value template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Value from a Secret in the Run's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<ValueFrom>,
+}
+
+/// Where a secret value comes from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ValueFrom {
+    /// A key of a Secret.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the Run's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key within the Secret.
+    pub key: String,
+}
+
+/// A call of a tool on an upstream MCP server.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolStep {
+    /// The upstream server.
+    pub server: UpstreamServer,
+    /// Upstream tool name.
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.-]{1,128}$')").message("tool name must match ^[A-Za-z0-9_.-]{1,128}$"))]
+    pub name: String,
+    /// Arguments; string leaves are templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub arguments: Option<Value>,
+    /// `auto` declares the Tasks extension upstream; `never` does not.
+    #[serde(default)]
+    pub task: UpstreamTaskMode,
+}
+
+/// Whether a tool step declares the Tasks extension upstream.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum UpstreamTaskMode {
+    /// Declare the extension; follow an upstream task if one is returned.
+    #[default]
+    Auto,
+    /// Never ask for a task.
+    Never,
+}
+
+/// An upstream MCP server.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamServer {
+    /// Streamable HTTP endpoint URL.
+    pub url: String,
+    /// Headers sent on every request (for example `Authorization`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<Header>,
+}
+
+/// A Kubernetes Job built from a pod template.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStep {
+    /// Pod template of the Job, kept verbatim.
+    #[schemars(schema_with = "any_object")]
+    pub template: Value,
+    /// Pod retries inside the Job (`backoffLimit`). Default 0: Runway's own retry policy applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
+}
+
+/// Input from people or agents.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InputStep {
+    /// Requests opened together; the step continues when all are answered.
+    #[schemars(length(min = 1, max = 16))]
+    pub requests: Vec<InputRequestSpec>,
+    /// How long to wait for answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// What happens when the wait times out.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// Whether `decline` lets the step succeed (the output records the decline) instead of failing it.
+    #[serde(default)]
+    pub allow_decline: bool,
+}
+
+/// One named request of an input step: an `elicitation/create` form.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InputRequestSpec {
+    /// Name of the request; its answer is `inputs.<name>` in templates.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Message template shown to the person answering.
+    pub message: String,
+    /// Elicitation schema of the answer, kept verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub requested_schema: Option<Value>,
+    /// Who may answer; anyone who may update the Run when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvers: Option<Approvers>,
+    /// The requester of the Run may not answer.
+    #[serde(default)]
+    pub distinct_from_requester: bool,
+}
+
+/// Users and groups allowed to answer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Approvers {
+    /// Usernames.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+    /// Group names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+}
+
+/// What an input step does when its wait times out.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum OnTimeout {
+    /// Fail the step.
+    #[default]
+    Fail,
+    /// Continue; unanswered requests have a `null` output.
+    Continue,
+}
+
+/// A durable timer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayStep {
+    /// How long to wait (a duration or a template rendering one).
+    pub duration: String,
+}
+
+/// End the Run with a failure.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailStep {
+    /// Message template: without `error` the Run ends as a tool error (`isError: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// A protocol-level failure (`failed` task with this JSON-RPC error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<FailError>,
+}
+
+/// A protocol-level error.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailError {
+    /// JSON-RPC error code.
+    pub code: i64,
+    /// Message template.
+    pub message: String,
+}
+
+/// Templates for the final `CallToolResult`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultSpec {
+    /// Content items (`text`, `image`, `audio`, `resource`, `resource_link`); string leaves are templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "any_list")]
+    pub content: Vec<Value>,
+    /// Structured result; string leaves are templates, a lone `{{ expr }}` keeps the value's JSON type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub structured_content: Option<Value>,
+}
+
+fn any_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+    })
+}
+
+/// Observed state of a Workflow.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowStatus {
+    /// `Ready` with a reason and message for every validation failure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl Workflow {
+    /// The MCP tool name: `spec.tool.name`, else `metadata.name`.
+    pub fn tool_name(&self) -> &str {
+        self.spec
+            .tool
+            .name
+            .as_deref()
+            .or(self.metadata.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// Whether the Workflow's `Ready` condition is `True` for its current generation.
+    pub fn is_ready(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.observed_generation == self.metadata.generation
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == super::conditions::READY && c.status == "True")
+        })
+    }
+}
+
+impl Step {
+    /// The kind of the step, by its set field.
+    pub fn kind(&self) -> StepKind<'_> {
+        match self {
+            Step { http: Some(h), .. } => StepKind::Http(h),
+            Step { tool: Some(t), .. } => StepKind::Tool(t),
+            Step { job: Some(j), .. } => StepKind::Job(j),
+            Step { input: Some(i), .. } => StepKind::Input(i),
+            Step { delay: Some(d), .. } => StepKind::Delay(d),
+            Step { fail: Some(f), .. } => StepKind::Fail(f),
+            _ => StepKind::None,
+        }
+    }
+}
+
+/// The kind of a step, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum StepKind<'a> {
+    /// An HTTP request.
+    Http(&'a HttpStep),
+    /// An upstream MCP tool call.
+    Tool(&'a ToolStep),
+    /// A Kubernetes Job.
+    Job(&'a JobStep),
+    /// An input wait.
+    Input(&'a InputStep),
+    /// A durable timer.
+    Delay(&'a DelayStep),
+    /// A failure.
+    Fail(&'a FailStep),
+    /// No kind set (rejected by validation).
+    None,
+}
+
+/// Secret-free map of labels, used by list filters.
+pub type Labels = BTreeMap<String, String>;

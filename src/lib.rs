@@ -1,0 +1,3 @@
+//! Runway: Workflows as MCP tools, Runs as durable MCP tasks.
+
+pub mod api;
