@@ -1,3 +1,5 @@
 //! Runway: Workflows as MCP tools, Runs as durable MCP tasks.
 
 pub mod api;
+pub mod engine;
+pub mod mcp;

@@ -44,8 +44,9 @@ pub struct WorkflowSpec {
     /// Questions asked through MRTR before the Run exists, when the arguments they fill are missing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub elicit: Vec<ArgumentElicitation>,
-    /// Steps, run in order.
-    #[schemars(length(min = 1, max = 64))]
+    /// Steps, run in order. A Workflow without steps only renders its result.
+    #[serde(default)]
+    #[schemars(length(max = 64))]
     pub steps: Vec<Step>,
     /// Cleanup steps that run after the main steps succeed, fail or are cancelled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

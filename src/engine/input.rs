@@ -1,0 +1,289 @@
+//! Input steps: opening requests, taking answers, approver rules, re-asking and timeouts.
+
+use serde_json::{Map, Value, json};
+
+use super::{Machine, Next, Progress, duration, template, tool_error_ending, ts};
+use crate::api::{
+    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal,
+    RunPhase, Step, StepPhase, event_reasons,
+};
+
+/// MCP method of the requests an input step opens.
+pub const ELICITATION_METHOD: &str = "elicitation/create";
+
+/// Whether `username` (in `groups`) may answer `request` of a Run requested by `requester`.
+/// `Err` says why not.
+pub fn may_answer(
+    request: &InputRequestSpec,
+    requester: Option<&Principal>,
+    username: &str,
+    groups: &[String],
+) -> Result<(), String> {
+    if request.distinct_from_requester && requester.is_some_and(|p| p.username == username) {
+        return Err(format!(
+            "{username} requested this run and may not answer {}",
+            request.name
+        ));
+    }
+    if let Some(approvers) = &request.approvers
+        && !(approvers.users.is_empty() && approvers.groups.is_empty())
+    {
+        let allowed = approvers.users.iter().any(|u| u == username)
+            || approvers.groups.iter().any(|g| groups.contains(g));
+        if !allowed {
+            return Err(format!("{username} is not an approver of {}", request.name));
+        }
+    }
+    Ok(())
+}
+
+impl Machine<'_> {
+    pub(super) fn open_input(
+        &mut self,
+        i: usize,
+        step: &Step,
+        input: &InputStep,
+        ctx: &Value,
+    ) -> Result<(), String> {
+        for req in &input.requests {
+            let key = format!("{}.{}", step.name, req.name);
+            self.ask(i, step, req, key, ctx)?;
+        }
+        if let Some(t) = &input.timeout {
+            let d = template::render(t, ctx)
+                .map_err(|e| e.to_string())
+                .and_then(|s| duration::parse(&s))
+                .map_err(|e| format!("input.timeout: {e}"))?;
+            self.st.steps[i].wake_at = Some(ts(self.now + d));
+        }
+        self.st.phase = RunPhase::Waiting;
+        self.refresh_waiting();
+        let keys = self.st.steps[i]
+            .input_keys
+            .values()
+            .cloned()
+            .collect::<Vec<_>>();
+        self.event(
+            event_reasons::INPUT_REQUESTED,
+            format!("step {} waits for input: {}", step.name, keys.join(", ")),
+        );
+        Ok(())
+    }
+
+    fn ask(
+        &mut self,
+        i: usize,
+        step: &Step,
+        req: &InputRequestSpec,
+        key: String,
+        ctx: &Value,
+    ) -> Result<(), String> {
+        let message = template::render(&req.message, ctx)
+            .map_err(|e| format!("input {}: message: {e}", req.name))?;
+        let schema = req
+            .requested_schema
+            .clone()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        self.st.input_requests.insert(
+            key.clone(),
+            OpenInputRequest {
+                step: step.name.clone(),
+                name: req.name.clone(),
+                method: ELICITATION_METHOD.into(),
+                params: json!({"mode": "form", "message": message, "requestedSchema": schema}),
+                asked_at: Some(ts(self.now)),
+            },
+        );
+        self.st.steps[i].input_keys.insert(req.name.clone(), key);
+        Ok(())
+    }
+
+    fn refresh_waiting(&mut self) {
+        let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
+        self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
+    }
+
+    /// A key for asking `name` again that no answer has used yet.
+    fn fresh_key(&self, step: &str, name: &str) -> String {
+        (2..)
+            .map(|n| format!("{step}.{name}.{n}"))
+            .find(|k| {
+                !self.run.spec.input_responses.contains_key(k)
+                    && !self.st.input_requests.contains_key(k)
+                    && !self
+                        .st
+                        .steps
+                        .iter()
+                        .any(|r| r.input_keys.values().any(|v| v == k))
+            })
+            .expect("an unbounded range has an unused key")
+    }
+
+    pub(super) fn continue_input(&mut self, i: usize, step: &Step, input: &InputStep) -> Progress {
+        let rec = self.st.steps[i].clone();
+        let mut outputs = match &rec.output {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        let mut changed = false;
+        let ctx = super::context(self.run, &self.st);
+        for req in &input.requests {
+            if outputs.contains_key(&req.name) {
+                continue;
+            }
+            let Some(key) = rec.input_keys.get(&req.name).cloned() else {
+                continue;
+            };
+            let Some(resp) = self.run.spec.input_responses.get(&key).cloned() else {
+                continue;
+            };
+            let who = resp.answered_by.clone().unwrap_or_else(|| "unknown".into());
+            if let Err(why) = may_answer(
+                req,
+                self.run.spec.requested_by.as_ref(),
+                &who,
+                &resp.answered_by_groups,
+            ) {
+                self.st.notes.push(Note {
+                    key: key.clone(),
+                    answered_by: Some(who.clone()),
+                    message: why.clone(),
+                });
+                self.warn(
+                    event_reasons::INPUT_REJECTED,
+                    format!("answer to {key} ignored: {why}"),
+                );
+                self.reask(i, step, req, &key, &ctx);
+                changed = true;
+                continue;
+            }
+            self.st.input_requests.remove(&key);
+            let at = resp.answered_at.clone().unwrap_or_else(|| ts(self.now));
+            match resp.action {
+                InputAction::Accept => {
+                    outputs.insert(req.name.clone(), resp.content.clone().unwrap_or(json!({})));
+                    self.event(
+                        event_reasons::INPUT_ANSWERED,
+                        format!("{who} accepted {key} at {at}"),
+                    );
+                }
+                InputAction::Decline if input.allow_decline => {
+                    outputs.insert(req.name.clone(), Value::Null);
+                    self.event(
+                        event_reasons::INPUT_ANSWERED,
+                        format!("{who} declined {key} at {at}"),
+                    );
+                }
+                InputAction::Decline => {
+                    self.event(
+                        event_reasons::INPUT_ANSWERED,
+                        format!("{who} declined {key} at {at}"),
+                    );
+                    self.fail_input(i, format!("{} declined by {who}", req.name));
+                    return Progress::Changed;
+                }
+                InputAction::Cancel => {
+                    self.event(
+                        event_reasons::INPUT_ANSWERED,
+                        format!("{who} dismissed {key} at {at}; asking again"),
+                    );
+                    self.reask(i, step, req, &key, &ctx);
+                }
+            }
+            changed = true;
+        }
+        if changed {
+            self.st.steps[i].output = Some(Value::Object(outputs.clone()));
+        }
+        if input.requests.iter().all(|r| outputs.contains_key(&r.name)) {
+            self.close_input(i, outputs);
+            return Progress::Changed;
+        }
+        let wake = super::parse_ts(self.st.steps[i].wake_at.as_deref());
+        if let Some(w) = wake
+            && self.now >= w
+        {
+            match input.on_timeout {
+                OnTimeout::Fail => self.fail_input(i, "timed out waiting for input".into()),
+                OnTimeout::Continue => {
+                    for r in &input.requests {
+                        outputs.entry(r.name.clone()).or_insert(Value::Null);
+                    }
+                    self.close_input(i, outputs);
+                }
+            }
+            return Progress::Changed;
+        }
+        if changed {
+            self.refresh_waiting();
+            return Progress::Changed;
+        }
+        let rec = &self.st.steps[i];
+        let until = match wake {
+            Some(w) => Some(self.bounded(w, rec)),
+            None if rec.finally => None,
+            None => super::parse_ts(self.st.deadline.as_deref()),
+        };
+        Progress::Stop(Next::WaitUntil(until))
+    }
+
+    fn reask(&mut self, i: usize, step: &Step, req: &InputRequestSpec, old: &str, ctx: &Value) {
+        self.st.input_requests.remove(old);
+        let key = self.fresh_key(&step.name, &req.name);
+        if let Err(e) = self.ask(i, step, req, key, ctx) {
+            self.fail_fatal(i, e);
+        }
+        self.refresh_waiting();
+    }
+
+    fn close_input(&mut self, i: usize, outputs: Map<String, Value>) {
+        let keys: Vec<String> = self.st.steps[i].input_keys.values().cloned().collect();
+        for k in keys {
+            self.st.input_requests.remove(&k);
+        }
+        self.refresh_waiting();
+        self.st.phase = if self
+            .st
+            .ending
+            .as_ref()
+            .is_some_and(|e| e.phase == RunPhase::Cancelled)
+        {
+            RunPhase::Cancelling
+        } else {
+            RunPhase::Running
+        };
+        self.succeed(i, Value::Object(outputs));
+    }
+
+    fn fail_input(&mut self, i: usize, message: String) {
+        let keys: Vec<String> = self.st.steps[i].input_keys.values().cloned().collect();
+        for k in keys {
+            self.st.input_requests.remove(&k);
+        }
+        self.refresh_waiting();
+        let rec = &mut self.st.steps[i];
+        rec.phase = StepPhase::Failed;
+        rec.finished_at = Some(ts(self.now));
+        rec.message = Some(message.clone());
+        rec.wake_at = None;
+        let name = rec.name.clone();
+        let finally = rec.finally;
+        self.warn(
+            event_reasons::STEP_FAILED,
+            format!("step {name} failed: {message}"),
+        );
+        self.st.phase = if self
+            .st
+            .ending
+            .as_ref()
+            .is_some_and(|e| e.phase == RunPhase::Cancelled)
+        {
+            RunPhase::Cancelling
+        } else {
+            RunPhase::Running
+        };
+        if !finally && self.st.ending.is_none() {
+            self.st.ending = Some(tool_error_ending(format!("step {name} failed: {message}")));
+        }
+    }
+}

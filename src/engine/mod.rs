@@ -1,0 +1,1032 @@
+//! The pure core: given a Run, the live Workflow (only needed before the Run starts) and `now`,
+//! decide what happens next. No I/O, no clock, no store. The controller writes the status this
+//! module returns and performs the effects it asks for; executors report back through [`record`].
+
+pub mod duration;
+mod input;
+mod result;
+pub mod template;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use crate::api::{
+    AttemptRecord, Ending, ErrorClass, FailStep, Header, HttpStep, JobStep, Run, RunError,
+    RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord, ToolStep, WorkflowSpec, conditions,
+    event_reasons, reasons,
+};
+use crate::mcp::codes;
+
+/// Largest step output kept in status, in bytes of JSON; larger outputs are truncated.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+/// Largest final result kept in status, in bytes of JSON.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+/// Backoff of the first retry when a policy gives none.
+const DEFAULT_BACKOFF: SignedDuration = SignedDuration::from_secs(1);
+/// Cap of the backoff when a policy gives none.
+const DEFAULT_MAX_BACKOFF: SignedDuration = SignedDuration::from_mins(5);
+/// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps).
+const MAX_TRANSITIONS: usize = 1024;
+
+/// What the controller does after writing [`Decision::status`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Perform this effect, then report its outcome through [`record`].
+    Execute(Effect),
+    /// Nothing to do until this time (or until the Run changes). `None`: until the Run changes.
+    WaitUntil(Option<Timestamp>),
+    /// The Run is terminal. Delete it at this time (`None`: keep it).
+    Finished {
+        /// Garbage collection time.
+        delete_at: Option<Timestamp>,
+    },
+}
+
+/// The outcome of [`decide`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Status to write first, when it changed.
+    pub status: Option<RunStatus>,
+    /// Transitions worth an Event, in order.
+    pub events: Vec<Event>,
+    /// What to do after the write.
+    pub next: Next,
+}
+
+/// A transition worth telling people about (a Kubernetes Event, a log line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Event reason (`api::event_reasons`).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// Whether it is a warning.
+    pub warning: bool,
+}
+
+/// An effect for an executor: one attempt of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    /// Step name.
+    pub step: String,
+    /// Attempt number.
+    pub attempt: u32,
+    /// The attempt must be abandoned at this time (step timeout or run deadline).
+    pub deadline: Option<Timestamp>,
+    /// `<run uid>/<step>`: the same on every attempt and after restarts.
+    pub idempotency_key: String,
+    /// What to do.
+    pub action: Action,
+}
+
+/// Rendered work for an executor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// An HTTP request.
+    Http(HttpRequest),
+    /// A tool call on an upstream MCP server.
+    Tool {
+        /// The step as declared.
+        step: ToolStep,
+        /// Rendered arguments.
+        arguments: Value,
+        /// Upstream task recorded by an earlier attempt, to resume instead of calling again.
+        upstream_task_id: Option<String>,
+    },
+    /// A Kubernetes Job.
+    Job {
+        /// The step as declared.
+        step: JobStep,
+        /// Deterministic Job name for this attempt.
+        job_name: String,
+    },
+}
+
+/// A rendered HTTP request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: String,
+    /// URL.
+    pub url: String,
+    /// Headers: rendered values, or Secret references the executor resolves.
+    pub headers: Vec<HeaderValue>,
+    /// Body.
+    pub body: Option<Body>,
+    /// Success status codes (empty: any 2xx).
+    pub success_codes: Vec<u16>,
+}
+
+/// A header to send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeaderValue {
+    /// A literal value.
+    Inline {
+        /// Header name.
+        name: String,
+        /// Rendered value.
+        value: String,
+    },
+    /// A value from a Secret in the Run's namespace.
+    Secret {
+        /// Header name.
+        name: String,
+        /// Secret name.
+        secret: String,
+        /// Key in the Secret.
+        key: String,
+    },
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    /// Sent as `text/plain`.
+    Text(String),
+    /// Sent as `application/json`.
+    Json(Value),
+}
+
+/// What an executor reports for an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The step succeeded with this output.
+    Succeeded(Value),
+    /// The attempt failed; the retry policy decides what follows.
+    Failed {
+        /// Kind of failure.
+        class: ErrorClass,
+        /// Why.
+        message: String,
+    },
+    /// The attempt failed in a way that ends the Run with a protocol-level error.
+    Fatal(RunError),
+}
+
+fn ts(t: Timestamp) -> String {
+    t.to_string()
+}
+
+fn parse_ts(s: Option<&str>) -> Option<Timestamp> {
+    s.and_then(|s| s.parse().ok())
+}
+
+/// Idempotency key of a step: the same for every attempt and after restarts.
+pub fn idempotency_key(run: &Run, step: &str) -> String {
+    format!(
+        "{}/{}",
+        run.metadata.uid.as_deref().unwrap_or_default(),
+        step
+    )
+}
+
+/// The template context of a Run: `args`, `steps.<name>.output`, `inputs.<name>`, `run`.
+pub fn context(run: &Run, status: &RunStatus) -> Value {
+    let mut steps = serde_json::Map::new();
+    for r in &status.steps {
+        steps.insert(
+            r.name.clone(),
+            json!({
+                "output": r.output.clone().unwrap_or(Value::Null),
+                "phase": format!("{:?}", r.phase),
+                "attempt": r.attempt,
+                "message": r.message,
+            }),
+        );
+    }
+    let mut inputs = serde_json::Map::new();
+    for r in &status.steps {
+        if let (Some(Value::Object(out)), false) = (&r.output, r.input_keys.is_empty()) {
+            for (name, v) in out {
+                inputs.insert(name.clone(), v.clone());
+            }
+        }
+    }
+    json!({
+        "args": run.spec.arguments.clone().unwrap_or_else(|| json!({})),
+        "steps": steps,
+        "inputs": inputs,
+        "run": {
+            "name": run.metadata.name,
+            "namespace": run.metadata.namespace,
+            "uid": run.metadata.uid,
+            "requestedBy": run.spec.requested_by.as_ref().map(|p| p.username.clone()),
+        },
+    })
+}
+
+/// Decide the next action for a Run.
+///
+/// `workflow` is the live Workflow; it is read only when the Run has no snapshot yet.
+pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Decision {
+    let original = run.status.clone().unwrap_or_default();
+    let mut m = Machine {
+        run,
+        st: original.clone(),
+        now,
+        events: Vec::new(),
+    };
+    let next = m.drive(workflow);
+    let mut status = m.st;
+    if status != original {
+        status.observed_generation = run.metadata.generation;
+    }
+    Decision {
+        status: (status != original).then_some(status),
+        events: m.events,
+        next,
+    }
+}
+
+/// Record an executor's outcome for an attempt. Stale reports (another attempt, a step that is
+/// no longer running) leave the status unchanged.
+pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
+    let mut st = run.status.clone().unwrap_or_default();
+    let Some(wf) = run.workflow_snapshot() else {
+        return st;
+    };
+    let Some(idx) = st.steps.iter().position(|r| {
+        r.name == effect.step && r.attempt == effect.attempt && r.phase == StepPhase::Running
+    }) else {
+        return st;
+    };
+    let step = wf
+        .steps
+        .iter()
+        .chain(&wf.finally)
+        .find(|s| s.name == effect.step)
+        .cloned();
+    let rec = &mut st.steps[idx];
+    match outcome {
+        Outcome::Succeeded(output) => {
+            let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+            rec.phase = StepPhase::Succeeded;
+            rec.output = Some(output);
+            rec.output_truncated = truncated;
+            rec.finished_at = Some(ts(now));
+            rec.message = None;
+        }
+        Outcome::Failed { class, message } => {
+            let ctx = context(run, &st);
+            let rec = &mut st.steps[idx];
+            let policy = step.as_ref().and_then(|s| s.retry.clone());
+            let limit = match policy.as_ref().and_then(|p| p.limit.as_ref()) {
+                None => Ok(0),
+                Some(v) => retry_limit(v, &ctx),
+            };
+            let retries_on = policy
+                .as_ref()
+                .map(|p| p.on.clone())
+                .filter(|on| !on.is_empty())
+                .unwrap_or_else(|| {
+                    vec![
+                        ErrorClass::Timeout,
+                        ErrorClass::Connection,
+                        ErrorClass::ServerError,
+                        ErrorClass::TooManyRequests,
+                    ]
+                });
+            rec.attempts.push(AttemptRecord {
+                attempt: rec.attempt,
+                started_at: rec.attempt_started_at.clone(),
+                finished_at: Some(ts(now)),
+                message: message.clone(),
+            });
+            rec.message = Some(message.clone());
+            let limit = match limit {
+                Ok(l) => l,
+                Err(e) => {
+                    let name = rec.name.clone();
+                    fail_step_fatal(&mut st, idx, &name, e, now);
+                    return st;
+                }
+            };
+            if retries_on.contains(&class) && rec.attempt <= limit {
+                let backoff = backoff(policy.as_ref(), rec.attempt, &ctx);
+                rec.phase = StepPhase::Retrying;
+                rec.wake_at = Some(ts(now + backoff));
+            } else {
+                rec.phase = StepPhase::Failed;
+                rec.finished_at = Some(ts(now));
+                let name = rec.name.clone();
+                let is_finally = rec.finally;
+                if !is_finally && st.ending.is_none() {
+                    st.ending = Some(tool_error_ending(format!("step {name} failed: {message}")));
+                }
+            }
+        }
+        Outcome::Fatal(error) => {
+            rec.phase = StepPhase::Failed;
+            rec.finished_at = Some(ts(now));
+            rec.message = Some(error.message.clone());
+            if st.ending.is_none()
+                || st
+                    .ending
+                    .as_ref()
+                    .is_some_and(|e| e.phase == RunPhase::Succeeded)
+            {
+                st.ending = Some(Ending {
+                    phase: RunPhase::Failed,
+                    result: None,
+                    message: Some(error.message.clone()),
+                    error: Some(error),
+                });
+            }
+        }
+    }
+    st
+}
+
+fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
+    let rendered = match v {
+        Value::String(s) => template::render(s, ctx).map_err(|e| e.to_string())?,
+        other => other.to_string(),
+    };
+    rendered
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("retry.limit {rendered:?} is not a non-negative integer"))
+}
+
+fn backoff(policy: Option<&crate::api::RetryPolicy>, attempt: u32, ctx: &Value) -> SignedDuration {
+    let parse = |s: Option<&String>, default| {
+        s.and_then(|s| template::render(s, ctx).ok())
+            .and_then(|s| duration::parse(&s).ok())
+            .unwrap_or(default)
+    };
+    let base = parse(policy.and_then(|p| p.backoff.as_ref()), DEFAULT_BACKOFF);
+    let cap = parse(
+        policy.and_then(|p| p.max_backoff.as_ref()),
+        DEFAULT_MAX_BACKOFF,
+    );
+    let factor = 2i32.saturating_pow(attempt.saturating_sub(1).min(30));
+    base.checked_mul(factor).unwrap_or(cap).min(cap)
+}
+
+fn tool_error_ending(message: String) -> Ending {
+    Ending {
+        phase: RunPhase::Failed,
+        result: Some(json!({
+            "content": [{"type": "text", "text": message}],
+            "isError": true,
+        })),
+        error: None,
+        message: Some(message),
+    }
+}
+
+fn fatal_ending(message: String) -> Ending {
+    Ending {
+        phase: RunPhase::Failed,
+        result: None,
+        error: Some(RunError {
+            code: codes::INTERNAL_ERROR,
+            message: message.clone(),
+            data: None,
+        }),
+        message: Some(message),
+    }
+}
+
+fn fail_step_fatal(st: &mut RunStatus, idx: usize, step: &str, message: String, now: Timestamp) {
+    let rec = &mut st.steps[idx];
+    rec.phase = StepPhase::Failed;
+    rec.finished_at = Some(ts(now));
+    rec.message = Some(message.clone());
+    if st
+        .ending
+        .as_ref()
+        .is_none_or(|e| e.phase == RunPhase::Succeeded)
+    {
+        st.ending = Some(fatal_ending(format!("step {step}: {message}")));
+    }
+}
+
+/// Cut an oversized value down to a string prefix; the flag says it happened.
+pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
+    let text = v.to_string();
+    if text.len() <= limit {
+        return (v, false);
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (Value::String(text[..cut].to_owned()), true)
+}
+
+enum Progress {
+    Changed,
+    Stop(Next),
+}
+
+struct Machine<'a> {
+    run: &'a Run,
+    st: RunStatus,
+    now: Timestamp,
+    events: Vec<Event>,
+}
+
+impl Machine<'_> {
+    fn event(&mut self, reason: &'static str, message: String) {
+        self.events.push(Event {
+            reason,
+            message,
+            warning: false,
+        });
+    }
+
+    fn warn(&mut self, reason: &'static str, message: String) {
+        self.events.push(Event {
+            reason,
+            message,
+            warning: true,
+        });
+    }
+
+    fn drive(&mut self, live: Option<&WorkflowSpec>) -> Next {
+        for _ in 0..MAX_TRANSITIONS {
+            match self.step(live) {
+                Progress::Changed => continue,
+                Progress::Stop(next) => return next,
+            }
+        }
+        // A Workflow cannot chain this many transitions; stop and let the next pass continue.
+        Next::WaitUntil(Some(self.now))
+    }
+
+    fn ttl(&self, wf: Option<&WorkflowSpec>) -> Option<SignedDuration> {
+        wf?.execution
+            .ttl_after_finished
+            .as_deref()
+            .and_then(|s| duration::parse(s).ok())
+    }
+
+    fn step(&mut self, live: Option<&WorkflowSpec>) -> Progress {
+        if self.st.phase.is_terminal() {
+            let wf = self.snapshot();
+            let delete_at = self
+                .ttl(wf.as_ref())
+                .zip(parse_ts(self.st.finished_at.as_deref()))
+                .map(|(ttl, at)| at + ttl);
+            return Progress::Stop(Next::Finished { delete_at });
+        }
+        let Some(wf) = self.snapshot() else {
+            return self.start(live);
+        };
+        if self.st.ending.is_none() {
+            if let Some(cancel) = self.run.spec.cancel.clone() {
+                return self.begin_cancel(&wf, cancel);
+            }
+            if let Some(deadline) = parse_ts(self.st.deadline.as_deref())
+                && self.now >= deadline
+            {
+                return self.expire(&wf);
+            }
+        }
+        self.advance(&wf)
+    }
+
+    fn snapshot(&self) -> Option<WorkflowSpec> {
+        self.st
+            .workflow
+            .as_ref()
+            .and_then(|w| serde_json::from_value(w.clone()).ok())
+    }
+
+    fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {
+        let Some(wf) = live else {
+            let message = format!("workflow {} not found", self.run.spec.workflow_ref.name);
+            self.finish_with(fatal_ending(message));
+            return Progress::Changed;
+        };
+        let created = self
+            .run
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(self.now);
+        self.st.workflow = Some(serde_json::to_value(wf).unwrap_or(Value::Null));
+        self.st.phase = RunPhase::Running;
+        self.st.started_at = Some(ts(self.now));
+        match wf.execution.timeout.as_deref().map(duration::parse) {
+            Some(Ok(d)) => self.st.deadline = Some(ts(created + d)),
+            Some(Err(e)) => {
+                self.finish_with(fatal_ending(format!("execution.timeout: {e}")));
+                return Progress::Changed;
+            }
+            None => {}
+        }
+        Progress::Changed
+    }
+
+    /// The record of the step in progress, if any, by index.
+    fn active(&self) -> Option<usize> {
+        self.st.steps.iter().position(|r| !r.phase.is_terminal())
+    }
+
+    fn begin_cancel(&mut self, wf: &WorkflowSpec, cancel: crate::api::CancelRequest) -> Progress {
+        let who = cancel
+            .requested_by
+            .clone()
+            .unwrap_or_else(|| "unknown".into());
+        let why = cancel
+            .reason
+            .clone()
+            .unwrap_or_else(|| "no reason given".into());
+        self.event(
+            event_reasons::CANCEL_REQUESTED,
+            format!("cancel requested by {who}: {why}"),
+        );
+        if let Some(i) = self.active() {
+            let rec = &mut self.st.steps[i];
+            rec.phase = StepPhase::Cancelled;
+            rec.finished_at = Some(ts(self.now));
+            rec.wake_at = None;
+        }
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        self.st.ending = Some(Ending {
+            phase: RunPhase::Cancelled,
+            result: None,
+            error: None,
+            message: Some(format!("cancelled by {who}: {why}")),
+        });
+        self.st.phase = RunPhase::Cancelling;
+        if wf.finally.is_empty() {
+            self.finalize();
+        }
+        Progress::Changed
+    }
+
+    fn expire(&mut self, wf: &WorkflowSpec) -> Progress {
+        if let Some(i) = self.active() {
+            let rec = &mut self.st.steps[i];
+            rec.phase = StepPhase::Failed;
+            rec.finished_at = Some(ts(self.now));
+            rec.message = Some("run deadline exceeded".into());
+            rec.wake_at = None;
+        }
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        let timeout = wf.execution.timeout.clone().unwrap_or_default();
+        self.st.ending = Some(tool_error_ending(format!(
+            "run deadline exceeded (execution.timeout {timeout})"
+        )));
+        self.st.phase = RunPhase::Running;
+        Progress::Changed
+    }
+
+    fn advance(&mut self, wf: &WorkflowSpec) -> Progress {
+        let in_finally = self.st.ending.is_some();
+        if let Some(i) = self.active() {
+            return self.continue_step(wf, i);
+        }
+        let list = if in_finally { &wf.finally } else { &wf.steps };
+        let next = list
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !self.st.steps.iter().any(|r| r.name == s.name));
+        match next {
+            Some((i, step)) => self.begin_step(wf, step, i, list.len(), in_finally),
+            None if in_finally => {
+                self.finalize();
+                Progress::Changed
+            }
+            None => {
+                let ctx = context(self.run, &self.st);
+                let ending = match result::render(wf.result.as_ref(), &self.st, &ctx) {
+                    Ok(result) => Ending {
+                        phase: RunPhase::Succeeded,
+                        result: Some(result),
+                        error: None,
+                        message: None,
+                    },
+                    Err(e) => fatal_ending(format!("result: {e}")),
+                };
+                self.st.ending = Some(ending);
+                if wf.finally.is_empty() {
+                    self.finalize();
+                }
+                Progress::Changed
+            }
+        }
+    }
+
+    fn step_deadline(
+        &self,
+        rec: &StepRecord,
+        step: &Step,
+        ctx: &Value,
+    ) -> Result<Option<Timestamp>, String> {
+        let run_deadline = if rec.finally {
+            None
+        } else {
+            parse_ts(self.st.deadline.as_deref())
+        };
+        let step_deadline = match &step.timeout {
+            None => None,
+            Some(t) => {
+                let rendered = template::render(t, ctx).map_err(|e| e.to_string())?;
+                let d = duration::parse(&rendered).map_err(|e| format!("timeout: {e}"))?;
+                let start = parse_ts(rec.attempt_started_at.as_deref()).unwrap_or(self.now);
+                Some(start + d)
+            }
+        };
+        Ok(match (run_deadline, step_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    fn continue_step(&mut self, wf: &WorkflowSpec, i: usize) -> Progress {
+        let rec = self.st.steps[i].clone();
+        let Some(step) = wf
+            .steps
+            .iter()
+            .chain(&wf.finally)
+            .find(|s| s.name == rec.name)
+        else {
+            self.fail_fatal(i, "step vanished from the workflow snapshot".into());
+            return Progress::Changed;
+        };
+        let ctx = context(self.run, &self.st);
+        match (step.kind(), rec.phase) {
+            (_, StepPhase::Retrying) => {
+                let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
+                if self.now >= wake {
+                    let r = &mut self.st.steps[i];
+                    r.phase = StepPhase::Running;
+                    r.attempt += 1;
+                    r.attempt_started_at = Some(ts(self.now));
+                    r.wake_at = None;
+                    self.event(
+                        event_reasons::STEP_STARTED,
+                        format!("step {} attempt {} started", rec.name, rec.attempt + 1),
+                    );
+                    Progress::Changed
+                } else {
+                    Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, &rec))))
+                }
+            }
+            (StepKind::Delay(_), _) => {
+                let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
+                if self.now >= wake {
+                    self.succeed(i, Value::Null);
+                    Progress::Changed
+                } else {
+                    Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, &rec))))
+                }
+            }
+            (StepKind::Input(input), _) => self.continue_input(i, step, input),
+            (StepKind::Http(http), StepPhase::Running) => match self.render_http(http, &ctx) {
+                Ok(req) => self.execute(i, step, &ctx, Action::Http(req)),
+                Err(e) => {
+                    self.fail_fatal(i, e);
+                    Progress::Changed
+                }
+            },
+            (StepKind::Tool(tool), StepPhase::Running) => {
+                match tool
+                    .arguments
+                    .as_ref()
+                    .map(|a| template::render_value(a, &ctx))
+                {
+                    Some(Err(e)) => {
+                        self.fail_fatal(i, e.to_string());
+                        Progress::Changed
+                    }
+                    rendered => {
+                        let arguments = rendered.and_then(Result::ok).unwrap_or_else(|| json!({}));
+                        let action = Action::Tool {
+                            step: tool.clone(),
+                            arguments,
+                            upstream_task_id: rec.upstream_task_id.clone(),
+                        };
+                        self.execute(i, step, &ctx, action)
+                    }
+                }
+            }
+            (StepKind::Job(job), StepPhase::Running) => {
+                let job_name = rec.job_name.clone().unwrap_or_else(|| {
+                    job_name(
+                        self.run.metadata.name.as_deref().unwrap_or("run"),
+                        &rec.name,
+                        rec.attempt,
+                    )
+                });
+                self.execute(
+                    i,
+                    step,
+                    &ctx,
+                    Action::Job {
+                        step: job.clone(),
+                        job_name,
+                    },
+                )
+            }
+            _ => {
+                self.fail_fatal(i, format!("step {} is in an impossible state", rec.name));
+                Progress::Changed
+            }
+        }
+    }
+
+    /// A wake time, bounded by the run deadline (main steps only).
+    fn bounded(&self, wake: Timestamp, rec: &StepRecord) -> Timestamp {
+        match parse_ts(self.st.deadline.as_deref()) {
+            Some(d) if !rec.finally => wake.min(d),
+            _ => wake,
+        }
+    }
+
+    fn execute(&mut self, i: usize, step: &Step, ctx: &Value, action: Action) -> Progress {
+        let rec = self.st.steps[i].clone();
+        match self.step_deadline(&rec, step, ctx) {
+            Ok(deadline) => Progress::Stop(Next::Execute(Effect {
+                step: rec.name.clone(),
+                attempt: rec.attempt,
+                deadline,
+                idempotency_key: idempotency_key(self.run, &rec.name),
+                action,
+            })),
+            Err(e) => {
+                self.fail_fatal(i, e);
+                Progress::Changed
+            }
+        }
+    }
+
+    fn render_http(&self, http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {
+        let url = template::render(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
+        let headers = http
+            .headers
+            .iter()
+            .map(|h| render_header(h, ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        let body = match &http.body {
+            None => None,
+            Some(Value::String(s)) => Some(Body::Text(
+                template::render(s, ctx).map_err(|e| format!("body: {e}"))?,
+            )),
+            Some(v) => Some(Body::Json(
+                template::render_value(v, ctx).map_err(|e| format!("body: {e}"))?,
+            )),
+        };
+        let method = http
+            .method
+            .clone()
+            .unwrap_or_else(|| if body.is_some() { "POST" } else { "GET" }.into())
+            .to_uppercase();
+        Ok(HttpRequest {
+            method,
+            url,
+            headers,
+            body,
+            success_codes: http.success_codes.clone(),
+        })
+    }
+
+    fn begin_step(
+        &mut self,
+        wf: &WorkflowSpec,
+        step: &Step,
+        index: usize,
+        total: usize,
+        finally: bool,
+    ) -> Progress {
+        let ctx = context(self.run, &self.st);
+        let label = if finally { "finally" } else { "step" };
+        self.st.current_step = Some(step.name.clone());
+        self.st.status_message = Some(format!("{label} {}/{}: {}", index + 1, total, step.name));
+        let mut rec = StepRecord {
+            name: step.name.clone(),
+            finally,
+            phase: StepPhase::Running,
+            attempt: 1,
+            started_at: Some(ts(self.now)),
+            attempt_started_at: Some(ts(self.now)),
+            ..Default::default()
+        };
+        if let Some(when) = &step.when {
+            match template::truthy(when, &ctx) {
+                Ok(true) => {}
+                Ok(false) => {
+                    rec.phase = StepPhase::Skipped;
+                    rec.finished_at = Some(ts(self.now));
+                    self.st.steps.push(rec);
+                    self.event(
+                        event_reasons::STEP_SKIPPED,
+                        format!("step {} skipped", step.name),
+                    );
+                    return Progress::Changed;
+                }
+                Err(e) => {
+                    self.st.steps.push(rec);
+                    let i = self.st.steps.len() - 1;
+                    self.fail_fatal(i, format!("when: {e}"));
+                    return Progress::Changed;
+                }
+            }
+        }
+        match step.kind() {
+            StepKind::Delay(d) => {
+                let wake = template::render(&d.duration, &ctx)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| duration::parse(&s));
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                match wake {
+                    Ok(d) => self.st.steps[i].wake_at = Some(ts(self.now + d)),
+                    Err(e) => {
+                        self.fail_fatal(i, format!("delay.duration: {e}"));
+                        return Progress::Changed;
+                    }
+                }
+            }
+            StepKind::Input(input) => {
+                rec.phase = StepPhase::Waiting;
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                if let Err(e) = self.open_input(i, step, input, &ctx) {
+                    self.fail_fatal(i, e);
+                    return Progress::Changed;
+                }
+            }
+            StepKind::Fail(fail) => {
+                rec.phase = StepPhase::Failed;
+                rec.finished_at = Some(ts(self.now));
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                self.apply_fail(i, fail, &ctx, wf);
+                return Progress::Changed;
+            }
+            StepKind::Job(_) => {
+                rec.job_name = Some(job_name(
+                    self.run.metadata.name.as_deref().unwrap_or("run"),
+                    &step.name,
+                    1,
+                ));
+                self.st.steps.push(rec);
+            }
+            StepKind::Http(_) | StepKind::Tool(_) => self.st.steps.push(rec),
+            StepKind::None => {
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                self.fail_fatal(i, "step has no kind".into());
+                return Progress::Changed;
+            }
+        }
+        self.event(
+            event_reasons::STEP_STARTED,
+            format!("step {} started", step.name),
+        );
+        Progress::Changed
+    }
+
+    fn apply_fail(&mut self, i: usize, fail: &FailStep, ctx: &Value, _wf: &WorkflowSpec) {
+        let name = self.st.steps[i].name.clone();
+        let rendered = |t: &str| template::render(t, ctx).map_err(|e| e.to_string());
+        let ending = match (&fail.error, &fail.message) {
+            (Some(err), _) => match rendered(&err.message) {
+                Ok(message) => Ending {
+                    phase: RunPhase::Failed,
+                    result: None,
+                    error: Some(RunError {
+                        code: err.code,
+                        message: message.clone(),
+                        data: None,
+                    }),
+                    message: Some(message),
+                },
+                Err(e) => fatal_ending(format!("step {name}: error.message: {e}")),
+            },
+            (None, message) => match rendered(message.as_deref().unwrap_or("failed")) {
+                Ok(message) => tool_error_ending(message),
+                Err(e) => fatal_ending(format!("step {name}: message: {e}")),
+            },
+        };
+        self.st.steps[i].message = ending.message.clone();
+        self.warn(
+            event_reasons::STEP_FAILED,
+            format!(
+                "step {name} failed: {}",
+                ending.message.clone().unwrap_or_default()
+            ),
+        );
+        if self.st.ending.is_none() || self.st.steps[i].finally {
+            if self.st.ending.is_none() {
+                self.st.ending = Some(ending);
+            }
+        }
+    }
+
+    fn succeed(&mut self, i: usize, output: Value) {
+        let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+        let rec = &mut self.st.steps[i];
+        rec.phase = StepPhase::Succeeded;
+        rec.output = Some(output);
+        rec.output_truncated = truncated;
+        rec.finished_at = Some(ts(self.now));
+        rec.wake_at = None;
+        let name = rec.name.clone();
+        self.event(
+            event_reasons::STEP_SUCCEEDED,
+            format!("step {name} succeeded"),
+        );
+    }
+
+    /// Fail a step with a protocol-level error (template and rendering errors).
+    fn fail_fatal(&mut self, i: usize, message: String) {
+        let name = self.st.steps[i].name.clone();
+        self.warn(
+            event_reasons::STEP_FAILED,
+            format!("step {name}: {message}"),
+        );
+        fail_step_fatal(&mut self.st, i, &name, message, self.now);
+    }
+
+    fn finish_with(&mut self, ending: Ending) {
+        self.st.ending = Some(ending);
+        self.finalize();
+    }
+
+    fn finalize(&mut self) {
+        let ending = self
+            .st
+            .ending
+            .clone()
+            .unwrap_or_else(|| fatal_ending("no ending".into()));
+        self.st.phase = ending.phase;
+        self.st.finished_at = Some(ts(self.now));
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        self.st.current_step = None;
+        self.st.result = ending.result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
+        self.st.error = ending.error;
+        let (reason, message) = match ending.phase {
+            RunPhase::Succeeded => (reasons::SUCCEEDED, "run succeeded".to_string()),
+            RunPhase::Cancelled => (
+                reasons::CANCELLED,
+                ending.message.clone().unwrap_or_else(|| "cancelled".into()),
+            ),
+            _ => (
+                reasons::FAILED,
+                ending.message.clone().unwrap_or_else(|| "failed".into()),
+            ),
+        };
+        self.st.status_message = Some(message.clone());
+        self.st.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: conditions::FINISHED.into(),
+            status: "True".into(),
+            reason: reason.into(),
+            message: message.clone(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now),
+            observed_generation: self.run.metadata.generation,
+        }];
+        let warning = ending.phase != RunPhase::Succeeded;
+        self.events.push(Event {
+            reason: event_reasons::FINISHED,
+            message: format!("run {}: {message}", ending.phase.as_str()),
+            warning,
+        });
+    }
+}
+
+fn render_header(h: &Header, ctx: &Value) -> Result<HeaderValue, String> {
+    match (&h.value, &h.value_from) {
+        (Some(v), _) => Ok(HeaderValue::Inline {
+            name: h.name.clone(),
+            value: template::render(v, ctx).map_err(|e| format!("header {}: {e}", h.name))?,
+        }),
+        (None, Some(from)) => Ok(HeaderValue::Secret {
+            name: h.name.clone(),
+            secret: from.secret_key_ref.name.clone(),
+            key: from.secret_key_ref.key.clone(),
+        }),
+        (None, None) => Err(format!("header {} has no value", h.name)),
+    }
+}
+
+/// Deterministic Job name for a run, step and attempt (at most 63 characters).
+pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
+    let suffix = format!("-{step}-{attempt}");
+    let keep = 63usize.saturating_sub(suffix.len()).min(run.len());
+    format!("{}{suffix}", &run[..keep]).to_lowercase()
+}
+
+/// Index of open input keys by step, for callers that project a Run.
+pub fn open_keys(status: &RunStatus) -> BTreeMap<String, Value> {
+    status
+        .input_requests
+        .iter()
+        .map(|(k, r)| (k.clone(), json!({"method": r.method, "params": r.params})))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

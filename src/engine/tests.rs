@@ -1,0 +1,668 @@
+//! Table-driven tests of the engine: every phase against every event, no runtime and no clock.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{InputResponse, Principal, Run, RunSpec, WorkflowRef};
+
+fn t0() -> Timestamp {
+    "2026-01-01T00:00:00Z".parse().unwrap()
+}
+
+fn at(secs: i64) -> Timestamp {
+    t0() + SignedDuration::from_secs(secs)
+}
+
+fn wf(spec: Value) -> WorkflowSpec {
+    serde_json::from_value(spec).unwrap()
+}
+
+fn new_run(args: Value) -> Run {
+    let mut run = Run::new(
+        "wf-abc",
+        RunSpec {
+            workflow_ref: WorkflowRef { name: "wf".into() },
+            arguments: Some(args),
+            requested_by: Some(Principal {
+                username: "alice".into(),
+                uid: None,
+                groups: vec!["dev".into()],
+            }),
+            cancel: None,
+            input_responses: Default::default(),
+        },
+    );
+    run.metadata.namespace = Some("default".into());
+    run.metadata.uid = Some("uid-1".into());
+    run.metadata.generation = Some(1);
+    run.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+    run
+}
+
+/// Apply decisions until the engine asks for an effect or waits; returns that `Next`.
+fn settle(run: &mut Run, wf: &WorkflowSpec, now: Timestamp) -> Next {
+    for _ in 0..50 {
+        let d = decide(run, Some(wf), now);
+        if let Some(st) = d.status {
+            run.status = Some(st);
+        }
+        // A decision with a status write must be stable: deciding again gives no new write.
+        let again = decide(run, Some(wf), now);
+        assert!(
+            again.status.is_none(),
+            "decide is not idempotent: {:?}",
+            again.status
+        );
+        return d.next;
+    }
+    unreachable!()
+}
+
+fn report(run: &mut Run, next: &Next, outcome: Outcome, now: Timestamp) {
+    let Next::Execute(effect) = next else {
+        panic!("expected an effect, got {next:?}")
+    };
+    run.status = Some(record(run, effect, outcome, now));
+}
+
+fn status(run: &Run) -> &RunStatus {
+    run.status.as_ref().unwrap()
+}
+
+fn answer(
+    run: &mut Run,
+    key: &str,
+    action: InputAction,
+    content: Value,
+    who: &str,
+    groups: &[&str],
+) {
+    run.spec.input_responses.insert(
+        key.into(),
+        InputResponse {
+            action,
+            content: Some(content),
+            answered_by: Some(who.into()),
+            answered_by_groups: groups.iter().map(|g| g.to_string()).collect(),
+            answered_at: Some(t0().to_string()),
+        },
+    );
+}
+
+use crate::api::InputAction;
+
+fn http_wf() -> WorkflowSpec {
+    wf(json!({
+        "steps": [{"name": "call", "http": {"url": "http://svc/{{ args.id }}"},
+                   "retry": {"limit": 2, "backoff": "1s"}}],
+        "result": {"content": [{"type": "text", "text": "got {{ steps.call.output.status }}"}]}
+    }))
+}
+
+#[test]
+fn a_new_run_takes_a_snapshot_and_starts_its_first_step() {
+    let w = http_wf();
+    let mut run = new_run(json!({"id": 7}));
+    let next = settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Running);
+    assert_eq!(st.workflow_snapshot_name(), Some("call"));
+    assert_eq!(st.status_message.as_deref(), Some("step 1/1: call"));
+    let Next::Execute(effect) = next else {
+        panic!()
+    };
+    assert_eq!(effect.idempotency_key, "uid-1/call");
+    assert_eq!(effect.attempt, 1);
+    let Action::Http(req) = effect.action else {
+        panic!()
+    };
+    assert_eq!(
+        (req.method.as_str(), req.url.as_str()),
+        ("GET", "http://svc/7")
+    );
+}
+
+trait SnapshotName {
+    fn workflow_snapshot_name(&self) -> Option<&str>;
+}
+impl SnapshotName for RunStatus {
+    fn workflow_snapshot_name(&self) -> Option<&str> {
+        self.workflow
+            .as_ref()?
+            .get("steps")?
+            .get(0)?
+            .get("name")?
+            .as_str()
+    }
+}
+
+#[test]
+fn a_missing_workflow_fails_the_run_as_a_protocol_error() {
+    let mut run = new_run(json!({}));
+    let d = decide(&run, None, at(0));
+    run.status = d.status;
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("workflow wf not found")
+    );
+    assert!(matches!(
+        decide(&run, None, at(1)).next,
+        Next::Finished { .. }
+    ));
+}
+
+#[test]
+fn a_successful_http_step_renders_the_result() {
+    let w = http_wf();
+    let mut run = new_run(json!({"id": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Succeeded(json!({"status": 200})),
+        at(1),
+    );
+    let next = settle(&mut run, &w, at(1));
+    assert_eq!(next, Next::Finished { delete_at: None });
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "got 200");
+    assert_eq!(st.conditions[0].type_, "Finished");
+    assert_eq!(st.conditions[0].reason, "Succeeded");
+}
+
+#[test]
+fn retries_back_off_exponentially_then_fail_as_a_tool_error() {
+    let w = http_wf();
+    let mut run = new_run(json!({"id": 1}));
+    let fail = || Outcome::Failed {
+        class: ErrorClass::ServerError,
+        message: "HTTP 503".into(),
+    };
+    let next = settle(&mut run, &w, at(0));
+    report(&mut run, &next, fail(), at(0));
+    assert_eq!(settle(&mut run, &w, at(0)), Next::WaitUntil(Some(at(1))));
+    let next = settle(&mut run, &w, at(1));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    assert_eq!((e.attempt, e.idempotency_key.as_str()), (2, "uid-1/call"));
+    report(&mut run, &next, fail(), at(1));
+    // second retry waits 2s (doubling)
+    assert_eq!(settle(&mut run, &w, at(1)), Next::WaitUntil(Some(at(3))));
+    let next = settle(&mut run, &w, at(3));
+    report(&mut run, &next, fail(), at(3));
+    settle(&mut run, &w, at(3));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.steps[0].attempts.len(), 3);
+    let result = st.result.as_ref().unwrap();
+    assert_eq!(result["isError"], true);
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 503")
+    );
+    assert!(st.error.is_none());
+}
+
+#[test]
+fn failures_outside_retry_on_do_not_retry() {
+    let w = wf(
+        json!({"steps": [{"name": "call", "http": {"url": "http://x"},
+        "retry": {"limit": 5, "on": ["timeout"]}}]}),
+    );
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            class: ErrorClass::ClientError,
+            message: "HTTP 404".into(),
+        },
+        at(0),
+    );
+    settle(&mut run, &w, at(0));
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+    assert_eq!(status(&run).steps[0].attempt, 1);
+}
+
+#[test]
+fn stale_reports_are_ignored() {
+    let w = http_wf();
+    let mut run = new_run(json!({"id": 1}));
+    let next = settle(&mut run, &w, at(0));
+    let Next::Execute(mut effect) = next else {
+        panic!()
+    };
+    effect.attempt = 9;
+    let before = run.status.clone().unwrap();
+    assert_eq!(
+        record(&run, &effect, Outcome::Succeeded(json!(1)), at(1)),
+        before
+    );
+}
+
+#[test]
+fn a_delay_keeps_its_wake_time() {
+    let w = wf(json!({"steps": [{"name": "nap", "delay": {"duration": "{{ args.secs }}s"}}]}));
+    let mut run = new_run(json!({"secs": 30}));
+    assert_eq!(settle(&mut run, &w, at(0)), Next::WaitUntil(Some(at(30))));
+    // a later pass (e.g. after a restart) waits for the same time
+    assert_eq!(settle(&mut run, &w, at(10)), Next::WaitUntil(Some(at(30))));
+    settle(&mut run, &w, at(30));
+    assert_eq!(status(&run).phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn when_false_skips_and_template_errors_fail_naming_the_step() {
+    let w = wf(json!({"steps": [
+        {"name": "maybe", "when": "args.go", "delay": {"duration": "1s"}},
+        {"name": "bad", "fail": {"message": "{{ args.nope }}"}}
+    ]}));
+    let mut run = new_run(json!({"go": false}));
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(st.steps[0].phase, StepPhase::Skipped);
+    assert_eq!(st.phase, RunPhase::Failed);
+    let err = st.error.as_ref().expect("a protocol-level error");
+    assert_eq!(err.code, codes::INTERNAL_ERROR);
+    assert!(err.message.contains("bad"), "{}", err.message);
+    assert!(err.message.contains("args.nope"), "{}", err.message);
+}
+
+#[test]
+fn a_bad_rendered_duration_fails_naming_the_step() {
+    let w = wf(json!({"steps": [{"name": "nap", "delay": {"duration": "{{ args.d }}"}}]}));
+    let mut run = new_run(json!({"d": "soon"}));
+    settle(&mut run, &w, at(0));
+    let err = status(&run).error.clone().unwrap();
+    assert!(
+        err.message.contains("step nap") && err.message.contains("soon"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn fail_steps_end_as_tool_error_or_protocol_error() {
+    let tool = wf(json!({"steps": [{"name": "f", "fail": {"message": "no {{ args.x }}"}}]}));
+    let mut run = new_run(json!({"x": "luck"}));
+    settle(&mut run, &tool, at(0));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "no luck");
+    assert_eq!(st.result.as_ref().unwrap()["isError"], true);
+    assert!(st.error.is_none());
+
+    let proto = wf(
+        json!({"steps": [{"name": "f", "fail": {"error": {"code": -32050, "message": "bad"}}}]}),
+    );
+    let mut run = new_run(json!({}));
+    settle(&mut run, &proto, at(0));
+    let st = status(&run);
+    assert_eq!(st.error.as_ref().unwrap().code, -32050);
+    assert!(st.result.is_none());
+}
+
+fn approval_wf() -> WorkflowSpec {
+    wf(json!({
+        "execution": {"timeout": "1h"},
+        "steps": [{"name": "ask", "input": {"timeout": "10m", "requests": [
+            {"name": "a", "message": "A for {{ args.x }}?"},
+            {"name": "b", "message": "B?", "approvers": {"groups": ["ops"]}, "distinctFromRequester": true}
+        ]}}],
+        "finally": [{"name": "cleanup", "delay": {"duration": "0s"}}],
+        "result": {"content": [{"type": "text", "text": "{{ inputs.a.v }}-{{ inputs.b.v }}"}]}
+    }))
+}
+
+#[test]
+fn multi_key_input_is_answered_one_key_at_a_time() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    assert_eq!(settle(&mut run, &w, at(0)), Next::WaitUntil(Some(at(600))));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Waiting);
+    assert_eq!(
+        st.input_requests.keys().collect::<Vec<_>>(),
+        ["ask.a", "ask.b"]
+    );
+    assert_eq!(st.input_requests["ask.a"].params["message"], "A for 1?");
+    assert_eq!(st.waiting_for.as_deref(), Some("ask.a,ask.b"));
+
+    answer(
+        &mut run,
+        "ask.a",
+        InputAction::Accept,
+        json!({"v": "x"}),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Waiting);
+    assert_eq!(st.input_requests.keys().collect::<Vec<_>>(), ["ask.b"]);
+
+    answer(
+        &mut run,
+        "ask.b",
+        InputAction::Accept,
+        json!({"v": "y"}),
+        "carol",
+        &["ops"],
+    );
+    settle(&mut run, &w, at(2));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{st:#?}");
+    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "x-y");
+    assert!(st.input_requests.is_empty());
+    assert_eq!(st.steps[1].name, "cleanup");
+}
+
+#[test]
+fn ineligible_answers_are_noted_and_the_request_is_asked_again() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &w, at(0));
+    // the requester may not answer b, and is not in ops anyway
+    answer(
+        &mut run,
+        "ask.b",
+        InputAction::Accept,
+        json!({"v": "y"}),
+        "alice",
+        &["ops"],
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.notes.len(), 1);
+    assert!(st.notes[0].message.contains("requested this run"));
+    assert!(st.input_requests.contains_key("ask.b.2"));
+    assert!(!st.input_requests.contains_key("ask.b"));
+    // not an approver
+    answer(
+        &mut run,
+        "ask.b.2",
+        InputAction::Accept,
+        json!({"v": "y"}),
+        "dave",
+        &["dev"],
+    );
+    settle(&mut run, &w, at(2));
+    assert!(status(&run).notes[1].message.contains("not an approver"));
+    assert!(status(&run).input_requests.contains_key("ask.b.3"));
+}
+
+#[test]
+fn cancel_action_reasks_and_decline_fails_unless_allowed() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &w, at(0));
+    answer(
+        &mut run,
+        "ask.a",
+        InputAction::Cancel,
+        json!({}),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(1));
+    assert!(status(&run).input_requests.contains_key("ask.a.2"));
+    answer(
+        &mut run,
+        "ask.a.2",
+        InputAction::Decline,
+        json!({}),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(2));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.result.as_ref().unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("declined by bob")
+    );
+    // finally still ran
+    assert_eq!(st.steps.last().unwrap().name, "cleanup");
+
+    let mut lenient = approval_wf();
+    lenient.steps[0].input.as_mut().unwrap().allow_decline = true;
+    lenient.result = None;
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &lenient, at(0));
+    answer(
+        &mut run,
+        "ask.a",
+        InputAction::Decline,
+        json!({}),
+        "bob",
+        &[],
+    );
+    answer(
+        &mut run,
+        "ask.b",
+        InputAction::Accept,
+        json!({"v": 1}),
+        "carol",
+        &["ops"],
+    );
+    settle(&mut run, &lenient, at(1));
+    assert_eq!(status(&run).phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn input_timeout_fails_or_continues() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &w, at(0));
+    settle(&mut run, &w, at(600));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.steps[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("timed out")
+    );
+
+    let mut cont = approval_wf();
+    cont.steps[0].input.as_mut().unwrap().on_timeout = crate::api::OnTimeout::Continue;
+    cont.result = None;
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &cont, at(0));
+    settle(&mut run, &cont, at(600));
+    assert_eq!(status(&run).phase, RunPhase::Succeeded);
+    assert_eq!(
+        status(&run).steps[0].output,
+        Some(json!({"a": null, "b": null}))
+    );
+}
+
+#[test]
+fn the_run_deadline_expires_while_waiting_for_input() {
+    let mut w = approval_wf();
+    w.execution.timeout = Some("5m".into());
+    let mut run = new_run(json!({"x": 1}));
+    // waiting is bounded by the deadline, not the 10m input timeout
+    assert_eq!(settle(&mut run, &w, at(0)), Next::WaitUntil(Some(at(300))));
+    settle(&mut run, &w, at(300));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.input_requests.is_empty());
+    assert!(
+        st.result.as_ref().unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("deadline")
+    );
+    assert_eq!(
+        st.steps.last().unwrap().name,
+        "cleanup",
+        "finally runs after the deadline"
+    );
+}
+
+#[test]
+fn effects_are_bounded_by_step_timeout_and_deadline() {
+    let w = wf(json!({"execution": {"timeout": "1m"},
+        "steps": [{"name": "call", "timeout": "10s", "http": {"url": "http://x"}}]}));
+    let mut run = new_run(json!({}));
+    let Next::Execute(e) = settle(&mut run, &w, at(0)) else {
+        panic!()
+    };
+    assert_eq!(e.deadline, Some(at(10)));
+    let w = wf(json!({"execution": {"timeout": "5s"},
+        "steps": [{"name": "call", "timeout": "10s", "http": {"url": "http://x"}}]}));
+    let mut run = new_run(json!({}));
+    let Next::Execute(e) = settle(&mut run, &w, at(0)) else {
+        panic!()
+    };
+    assert_eq!(e.deadline, Some(at(5)));
+}
+
+#[test]
+fn cancellation_runs_finally_then_ends_cancelled() {
+    let w = wf(json!({
+        "steps": [{"name": "nap", "delay": {"duration": "1h"}}],
+        "finally": [{"name": "cleanup", "http": {"url": "http://x/cleanup"}}]
+    }));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    run.spec.cancel = Some(crate::api::CancelRequest {
+        reason: Some("stop".into()),
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    let d = decide(&run, Some(&w), at(5));
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == event_reasons::CANCEL_REQUESTED && e.message.contains("alice"))
+    );
+    run.status = d.status;
+    assert_eq!(status(&run).phase, RunPhase::Cancelling);
+    assert_eq!(status(&run).steps[0].phase, StepPhase::Cancelled);
+    let Next::Execute(e) = d.next else {
+        panic!("{:?}", d.next)
+    };
+    assert_eq!(e.step, "cleanup");
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(json!(null)),
+        at(6),
+    );
+    settle(&mut run, &w, at(6));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert!(st.status_message.as_deref().unwrap().contains("stop"));
+}
+
+#[test]
+fn cancelling_a_waiting_run_closes_its_requests() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    settle(&mut run, &w, at(0));
+    run.spec.cancel = Some(crate::api::CancelRequest {
+        reason: None,
+        requested_by: None,
+        requested_at: None,
+    });
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert!(st.input_requests.is_empty());
+    assert_eq!(st.steps[0].phase, StepPhase::Cancelled);
+    assert_eq!(st.steps[1].name, "cleanup");
+}
+
+#[test]
+fn terminal_runs_are_collected_after_their_ttl() {
+    let w = wf(json!({"execution": {"ttlAfterFinished": "1h"}, "steps": []}));
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    assert_eq!(
+        next,
+        Next::Finished {
+            delete_at: Some(at(3600))
+        }
+    );
+    assert_eq!(
+        status(&run).result.as_ref().unwrap()["content"][0]["text"],
+        "done"
+    );
+}
+
+#[test]
+fn cancel_after_finish_changes_nothing() {
+    let w = wf(json!({"steps": []}));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    run.spec.cancel = Some(crate::api::CancelRequest {
+        reason: None,
+        requested_by: None,
+        requested_at: None,
+    });
+    assert!(decide(&run, Some(&w), at(1)).status.is_none());
+}
+
+#[test]
+fn structured_content_keeps_json_types_and_large_outputs_are_truncated() {
+    let w = wf(json!({
+        "steps": [{"name": "call", "http": {"url": "http://x"}}],
+        "result": {"structuredContent": {"n": "{{ args.n }}", "body": "{{ steps.call.output }}"}}
+    }));
+    let mut run = new_run(json!({"n": 3}));
+    let next = settle(&mut run, &w, at(0));
+    let big = "x".repeat(MAX_OUTPUT_BYTES + 10);
+    report(
+        &mut run,
+        &next,
+        Outcome::Succeeded(json!({"big": big})),
+        at(1),
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert!(st.steps[0].output_truncated);
+    assert!(st.steps[0].output.as_ref().unwrap().as_str().unwrap().len() <= MAX_OUTPUT_BYTES);
+    assert_eq!(st.result.as_ref().unwrap()["structuredContent"]["n"], 3);
+}
+
+#[test]
+fn a_fatal_executor_outcome_is_a_protocol_error() {
+    let w = http_wf();
+    let mut run = new_run(json!({"id": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Fatal(RunError {
+            code: -32000,
+            message: "upstream said no".into(),
+            data: None,
+        }),
+        at(1),
+    );
+    settle(&mut run, &w, at(1));
+    assert_eq!(status(&run).error.as_ref().unwrap().code, -32000);
+}
+
+#[test]
+fn job_names_are_deterministic_and_short() {
+    assert_eq!(job_name("deploy-abc", "build", 2), "deploy-abc-build-2");
+    assert!(job_name(&"r".repeat(80), "step", 1).len() <= 63);
+}

@@ -1,0 +1,250 @@
+//! Validation of a Workflow beyond its schema: the CRD's CEL rules, JSON Schemas, templates,
+//! durations and what the current store supports. Used wherever Workflows are loaded.
+
+use serde_json::Value;
+
+use super::{duration, result::CONTENT_TYPES, template};
+use crate::api::{Step, StepKind, Workflow, WorkflowSpec, reasons};
+
+/// Why a Workflow is not Ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct Invalid {
+    /// Condition reason (`api::reasons`).
+    pub reason: &'static str,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+fn invalid(reason: &'static str, message: impl Into<String>) -> Invalid {
+    Invalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// What the store this server runs on can execute.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// `job` steps need the Kubernetes store.
+    pub jobs: bool,
+}
+
+/// Validate a Workflow as the API server and Runway together would.
+pub fn workflow(wf: &Workflow, caps: Capabilities) -> Result<(), Invalid> {
+    wf.validate_cel()
+        .map_err(|e| invalid(reasons::INVALID_SPEC, e.to_string()))?;
+    spec(&wf.spec, caps)
+}
+
+/// Validate a Workflow spec (no CEL: for callers that already ran it).
+pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
+    if let Some(schema) = &spec.tool.input_schema {
+        json_schema("tool.inputSchema", schema)?;
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(invalid(
+                reasons::INVALID_SCHEMA,
+                "tool.inputSchema must have type: object",
+            ));
+        }
+    }
+    if let Some(schema) = &spec.tool.output_schema {
+        json_schema("tool.outputSchema", schema)?;
+    }
+    for e in &spec.elicit {
+        if !e
+            .requested_schema
+            .get("properties")
+            .is_some_and(Value::is_object)
+        {
+            return Err(invalid(
+                reasons::INVALID_SCHEMA,
+                format!("elicit {}: requestedSchema needs properties", e.key),
+            ));
+        }
+    }
+    for (field, d) in [
+        ("execution.timeout", &spec.execution.timeout),
+        (
+            "execution.ttlAfterFinished",
+            &spec.execution.ttl_after_finished,
+        ),
+        ("execution.pollInterval", &spec.execution.poll_interval),
+    ] {
+        if let Some(d) = d {
+            duration::parse(d)
+                .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))?;
+        }
+    }
+    for step in spec.steps.iter().chain(&spec.finally) {
+        self::step(step, caps)?;
+    }
+    if let Some(result) = &spec.result {
+        for (i, item) in result.content.iter().enumerate() {
+            let ty = item.get("type").and_then(Value::as_str).unwrap_or_default();
+            if !CONTENT_TYPES.contains(&ty) {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("result.content[{i}].type {ty:?} is not one of {CONTENT_TYPES:?}"),
+                ));
+            }
+            tmpl(&format!("result.content[{i}]"), item)?;
+        }
+        if let Some(sc) = &result.structured_content {
+            tmpl("result.structuredContent", sc)?;
+        }
+    }
+    Ok(())
+}
+
+fn json_schema(field: &str, schema: &Value) -> Result<(), Invalid> {
+    jsonschema::draft202012::new(schema)
+        .map(|_| ())
+        .map_err(|e| invalid(reasons::INVALID_SCHEMA, format!("{field}: {e}")))
+}
+
+fn tmpl(field: &str, v: &Value) -> Result<(), Invalid> {
+    template::check_value(v)
+        .map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{field}: {e}")))
+}
+
+fn text(field: &str, s: &str) -> Result<(), Invalid> {
+    template::check(s).map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{field}: {e}")))
+}
+
+/// A duration field: a template, or else a literal that must parse now.
+fn dur(field: &str, s: &str) -> Result<(), Invalid> {
+    if s.contains("{{") {
+        text(field, s)
+    } else {
+        duration::parse(s)
+            .map(|_| ())
+            .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))
+    }
+}
+
+fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
+    let name = &step.name;
+    let f = |field: &str| format!("step {name}: {field}");
+    if let Some(when) = &step.when {
+        text(&f("when"), when)?;
+    }
+    if let Some(t) = &step.timeout {
+        dur(&f("timeout"), t)?;
+    }
+    if let Some(retry) = &step.retry {
+        for (field, d) in [
+            ("retry.backoff", &retry.backoff),
+            ("retry.maxBackoff", &retry.max_backoff),
+        ] {
+            if let Some(d) = d {
+                dur(&f(field), d)?;
+            }
+        }
+        match &retry.limit {
+            None | Some(Value::Number(_)) => {}
+            Some(Value::String(s)) if s.contains("{{") => text(&f("retry.limit"), s)?,
+            Some(Value::String(s)) if s.trim().parse::<u32>().is_ok() => {}
+            Some(other) => {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!(
+                        "{}: {other} is not a non-negative integer",
+                        f("retry.limit")
+                    ),
+                ));
+            }
+        }
+    }
+    match step.kind() {
+        StepKind::Http(h) => {
+            text(&f("http.url"), &h.url)?;
+            if !h.url.contains("{{") {
+                url(&f("http.url"), &h.url)?;
+            }
+            for hd in &h.headers {
+                if let Some(v) = &hd.value {
+                    text(&f(&format!("http.headers[{}]", hd.name)), v)?;
+                }
+            }
+            if let Some(b) = &h.body {
+                tmpl(&f("http.body"), b)?;
+            }
+        }
+        StepKind::Tool(t) => {
+            url(&f("tool.server.url"), &t.server.url)?;
+            if let Some(a) = &t.arguments {
+                tmpl(&f("tool.arguments"), a)?;
+            }
+        }
+        StepKind::Job(j) => {
+            if !caps.jobs {
+                return Err(invalid(
+                    reasons::UNSUPPORTED_STEP,
+                    format!(
+                        "{}: job steps need the Kubernetes store (runway operator)",
+                        f("job")
+                    ),
+                ));
+            }
+            if !j.template.get("spec").is_some_and(Value::is_object) {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("{}: needs spec", f("job.template")),
+                ));
+            }
+        }
+        StepKind::Input(i) => {
+            let mut names = std::collections::BTreeSet::new();
+            for r in &i.requests {
+                if !names.insert(&r.name) {
+                    return Err(invalid(
+                        reasons::INVALID_SPEC,
+                        format!("{}: duplicate request {}", f("input"), r.name),
+                    ));
+                }
+                text(
+                    &f(&format!("input.requests[{}].message", r.name)),
+                    &r.message,
+                )?;
+                if let Some(s) = &r.requested_schema {
+                    json_schema(
+                        &f(&format!("input.requests[{}].requestedSchema", r.name)),
+                        s,
+                    )?;
+                }
+            }
+            if let Some(t) = &i.timeout {
+                dur(&f("input.timeout"), t)?;
+            }
+        }
+        StepKind::Delay(d) => dur(&f("delay.duration"), &d.duration)?,
+        StepKind::Fail(fl) => {
+            if let Some(m) = &fl.message {
+                text(&f("fail.message"), m)?;
+            }
+            if let Some(e) = &fl.error {
+                text(&f("fail.error.message"), &e.message)?;
+            }
+        }
+        StepKind::None => {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!("{}: no kind", f("step")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn url(field: &str, s: &str) -> Result<(), Invalid> {
+    let parsed = reqwest::Url::parse(s)
+        .map_err(|e| invalid(reasons::INVALID_SPEC, format!("{field}: {s:?}: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{field}: {s:?}: scheme must be http or https"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! JSON-RPC error codes and `_meta` keys Runway speaks, in one place.
+
+/// Invalid JSON was received.
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON sent is not a valid request object.
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist (or was removed in 2026-07-28).
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters; also unknown, foreign and purged tasks.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error; also run-time template and rendering failures of a Run.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// A header does not match the body, or a required header is missing.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// The client did not declare a capability the request needs.
+pub const MISSING_CAPABILITY: i64 = -32021;
+/// The protocol version is not supported.
+pub const UNSUPPORTED_VERSION: i64 = -32022;
+/// The caller may not do this (authorization failure on a JSON-RPC request).
+pub const FORBIDDEN: i64 = -32001;

@@ -1,0 +1,3 @@
+//! The MCP endpoint.
+
+pub mod codes;
