@@ -78,3 +78,10 @@ pub mod labels {
     /// Name of the Workflow a Run belongs to.
     pub const WORKFLOW: &str = "runway.dev/workflow";
 }
+
+/// A Kubernetes `Time` for `t`, at the whole-second precision the API server keeps.
+pub fn kube_time(t: jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(t.as_second()).expect("a valid timestamp stays valid"),
+    )
+}

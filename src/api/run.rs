@@ -17,6 +17,7 @@ use super::schema::{any_object, any_value};
     group = "runway.dev",
     version = "v1alpha1",
     kind = "Run",
+    derive = "PartialEq",
     namespaced,
     status = "RunStatus",
     category = "runway",

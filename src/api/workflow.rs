@@ -19,6 +19,7 @@ pub const MAX_STEPS: usize = 64;
     group = "runway.dev",
     version = "v1alpha1",
     kind = "Workflow",
+    derive = "PartialEq",
     namespaced,
     status = "WorkflowStatus",
     shortname = "wf",

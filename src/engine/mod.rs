@@ -985,7 +985,7 @@ impl Machine<'_> {
             status: "True".into(),
             reason: reason.into(),
             message: message.clone(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(self.now),
+            last_transition_time: crate::api::kube_time(self.now),
             observed_generation: self.run.metadata.generation,
         }];
         let warning = ending.phase != RunPhase::Succeeded;

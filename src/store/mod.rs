@@ -1,0 +1,112 @@
+//! Where Runs and Workflows live. `RunStore` and `WorkflowSource` are the seam between the
+//! store-agnostic controller and MCP endpoint and the two backends: SQLite (embedded) and the
+//! Kubernetes API.
+
+pub mod manifests;
+pub mod sqlite;
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::api::{Run, Workflow};
+
+/// Store failures, with the semantics of the Kubernetes API.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// No such object.
+    #[error("not found")]
+    NotFound,
+    /// An object with that name exists.
+    #[error("already exists")]
+    AlreadyExists,
+    /// The object changed since it was read (stale `resourceVersion`).
+    #[error("conflict: the object was modified")]
+    Conflict,
+    /// The change breaks a rule of the resource (e.g. the Run spec transition rules).
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// A watch asked for history the store no longer keeps; list again.
+    #[error("resource version too old")]
+    Gone,
+    /// The backend failed.
+    #[error("store backend: {0}")]
+    Backend(String),
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchEvent {
+    /// Created or modified.
+    Applied(Run),
+    /// Deleted (the last state).
+    Deleted(Run),
+}
+
+impl WatchEvent {
+    /// The Run concerned.
+    pub fn run(&self) -> &Run {
+        match self {
+            Self::Applied(r) | Self::Deleted(r) => r,
+        }
+    }
+}
+
+/// Runs: create, read, conditional update, status update, delete, watch.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Create; sets `uid`, `resourceVersion`, `generation` and `creationTimestamp`.
+    async fn create(&self, run: Run) -> Result<Run, StoreError>;
+    /// Read one Run, reflecting every write that returned before the call.
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError>;
+    /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`.
+    async fn list(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Run>, StoreError>;
+    /// Replace metadata labels/annotations and spec, conditional on `metadata.resourceVersion`.
+    /// Enforces the Run spec transition rules.
+    async fn update(&self, run: Run) -> Result<Run, StoreError>;
+    /// Replace status only; conditional on `metadata.resourceVersion` when it is set.
+    async fn update_status(&self, run: &Run) -> Result<Run, StoreError>;
+    /// Delete.
+    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError>;
+    /// Changes after `resource_version` (only future changes when `None`). Ends with
+    /// `Err(Gone)` when that history is no longer kept.
+    fn watch(
+        &self,
+        resource_version: Option<String>,
+    ) -> BoxStream<'static, Result<WatchEvent, StoreError>>;
+    /// The current resource version, to start a watch after a list.
+    async fn resource_version(&self) -> Result<String, StoreError>;
+}
+
+/// Workflows, as the controller and the MCP endpoint see them (with `Ready` conditions).
+#[async_trait]
+pub trait WorkflowSource: Send + Sync + 'static {
+    /// One Workflow.
+    async fn get(&self, namespace: &str, name: &str) -> Option<Workflow>;
+    /// Workflows of a namespace, ordered by name.
+    async fn list(&self, namespace: &str) -> Vec<Workflow>;
+    /// Receives a message whenever any Workflow changes.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+}
+
+/// Values of secrets referenced by step headers (`valueFrom.secretKeyRef`).
+#[async_trait]
+pub trait SecretSource: Send + Sync + 'static {
+    /// The value of `key` in Secret `name` of `namespace`.
+    async fn get(&self, namespace: &str, name: &str, key: &str) -> Result<String, StoreError>;
+}
+
+/// Whether `labels` include every pair of `selector`.
+pub fn labels_match(
+    labels: Option<&BTreeMap<String, String>>,
+    selector: &BTreeMap<String, String>,
+) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}

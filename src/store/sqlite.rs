@@ -1,0 +1,442 @@
+//! The embedded store: Runs in one SQLite file (WAL), written by a dedicated thread that commits
+//! queued writes in groups, and served from an in-memory index that is updated only after a
+//! commit, so readers see exactly what is durable and see it as soon as a write returns.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use rusqlite::{Connection, Transaction, params};
+use tokio::sync::{broadcast, oneshot};
+use tokio_stream::wrappers::BroadcastStream;
+
+use super::{RunStore, StoreError, WatchEvent, labels_match};
+use crate::api::Run;
+
+/// Journal mode of the database (also used by the storage baseline of the benchmarks).
+pub const JOURNAL_MODE: &str = "WAL";
+/// Sync mode: every commit is on disk before a write returns.
+pub const SYNCHRONOUS: &str = "FULL";
+/// Most writes committed in one transaction.
+const MAX_GROUP: usize = 512;
+/// Watch history kept in memory; an older resume point gets `Gone`.
+const HISTORY: usize = 4096;
+
+type Key = (String, String);
+type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+type Op = Box<dyn FnOnce(&mut Batch<'_>) -> Reply + Send>;
+
+/// Runs in SQLite.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ops: Mutex<mpsc::Sender<Op>>,
+    cache: RwLock<HashMap<Key, Arc<Run>>>,
+    feed: Mutex<Feed>,
+}
+
+struct Feed {
+    rv: u64,
+    history: VecDeque<(u64, WatchEvent)>,
+    tx: broadcast::Sender<(u64, WatchEvent)>,
+}
+
+struct Batch<'a> {
+    tx: &'a Transaction<'a>,
+    inner: &'a Inner,
+    rv: u64,
+    overlay: HashMap<Key, Option<Arc<Run>>>,
+    events: Vec<(u64, WatchEvent)>,
+    failed: Option<String>,
+}
+
+impl Batch<'_> {
+    fn current(&self, key: &Key) -> Option<Arc<Run>> {
+        match self.overlay.get(key) {
+            Some(v) => v.clone(),
+            None => self
+                .inner
+                .cache
+                .read()
+                .expect("cache lock")
+                .get(key)
+                .cloned(),
+        }
+    }
+
+    fn put(&mut self, key: Key, mut run: Run) -> Run {
+        self.rv += 1;
+        run.metadata.resource_version = Some(self.rv.to_string());
+        let body = serde_json::to_string(&run).expect("a Run serializes");
+        let res = self.tx.execute(
+            "INSERT INTO runs (namespace, name, body) VALUES (?1, ?2, ?3)
+             ON CONFLICT(namespace, name) DO UPDATE SET body = excluded.body",
+            params![key.0, key.1, body],
+        );
+        if let Err(e) = res {
+            self.failed.get_or_insert(e.to_string());
+        }
+        self.overlay.insert(key, Some(Arc::new(run.clone())));
+        self.events
+            .push((self.rv, WatchEvent::Applied(run.clone())));
+        run
+    }
+
+    fn remove(&mut self, key: Key, last: Arc<Run>) {
+        self.rv += 1;
+        if let Err(e) = self.tx.execute(
+            "DELETE FROM runs WHERE namespace = ?1 AND name = ?2",
+            params![key.0, key.1],
+        ) {
+            self.failed.get_or_insert(e.to_string());
+        }
+        let mut last = (*last).clone();
+        last.metadata.resource_version = Some(self.rv.to_string());
+        self.overlay.insert(key, None);
+        self.events.push((self.rv, WatchEvent::Deleted(last)));
+    }
+}
+
+fn key_of(run: &Run) -> Result<Key, StoreError> {
+    match (&run.metadata.namespace, &run.metadata.name) {
+        (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok((ns.clone(), n.clone())),
+        _ => Err(StoreError::Invalid(
+            "metadata.namespace and metadata.name are required".into(),
+        )),
+    }
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+/// A random RFC 4122 version 4 UUID.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = data_encoding::HEXLOWER.encode(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+impl SqliteStore {
+    /// Open (or create) the database file and load its Runs.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(backend)?;
+        conn.pragma_update(None, "journal_mode", JOURNAL_MODE)
+            .map_err(backend)?;
+        conn.pragma_update(None, "synchronous", SYNCHRONOUS)
+            .map_err(backend)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS runs (
+                 namespace TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL,
+                 PRIMARY KEY (namespace, name));
+             CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
+        )
+        .map_err(backend)?;
+        let rv: u64 = conn
+            .query_row("SELECT v FROM kv WHERE k = 'rv'", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|v| v as u64)
+            .unwrap_or(0);
+        let mut cache = HashMap::new();
+        {
+            let mut stmt = conn.prepare("SELECT body FROM runs").map_err(backend)?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(backend)?;
+            for body in rows {
+                let body = body.map_err(backend)?;
+                let run: Run = serde_json::from_str(&body).map_err(backend)?;
+                cache.insert(key_of(&run)?, Arc::new(run));
+            }
+        }
+        // A probe write makes an unwritable database fail here, not on the first Run.
+        conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
+            .map_err(backend)?;
+        let (tx, _) = broadcast::channel(HISTORY);
+        let (ops_tx, ops_rx) = mpsc::channel::<Op>();
+        let inner = Arc::new(Inner {
+            ops: Mutex::new(ops_tx),
+            cache: RwLock::new(cache),
+            feed: Mutex::new(Feed {
+                rv,
+                history: VecDeque::new(),
+                tx,
+            }),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("runway-sqlite".into())
+            .spawn(move || writer(conn, ops_rx, weak, rv))
+            .map_err(backend)?;
+        Ok(Self { inner })
+    }
+
+    async fn submit<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Batch<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let op: Op = Box::new(move |batch| {
+            let out = f(batch);
+            Box::new(move |committed: Result<(), StoreError>| {
+                let _ = tx.send(committed.and(out));
+            })
+        });
+        self.inner
+            .ops
+            .lock()
+            .expect("ops lock")
+            .send(op)
+            .map_err(|_| StoreError::Backend("store writer stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("store writer stopped".into()))?
+    }
+}
+
+fn writer(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Op>,
+    inner: std::sync::Weak<Inner>,
+    mut rv: u64,
+) {
+    while let Ok(first) = rx.recv() {
+        let Some(inner) = inner.upgrade() else { return };
+        let mut ops = vec![first];
+        while ops.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(op) => ops.push(op),
+                Err(_) => break,
+            }
+        }
+        // Dropping the ops unanswered makes their callers see a backend error.
+        let Ok(tx) = conn.transaction() else { continue };
+        let mut batch = Batch {
+            tx: &tx,
+            inner: &inner,
+            rv,
+            overlay: HashMap::new(),
+            events: Vec::new(),
+            failed: None,
+        };
+        let replies: Vec<Reply> = ops.into_iter().map(|op| op(&mut batch)).collect();
+        let Batch {
+            rv: new_rv,
+            overlay,
+            events,
+            failed,
+            ..
+        } = batch;
+        let result = match failed {
+            Some(e) => Err(StoreError::Backend(e)),
+            None if new_rv == rv => Ok(()),
+            None => tx
+                .execute(
+                    "UPDATE kv SET v = ?1 WHERE k = 'rv'",
+                    params![new_rv as i64],
+                )
+                .map(|_| ())
+                .map_err(backend),
+        };
+        let result = match result {
+            Ok(()) => tx.commit().map_err(backend),
+            Err(e) => {
+                let _ = tx.rollback();
+                Err(e)
+            }
+        };
+        if result.is_ok() {
+            rv = new_rv;
+            {
+                let mut cache = inner.cache.write().expect("cache lock");
+                for (k, v) in overlay {
+                    match v {
+                        Some(run) => cache.insert(k, run),
+                        None => cache.remove(&k),
+                    };
+                }
+            }
+            let mut feed = inner.feed.lock().expect("feed lock");
+            feed.rv = rv;
+            for ev in events {
+                if feed.history.len() == HISTORY {
+                    feed.history.pop_front();
+                }
+                feed.history.push_back(ev.clone());
+                let _ = feed.tx.send(ev);
+            }
+        }
+        for reply in replies {
+            reply(result.clone());
+        }
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn create(&self, mut run: Run) -> Result<Run, StoreError> {
+        let key = key_of(&run)?;
+        self.submit(move |b| {
+            if b.current(&key).is_some() {
+                return Err(StoreError::AlreadyExists);
+            }
+            run.metadata.uid = Some(new_uid());
+            run.metadata.generation = Some(1);
+            run.metadata.creation_timestamp = Some(crate::api::kube_time(jiff::Timestamp::now()));
+            run.status = None;
+            Ok(b.put(key, run))
+        })
+        .await
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
+        let cache = self.inner.cache.read().expect("cache lock");
+        Ok(cache
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|r| (**r).clone()))
+    }
+
+    async fn list(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Run>, StoreError> {
+        let cache = self.inner.cache.read().expect("cache lock");
+        let mut out: Vec<Run> = cache
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .filter(|(_, r)| labels_match(r.metadata.labels.as_ref(), labels))
+            .map(|(_, r)| (**r).clone())
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(out)
+    }
+
+    async fn update(&self, run: Run) -> Result<Run, StoreError> {
+        let key = key_of(&run)?;
+        self.submit(move |b| {
+            let old = b.current(&key).ok_or(StoreError::NotFound)?;
+            if run.metadata.resource_version.is_some()
+                && run.metadata.resource_version != old.metadata.resource_version
+            {
+                return Err(StoreError::Conflict);
+            }
+            if run.spec != old.spec {
+                run.validate_cel_update(&old)
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            }
+            let mut next = (*old).clone();
+            if run.spec != old.spec {
+                next.metadata.generation = Some(old.metadata.generation.unwrap_or(1) + 1);
+            }
+            next.metadata.labels = run.metadata.labels;
+            next.metadata.annotations = run.metadata.annotations;
+            next.spec = run.spec;
+            Ok(b.put(key, next))
+        })
+        .await
+    }
+
+    async fn update_status(&self, run: &Run) -> Result<Run, StoreError> {
+        let key = key_of(run)?;
+        let rv = run.metadata.resource_version.clone();
+        let status = run.status.clone();
+        self.submit(move |b| {
+            let old = b.current(&key).ok_or(StoreError::NotFound)?;
+            if rv.is_some() && rv != old.metadata.resource_version {
+                return Err(StoreError::Conflict);
+            }
+            let mut next = (*old).clone();
+            next.status = status;
+            Ok(b.put(key, next))
+        })
+        .await
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
+        let key = (namespace.to_owned(), name.to_owned());
+        self.submit(move |b| {
+            let old = b.current(&key).ok_or(StoreError::NotFound)?;
+            b.remove(key, old);
+            Ok(())
+        })
+        .await
+    }
+
+    fn watch(
+        &self,
+        resource_version: Option<String>,
+    ) -> BoxStream<'static, Result<WatchEvent, StoreError>> {
+        let feed = self.inner.feed.lock().expect("feed lock");
+        let rx = feed.tx.subscribe();
+        let from = match resource_version.as_deref().map(str::parse::<u64>) {
+            None => feed.rv,
+            Some(Ok(v)) => v,
+            Some(Err(_)) => {
+                return futures::stream::once(async {
+                    Err(StoreError::Invalid(
+                        "resourceVersion must be a number".into(),
+                    ))
+                })
+                .boxed();
+            }
+        };
+        let oldest = feed
+            .history
+            .front()
+            .map(|(rv, _)| *rv)
+            .unwrap_or(feed.rv + 1);
+        if from > feed.rv || (from < feed.rv && from + 1 < oldest) {
+            return futures::stream::once(async { Err(StoreError::Gone) }).boxed();
+        }
+        let replay: Vec<_> = feed
+            .history
+            .iter()
+            .filter(|(rv, _)| *rv > from)
+            .map(|(_, e)| Ok(e.clone()))
+            .collect();
+        let last = feed.rv;
+        drop(feed);
+        let live = BroadcastStream::new(rx)
+            .filter_map(move |item| async move {
+                match item {
+                    Ok((rv, _)) if rv <= last => None,
+                    Ok((_, ev)) => Some(Ok(ev)),
+                    Err(_) => Some(Err(StoreError::Gone)),
+                }
+            })
+            .scan(false, |ended, item| {
+                // A lagging watcher gets one `Gone` and then the stream ends.
+                let out = if *ended { None } else { Some(item) };
+                if matches!(out, Some(Err(_))) {
+                    *ended = true;
+                }
+                async move { out }
+            });
+        futures::stream::iter(replay).chain(live).boxed()
+    }
+
+    async fn resource_version(&self) -> Result<String, StoreError> {
+        Ok(self.inner.feed.lock().expect("feed lock").rv.to_string())
+    }
+}

@@ -1,0 +1,136 @@
+//! The store contract against the embedded SQLite store, plus what only a file store can show.
+
+mod support;
+
+use runway::api::{RunPhase, RunStatus};
+use runway::store::RunStore;
+use runway::store::sqlite::SqliteStore;
+use support::contract;
+
+fn store() -> (tempdir::Dir, SqliteStore) {
+    let dir = tempdir::Dir::new();
+    let s = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    (dir, s)
+}
+
+mod tempdir {
+    pub struct Dir(std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Self {
+            let mut b = [0u8; 8];
+            getrandom::fill(&mut b).unwrap();
+            let p = std::env::temp_dir().join(format!(
+                "runway-test-{}",
+                data_encoding::HEXLOWER.encode(&b)
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+        pub fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn create_get_list() {
+    let (_d, s) = store();
+    contract::create_get_list(&s).await;
+}
+
+#[tokio::test]
+async fn conditional_updates() {
+    let (_d, s) = store();
+    contract::conditional_updates(&s).await;
+}
+
+#[tokio::test]
+async fn spec_transition_rules() {
+    let (_d, s) = store();
+    contract::spec_transition_rules(&s).await;
+}
+
+#[tokio::test]
+async fn delete() {
+    let (_d, s) = store();
+    contract::delete(&s).await;
+}
+
+#[tokio::test]
+async fn watch_and_resume() {
+    let (_d, s) = store();
+    contract::watch_and_resume(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_of_one_name() {
+    let (_d, s) = store();
+    contract::concurrent_creates_of_one_name(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_answers_first_wins() {
+    let (_d, s) = store();
+    contract::concurrent_answers_first_wins(&s).await;
+}
+
+#[tokio::test]
+async fn runs_survive_reopening_the_file() {
+    let d = tempdir::Dir::new();
+    let path = d.path().join("runs.db");
+    let (rv, created) = {
+        let s = SqliteStore::open(&path).unwrap();
+        let c = s.create(contract::run("a", "keep", "wf")).await.unwrap();
+        let mut st = c.clone();
+        st.status = Some(RunStatus {
+            phase: RunPhase::Waiting,
+            ..Default::default()
+        });
+        let c = s.update_status(&st).await.unwrap();
+        (s.resource_version().await.unwrap(), c)
+    };
+    let s = SqliteStore::open(&path).unwrap();
+    assert_eq!(s.get("a", "keep").await.unwrap().unwrap(), created);
+    assert_eq!(s.resource_version().await.unwrap(), rv);
+    // resource versions keep increasing across restarts
+    let next = s.create(contract::run("a", "next", "wf")).await.unwrap();
+    assert!(
+        next.metadata
+            .resource_version
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > rv.parse::<u64>().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_forgotten_history_is_gone() {
+    let d = tempdir::Dir::new();
+    let path = d.path().join("runs.db");
+    {
+        let s = SqliteStore::open(&path).unwrap();
+        s.create(contract::run("a", "one", "wf")).await.unwrap();
+        s.create(contract::run("a", "two", "wf")).await.unwrap();
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    use futures::StreamExt;
+    let mut w = s.watch(Some("1".into()));
+    assert_eq!(
+        w.next().await.unwrap().unwrap_err(),
+        runway::store::StoreError::Gone
+    );
+}
+
+#[test]
+fn an_unwritable_path_is_a_clear_error() {
+    let err = SqliteStore::open(std::path::Path::new("/proc/runway/nope.db"))
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("store backend"), "{err}");
+}
