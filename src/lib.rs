@@ -1,6 +1,14 @@
 //! Runway: Workflows as MCP tools, Runs as durable MCP tasks.
 
 pub mod api;
+pub mod controller;
 pub mod engine;
 pub mod mcp;
+pub mod steps;
 pub mod store;
+
+/// Install the process-wide TLS crypto provider (ring). Safe to call more than once.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+pub mod server;

@@ -27,7 +27,7 @@ pub const MAX_STEPS: usize = 64;
     cel,
     printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".spec.tool.name"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.execution.mode"}"#,
-    printcolumn = r#"{"name":"Steps","type":"integer","jsonPath":".spec.steps[*].name","description":"Steps of the workflow"}"#,
+    printcolumn = r#"{"name":"Steps","type":"string","jsonPath":".spec.steps[*].name","description":"Names of the steps"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

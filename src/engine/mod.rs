@@ -499,7 +499,10 @@ impl Machine<'_> {
 
     fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {
         let Some(wf) = live else {
-            let message = format!("workflow {} not found", self.run.spec.workflow_ref.name);
+            let message = format!(
+                "workflow {} not found or not Ready",
+                self.run.spec.workflow_ref.name
+            );
             self.finish_with(fatal_ending(message));
             return Progress::Changed;
         };

@@ -16,6 +16,15 @@ pub struct TemplateError {
 fn env() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // Workflows speak JSON: booleans render as `true`/`false`, not Python's `True`/`False`.
+    env.set_formatter(|out, state, value| {
+        if value.kind() == minijinja::value::ValueKind::Bool {
+            let text = if value.is_true() { "true" } else { "false" };
+            out.write_str(text).map_err(minijinja::Error::from)
+        } else {
+            minijinja::escape_formatter(out, state, value)
+        }
+    });
     env
 }
 
@@ -146,6 +155,7 @@ mod tests {
     fn renders_strings_and_keeps_types_of_lone_expressions() {
         let ctx = json!({"args": {"n": 3, "name": "x", "tags": ["a"]}});
         assert_eq!(render("hi {{ args.name }}", &ctx).unwrap(), "hi x");
+        assert_eq!(render("{{ args.n > 1 }}", &ctx).unwrap(), "true");
         let v = render_value(
             &json!({"count": "{{ args.n }}", "t": "{{args.tags}}", "s": "n={{ args.n }}"}),
             &ctx,

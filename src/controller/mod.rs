@@ -1,0 +1,310 @@
+//! The controller: watches Runs in any `RunStore`, asks the engine what to do, writes the status
+//! it returns before performing the next effect, and runs effects through the executors.
+//! It is the only writer of Run status.
+
+pub mod queue;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::Run;
+use crate::engine::{self, Effect, Event, Next, Outcome};
+use crate::steps::Executor;
+use crate::store::{RunStore, StoreError, WatchEvent, WorkflowSource};
+use queue::{Key, Queue};
+
+/// Pause before retrying after a store failure.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+/// Most write/effect cycles of one reconcile before the key goes back to the queue.
+const MAX_CYCLES: usize = 64;
+
+/// Where engine events go (Kubernetes Events, or the log).
+pub trait EventSink: Send + Sync + 'static {
+    /// Record `event` about `run`.
+    fn record(&self, run: &Run, event: &Event);
+}
+
+/// Events as structured log lines.
+pub struct LogEvents;
+
+impl EventSink for LogEvents {
+    fn record(&self, run: &Run, event: &Event) {
+        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        let name = run.metadata.name.as_deref().unwrap_or_default();
+        if event.warning {
+            tracing::warn!(
+                namespace = ns,
+                run = name,
+                reason = event.reason,
+                "{}",
+                event.message
+            );
+        } else {
+            tracing::info!(
+                namespace = ns,
+                run = name,
+                reason = event.reason,
+                "{}",
+                event.message
+            );
+        }
+    }
+}
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Runs reconciled at once.
+    pub workers: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { workers: 32 }
+    }
+}
+
+/// Drives Runs to completion.
+pub struct Controller {
+    store: Arc<dyn RunStore>,
+    workflows: Arc<dyn WorkflowSource>,
+    executor: Arc<dyn Executor>,
+    events: Arc<dyn EventSink>,
+    queue: Queue,
+    /// Effects in progress, and whether their Run was already cancelled when they started
+    /// (`finally` steps of a cancelled Run must not be aborted).
+    inflight: Mutex<HashMap<Key, (CancellationToken, bool)>>,
+    config: Config,
+}
+
+fn key(run: &Run) -> Key {
+    (
+        run.metadata.namespace.clone().unwrap_or_default(),
+        run.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn instant_at(t: Timestamp) -> Instant {
+    let left = t.duration_since(Timestamp::now());
+    Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
+}
+
+impl Controller {
+    /// A controller over `store`.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        workflows: Arc<dyn WorkflowSource>,
+        executor: Arc<dyn Executor>,
+        events: Arc<dyn EventSink>,
+        config: Config,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            workflows,
+            executor,
+            events,
+            queue: Queue::default(),
+            inflight: Mutex::new(HashMap::new()),
+            config,
+        })
+    }
+
+    /// Keys waiting in the work queue.
+    pub fn queue_depth(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Run until `shutdown` fires. In-flight effects are abandoned, not cancelled: their Runs
+    /// resume from status on the next start.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tasks = tokio::task::JoinSet::new();
+        let me = self.clone();
+        tasks.spawn(async move { me.watch().await });
+        for _ in 0..self.config.workers.max(1) {
+            let me = self.clone();
+            tasks.spawn(async move {
+                loop {
+                    let key = me.queue.pop().await;
+                    me.reconcile(&key).await;
+                    me.queue.done(&key);
+                }
+            });
+        }
+        shutdown.cancelled().await;
+        tasks.shutdown().await;
+    }
+
+    async fn watch(&self) {
+        loop {
+            let rv = match self.store.resource_version().await {
+                Ok(rv) => rv,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the store; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            };
+            match self.store.list(None, &BTreeMap::new()).await {
+                Ok(runs) => {
+                    for run in runs {
+                        self.queue.add(key(&run));
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot list runs; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            }
+            let mut stream = self.store.watch(Some(rv));
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Applied(run)) => {
+                        let k = key(&run);
+                        if run.spec.cancel.is_some() {
+                            self.abort_inflight(&k);
+                        }
+                        self.queue.add(k);
+                    }
+                    Ok(WatchEvent::Deleted(run)) => self.abort_inflight(&key(&run)),
+                    Err(StoreError::Gone) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch failed; listing again");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn abort_inflight(&self, k: &Key) {
+        if let Some((t, false)) = self.inflight.lock().expect("inflight lock").get(k) {
+            t.cancel();
+        }
+    }
+
+    /// Bring one Run as far as it can go now.
+    pub async fn reconcile(&self, k: &Key) {
+        for _ in 0..MAX_CYCLES {
+            let run = match self.store.get(&k.0, &k.1).await {
+                Ok(Some(run)) => run,
+                Ok(None) => return,
+                Err(e) => return self.retry_later(k, e),
+            };
+            let live = if run.status.as_ref().is_none_or(|s| s.workflow.is_none())
+                && !run.phase().is_terminal()
+            {
+                self.workflows
+                    .get(&k.0, &run.spec.workflow_ref.name)
+                    .await
+                    .filter(|w| w.is_ready())
+            } else {
+                None
+            };
+            let decision = engine::decide(&run, live.as_ref().map(|w| &w.spec), Timestamp::now());
+            let run = match decision.status {
+                Some(status) => {
+                    let mut next = run.clone();
+                    next.status = Some(status);
+                    match self.store.update_status(&next).await {
+                        Ok(written) => {
+                            for e in &decision.events {
+                                self.events.record(&written, e);
+                            }
+                            written
+                        }
+                        Err(StoreError::Conflict) => continue,
+                        Err(StoreError::NotFound) => return,
+                        Err(e) => return self.retry_later(k, e),
+                    }
+                }
+                None => run,
+            };
+            match decision.next {
+                Next::Execute(effect) => {
+                    if !self.execute(k, &run, &effect).await {
+                        return;
+                    }
+                }
+                Next::WaitUntil(Some(t)) => return self.queue.add_at(k.clone(), instant_at(t)),
+                Next::WaitUntil(None) => return,
+                Next::Finished { delete_at: Some(t) } if t <= Timestamp::now() => {
+                    match self.store.delete(&k.0, &k.1).await {
+                        Ok(()) | Err(StoreError::NotFound) => {
+                            tracing::info!(namespace = %k.0, run = %k.1, "finished run garbage-collected");
+                        }
+                        Err(e) => self.retry_later(k, e),
+                    }
+                    return;
+                }
+                Next::Finished { delete_at: Some(t) } => {
+                    return self.queue.add_at(k.clone(), instant_at(t));
+                }
+                Next::Finished { delete_at: None } => return,
+            }
+        }
+        self.queue.add(k.clone());
+    }
+
+    /// Perform an effect and record its outcome. Returns whether to keep reconciling.
+    async fn execute(&self, k: &Key, run: &Run, effect: &Effect) -> bool {
+        let token = CancellationToken::new();
+        let already_cancelled = run.spec.cancel.is_some();
+        self.inflight
+            .lock()
+            .expect("inflight lock")
+            .insert(k.clone(), (token.clone(), already_cancelled));
+        // A cancel that landed between our read and registering the token is caught here.
+        if !already_cancelled
+            && let Ok(Some(latest)) = self.store.get(&k.0, &k.1).await
+            && latest.spec.cancel.is_some()
+        {
+            token.cancel();
+        }
+        let outcome = self.executor.execute(run, effect, token).await;
+        self.inflight.lock().expect("inflight lock").remove(k);
+        let Some(outcome) = outcome else { return true };
+        self.record(k, effect, outcome).await
+    }
+
+    async fn record(&self, k: &Key, effect: &Effect, outcome: Outcome) -> bool {
+        loop {
+            let latest = match self.store.get(&k.0, &k.1).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return false,
+                Err(e) => {
+                    self.retry_later(k, e);
+                    return false;
+                }
+            };
+            let status = engine::record(&latest, effect, outcome.clone(), Timestamp::now());
+            if Some(&status) == latest.status.as_ref() {
+                return true;
+            }
+            let mut next = latest;
+            next.status = Some(status);
+            match self.store.update_status(&next).await {
+                Ok(_) => return true,
+                Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return false,
+                Err(e) => {
+                    // The outcome is lost; the step is still Running and will be attempted again
+                    // under the same idempotency key.
+                    self.retry_later(k, e);
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn retry_later(&self, k: &Key, e: StoreError) {
+        tracing::error!(namespace = %k.0, run = %k.1, error = %e, "store error; will retry");
+        self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
+    }
+}

@@ -1,0 +1,149 @@
+//! A work queue of Run keys: deduplicated, delayed, and never handing one key to two workers.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// `(namespace, name)` of a Run.
+pub type Key = (String, String);
+
+/// The queue.
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    due: BTreeSet<(Instant, Key)>,
+    when: HashMap<Key, Instant>,
+    active: HashSet<Key>,
+}
+
+impl Queue {
+    /// Process `key` now.
+    pub fn add(&self, key: Key) {
+        self.add_at(key, Instant::now());
+    }
+
+    /// Process `key` at `at`, or earlier if it is already due earlier.
+    pub fn add_at(&self, key: Key, at: Instant) {
+        let mut s = self.state.lock().expect("queue lock");
+        if let Some(&prev) = s.when.get(&key) {
+            if prev <= at {
+                return;
+            }
+            s.due.remove(&(prev, key.clone()));
+        }
+        s.when.insert(key.clone(), at);
+        s.due.insert((at, key));
+        drop(s);
+        self.notify.notify_waiters();
+    }
+
+    /// Keys waiting (due now or later).
+    pub fn len(&self) -> usize {
+        self.state.lock().expect("queue lock").due.len()
+    }
+
+    /// Whether no key is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Wait for a due key that no other worker holds, and hold it until [`Queue::done`].
+    pub async fn pop(&self) -> Key {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next_wake = {
+                let mut s = self.state.lock().expect("queue lock");
+                let now = Instant::now();
+                let found = s
+                    .due
+                    .iter()
+                    .take_while(|(t, _)| *t <= now)
+                    .find(|(_, k)| !s.active.contains(k))
+                    .cloned();
+                if let Some((t, k)) = found {
+                    s.due.remove(&(t, k.clone()));
+                    s.when.remove(&k);
+                    s.active.insert(k.clone());
+                    return k;
+                }
+                s.due
+                    .iter()
+                    .find(|(t, k)| *t > now && !s.active.contains(k))
+                    .map(|(t, _)| *t)
+            };
+            match next_wake {
+                Some(t) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(t) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Release `key`; if it was added again meanwhile, another worker may take it now.
+    pub fn done(&self, key: &Key) {
+        self.state.lock().expect("queue lock").active.remove(key);
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn k(n: &str) -> Key {
+        ("ns".into(), n.into())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deduplicates_and_orders_by_time() {
+        let q = Queue::default();
+        q.add_at(k("b"), Instant::now() + Duration::from_secs(5));
+        q.add(k("a"));
+        q.add(k("a"));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop().await, k("a"));
+        q.done(&k("a"));
+        let before = Instant::now();
+        assert_eq!(q.pop().await, k("b"));
+        assert!(Instant::now() - before >= Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_time_replaces_a_later_one() {
+        let q = Queue::default();
+        q.add_at(k("a"), Instant::now() + Duration::from_secs(60));
+        q.add_at(k("a"), Instant::now() + Duration::from_secs(1));
+        q.add_at(k("a"), Instant::now() + Duration::from_secs(30));
+        let before = Instant::now();
+        q.pop().await;
+        assert_eq!(Instant::now() - before, Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_key_is_not_given_to_a_second_worker() {
+        let q = std::sync::Arc::new(Queue::default());
+        q.add(k("a"));
+        assert_eq!(q.pop().await, k("a"));
+        q.add(k("a"));
+        let q2 = q.clone();
+        let second = tokio::spawn(async move { q2.pop().await });
+        tokio::task::yield_now().await;
+        assert!(!second.is_finished());
+        q.done(&k("a"));
+        assert_eq!(second.await.unwrap(), k("a"));
+    }
+}

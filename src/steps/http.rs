@@ -1,0 +1,181 @@
+//! `http` steps: one request per attempt, with the step's idempotency key on every attempt.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{ErrorClass, Run};
+use crate::engine::{Body, Effect, HeaderValue, HttpRequest, Outcome};
+use crate::store::SecretSource;
+
+/// Header carrying the step's idempotency key.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+/// Largest response body read, in bytes.
+pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// Executes `http` steps with one shared connection pool.
+pub struct HttpExecutor {
+    client: reqwest::Client,
+    secrets: Arc<dyn SecretSource>,
+}
+
+impl HttpExecutor {
+    /// A new executor.
+    pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
+        crate::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .expect("an HTTP client with default settings builds");
+        Self { client, secrets }
+    }
+
+    /// Perform one attempt.
+    pub async fn execute(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        req: &HttpRequest,
+        cancel: CancellationToken,
+    ) -> Option<Outcome> {
+        let attempt = self.attempt(run, effect, req);
+        let timeout = effect.deadline.map(|d| {
+            let left = d.duration_since(jiff::Timestamp::now());
+            Duration::try_from(left).unwrap_or(Duration::ZERO)
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => None,
+            out = async {
+                match timeout {
+                    Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| Outcome::Failed {
+                        class: ErrorClass::Timeout,
+                        message: "timed out".into(),
+                    }),
+                    None => attempt.await,
+                }
+            } => Some(out),
+        }
+    }
+
+    async fn attempt(&self, run: &Run, effect: &Effect, req: &HttpRequest) -> Outcome {
+        let method = match reqwest::Method::from_bytes(req.method.as_bytes()) {
+            Ok(m) => m,
+            Err(_) => return fatal(format!("invalid HTTP method {:?}", req.method)),
+        };
+        let mut builder = self
+            .client
+            .request(method, &req.url)
+            .header(IDEMPOTENCY_KEY_HEADER, &effect.idempotency_key);
+        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        for h in &req.headers {
+            match h {
+                HeaderValue::Inline { name, value } => builder = builder.header(name, value),
+                HeaderValue::Secret { name, secret, key } => {
+                    match self.secrets.get(ns, secret, key).await {
+                        Ok(v) => builder = builder.header(name, v),
+                        Err(e) => {
+                            return fatal(format!("header {name}: secret {secret}/{key}: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        builder = match &req.body {
+            None => builder,
+            Some(Body::Text(t)) => builder
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(t.clone()),
+            Some(Body::Json(v)) => builder.json(v),
+        };
+        let resp = match builder.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return Outcome::Failed {
+                    class: ErrorClass::Timeout,
+                    message: e.to_string(),
+                };
+            }
+            Err(e) if e.is_builder() => return fatal(format!("invalid request: {e}")),
+            Err(e) => {
+                return Outcome::Failed {
+                    class: ErrorClass::Connection,
+                    message: format!("{}: {}", req.url, error_chain(&e)),
+                };
+            }
+        };
+        let status = resp.status().as_u16();
+        let headers: BTreeMap<String, String> = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect();
+        let body = match read_body(resp).await {
+            Ok(b) => b,
+            Err(message) => {
+                return Outcome::Failed {
+                    class: ErrorClass::Connection,
+                    message,
+                };
+            }
+        };
+        let ok = if req.success_codes.is_empty() {
+            (200..300).contains(&status)
+        } else {
+            req.success_codes.contains(&status)
+        };
+        if ok {
+            return Outcome::Succeeded(json!({"status": status, "headers": headers, "body": body}));
+        }
+        let class = match status {
+            429 => ErrorClass::TooManyRequests,
+            500..=599 => ErrorClass::ServerError,
+            _ => ErrorClass::ClientError,
+        };
+        let snippet: String = match &body {
+            Value::String(s) => s.chars().take(200).collect(),
+            other => other.to_string().chars().take(200).collect(),
+        };
+        Outcome::Failed {
+            class,
+            message: format!("HTTP {status}: {snippet}"),
+        }
+    }
+}
+
+async fn read_body(mut resp: reqwest::Response) -> Result<Value, String> {
+    let mut buf = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(format!(
+                "response body larger than {MAX_RESPONSE_BYTES} bytes"
+            ));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(match serde_json::from_slice::<Value>(&buf) {
+        Ok(v) => v,
+        Err(_) => Value::String(String::from_utf8_lossy(&buf).into_owned()),
+    })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn fatal(message: String) -> Outcome {
+    Outcome::Fatal(crate::api::RunError {
+        code: crate::mcp::codes::INTERNAL_ERROR,
+        message,
+        data: None,
+    })
+}

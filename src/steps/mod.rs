@@ -1,0 +1,88 @@
+//! Step executors: they perform the effects the engine asks for and report outcomes. Each one
+//! honours the attempt deadline and stops promptly when the Run is cancelled.
+
+pub mod http;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::Run;
+use crate::engine::{Action, Effect, Outcome};
+use crate::mcp::codes;
+use crate::store::SecretSource;
+
+/// Performs effects.
+#[async_trait]
+pub trait Executor: Send + Sync + 'static {
+    /// Perform one attempt. `None` when `cancel` fired first: the outcome is unknown and the
+    /// controller decides again from the Run's latest state.
+    async fn execute(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        cancel: CancellationToken,
+    ) -> Option<Outcome>;
+}
+
+/// The executors of one server, by step kind.
+pub struct Executors {
+    http: http::HttpExecutor,
+}
+
+impl Executors {
+    /// Executors with secrets from `secrets`.
+    pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
+        Self {
+            http: http::HttpExecutor::new(secrets),
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for Executors {
+    async fn execute(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        cancel: CancellationToken,
+    ) -> Option<Outcome> {
+        match &effect.action {
+            Action::Http(req) => self.http.execute(run, effect, req, cancel).await,
+            Action::Tool { .. } => Some(unsupported("tool")),
+            Action::Job { .. } => Some(unsupported("job")),
+        }
+    }
+}
+
+fn unsupported(kind: &str) -> Outcome {
+    Outcome::Fatal(crate::api::RunError {
+        code: codes::INTERNAL_ERROR,
+        message: format!("{kind} steps cannot run on this server"),
+        data: None,
+    })
+}
+
+/// Secrets for the embedded store: a fixed map (from the auth file's `secrets` section).
+#[derive(Default, Clone)]
+pub struct StaticSecrets(
+    pub std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+);
+
+#[async_trait]
+impl SecretSource for StaticSecrets {
+    async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<String, crate::store::StoreError> {
+        self.0
+            .get(&format!("{namespace}/{name}"))
+            .or_else(|| self.0.get(name))
+            .and_then(|s| s.get(key))
+            .cloned()
+            .ok_or(crate::store::StoreError::NotFound)
+    }
+}

@@ -1,0 +1,417 @@
+//! Real Runs driven by the controller on the SQLite store.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode};
+use runway::api::{InputAction, RunPhase, StepPhase};
+use serde_json::json;
+use support::harness::Harness;
+
+/// A local HTTP server that answers 503 twice, then 200, and records every Idempotency-Key.
+async fn flaky_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/deploy",
+        axum::routing::post(move |headers: HeaderMap, body: String| {
+            let s = s.clone();
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let n = {
+                    let mut v = s.lock().unwrap();
+                    v.push(key);
+                    v.len()
+                };
+                if n <= 2 {
+                    (StatusCode::SERVICE_UNAVAILABLE, "busy".to_string())
+                } else {
+                    (
+                        StatusCode::OK,
+                        json!({"deployed": true, "echo": body}).to_string(),
+                    )
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+fn pipeline(url: &str) -> String {
+    format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata:
+  name: pipeline
+spec:
+  steps:
+    - name: deploy
+      http:
+        url: "{url}/deploy"
+        body: {{ "service": "{{{{ args.service }}}}" }}
+      retry: {{ limit: 3, backoff: 50ms }}
+    - name: settle
+      delay: {{ duration: 100ms }}
+    - name: approve
+      input:
+        requests:
+          - name: lead
+            message: "Approve {{{{ args.service }}}}?"
+          - name: security
+            message: "Security sign-off?"
+    - name: check
+      when: "not inputs.lead.ok"
+      fail: {{ message: "lead said no" }}
+  result:
+    content:
+      - type: text
+        text: "deployed={{{{ steps.deploy.output.body.deployed }}}} lead={{{{ inputs.lead.ok }}}}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_step_run_retries_waits_and_takes_answers_one_key_at_a_time() {
+    let (url, seen) = flaky_server().await;
+    let h = Harness::start(&[("pipeline.yaml", &pipeline(&url))]);
+    let run = h.create("pipeline", json!({"service": "api"})).await;
+    let name = run.metadata.name.clone().unwrap();
+
+    let waiting = h
+        .wait_for(&name, "waiting for input", |r| {
+            r.phase() == RunPhase::Waiting
+        })
+        .await;
+    let st = waiting.status.unwrap();
+    assert_eq!(st.input_requests.len(), 2, "both keys open at once");
+    assert_eq!(st.steps[0].attempt, 3);
+    assert_eq!(st.steps[0].attempts.len(), 2);
+    let keys = seen.lock().unwrap().clone();
+    let uid = run.metadata.uid.clone().unwrap();
+    assert_eq!(
+        keys,
+        vec![format!("{uid}/deploy"); 3],
+        "the same Idempotency-Key on every attempt"
+    );
+    assert_eq!(
+        st.input_requests["approve.lead"].params["message"],
+        "Approve api?"
+    );
+
+    h.answer(
+        &name,
+        "approve.lead",
+        InputAction::Accept,
+        json!({"ok": true}),
+        "bob",
+        &[],
+    )
+    .await;
+    let one = h
+        .wait_for(&name, "one key answered", |r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.input_requests.len() == 1)
+        })
+        .await;
+    assert_eq!(one.phase(), RunPhase::Waiting);
+    assert!(
+        one.status
+            .unwrap()
+            .input_requests
+            .contains_key("approve.security")
+    );
+
+    h.answer(
+        &name,
+        "approve.security",
+        InputAction::Accept,
+        json!({}),
+        "carol",
+        &[],
+    )
+    .await;
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
+    assert_eq!(st.phase, RunPhase::Succeeded, "{:?}", st.result);
+    assert_eq!(
+        st.result.unwrap()["content"][0]["text"],
+        "deployed=true lead=true"
+    );
+    assert_eq!(
+        st.steps.iter().find(|s| s.name == "check").unwrap().phase,
+        StepPhase::Skipped
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_step_ends_the_run_as_a_tool_error() {
+    let (url, _) = flaky_server().await;
+    let h = Harness::start(&[("pipeline.yaml", &pipeline(&url))]);
+    let name = h
+        .create("pipeline", json!({"service": "api"}))
+        .await
+        .metadata
+        .name
+        .unwrap();
+    h.wait_for(&name, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    h.answer(
+        &name,
+        "approve.lead",
+        InputAction::Accept,
+        json!({"ok": false}),
+        "bob",
+        &[],
+    )
+    .await;
+    h.answer(
+        &name,
+        "approve.security",
+        InputAction::Accept,
+        json!({}),
+        "carol",
+        &[],
+    )
+    .await;
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.result.unwrap()["content"][0]["text"], "lead said no");
+    assert!(st.error.is_none());
+}
+
+const CANCELLABLE: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: long }
+spec:
+  steps:
+    - name: nap
+      delay: { duration: 1h }
+  finally:
+    - name: cleanup
+      delay: { duration: 10ms }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_runs_finally_then_ends_cancelled() {
+    let h = Harness::start(&[("long.yaml", CANCELLABLE)]);
+    let name = h.create("long", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&name, "napping", |r| {
+        r.status.as_ref().is_some_and(|s| !s.steps.is_empty())
+    })
+    .await;
+    h.cancel(&name, "changed my mind").await;
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert_eq!(st.steps[0].phase, StepPhase::Cancelled);
+    assert_eq!(st.steps[1].name, "cleanup");
+    assert_eq!(st.steps[1].phase, StepPhase::Succeeded);
+    assert!(st.status_message.unwrap().contains("changed my mind"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_aborts_an_http_call_in_flight() {
+    let app = axum::Router::new().route(
+        "/hang",
+        axum::routing::get(|| async { futures::future::pending::<&'static str>().await }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let wf = format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: hang }}\nspec:\n  steps:\n    - name: call\n      http: {{ url: \"http://{addr}/hang\" }}\n"
+    );
+    let h = Harness::start(&[("hang.yaml", &wf)]);
+    let name = h.create("hang", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&name, "calling", |r| {
+        r.status.as_ref().is_some_and(|s| !s.steps.is_empty())
+    })
+    .await;
+    h.cancel(&name, "stop").await;
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Cancelled);
+}
+
+const DEADLINE: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: hurry }
+spec:
+  execution: { timeout: 300ms }
+  steps:
+    - name: ask
+      input:
+        timeout: 1h
+        requests: [ { name: ok, message: "ok?" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_expires_while_waiting_for_input() {
+    let h = Harness::start(&[("hurry.yaml", DEADLINE)]);
+    let name = h.create("hurry", json!({})).await.metadata.name.unwrap();
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.input_requests.is_empty());
+    assert!(
+        st.result.unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("deadline")
+    );
+}
+
+const TEMPLATE_ERROR: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: typo }
+spec:
+  steps:
+    - name: greet
+      delay: { duration: "{{ args.secnds }}s" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_error_fails_with_a_protocol_error_naming_the_step() {
+    let h = Harness::start(&[("typo.yaml", TEMPLATE_ERROR)]);
+    let name = h
+        .create("typo", json!({"seconds": 1}))
+        .await
+        .metadata
+        .name
+        .unwrap();
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let err = done.status.unwrap().error.expect("a protocol-level error");
+    assert_eq!(err.code, runway::mcp::codes::INTERNAL_ERROR);
+    assert!(
+        err.message.contains("greet") && err.message.contains("args.secnds"),
+        "{}",
+        err.message
+    );
+}
+
+const RESTARTABLE: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap }
+spec:
+  steps:
+    - name: nap
+      delay: { duration: 1500ms }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ask }
+spec:
+  steps:
+    - name: ask
+      input: { requests: [ { name: go, message: "go?" } ] }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_finish_after_a_controller_restart_and_timers_keep_their_wake_time() {
+    let h = Harness::start(&[("both.yaml", RESTARTABLE)]);
+    let nap = h.create("nap", json!({})).await.metadata.name.unwrap();
+    let ask = h.create("ask", json!({})).await.metadata.name.unwrap();
+    let napping = h
+        .wait_for(&nap, "napping", |r| {
+            r.status.as_ref().is_some_and(|s| !s.steps.is_empty())
+        })
+        .await;
+    let wake = napping.status.unwrap().steps[0].wake_at.clone().unwrap();
+    h.wait_for(&ask, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+
+    let dir = h.stop().await;
+    let h = Harness::start_in(dir);
+    h.answer(&ask, "ask.go", InputAction::Accept, json!({}), "bob", &[])
+        .await;
+    let a = h
+        .wait_for(&ask, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(a.phase(), RunPhase::Succeeded);
+    let n = h
+        .wait_for(&nap, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = n.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(st.steps[0].wake_at, None);
+    let finished: jiff::Timestamp = st.steps[0].finished_at.clone().unwrap().parse().unwrap();
+    let wake: jiff::Timestamp = wake.parse().unwrap();
+    assert!(
+        finished >= wake,
+        "the delay ended at {finished}, before its wake time {wake}"
+    );
+    assert_eq!(st.steps.len(), 1);
+}
+
+const TTL: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: brief }
+spec:
+  execution: { ttlAfterFinished: 200ms }
+  steps: []
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_are_deleted_after_their_ttl() {
+    let h = Harness::start(&[("brief.yaml", TTL)]);
+    let name = h.create("brief", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let rv = runway::store::RunStore::resource_version(&h.store)
+        .await
+        .unwrap();
+    let mut w = runway::store::RunStore::watch(&h.store, Some(rv));
+    use futures::StreamExt;
+    if runway::store::RunStore::get(&h.store, "default", &name)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        let deleted = tokio::time::timeout(support::harness::PATIENCE, async {
+            loop {
+                if let runway::store::WatchEvent::Deleted(r) = w.next().await.unwrap().unwrap()
+                    && r.metadata.name.as_deref() == Some(name.as_str())
+                {
+                    return r;
+                }
+            }
+        })
+        .await
+        .expect("deleted after its ttl");
+        assert_eq!(deleted.phase(), RunPhase::Succeeded);
+    }
+    assert!(
+        runway::store::RunStore::get(&h.store, "default", &name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -1,0 +1,205 @@
+//! An embedded Runway (store, manifest Workflows, controller) in the test process, plus waiting
+//! helpers that follow the store's watch instead of sleeping.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use runway::api::{
+    CancelRequest, InputAction, InputResponse, Principal, Run, RunSpec, WorkflowRef,
+};
+use runway::controller::{Config, Controller, LogEvents};
+use runway::engine::validate::Capabilities;
+use runway::steps::{Executors, StaticSecrets};
+use runway::store::manifests::ManifestWorkflows;
+use runway::store::sqlite::SqliteStore;
+use runway::store::{RunStore, StoreError};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Upper bound for any wait; a test that needs it has failed.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).unwrap();
+        let p = std::env::temp_dir().join(format!(
+            "runway-test-{}",
+            data_encoding::HEXLOWER.encode(&b)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct Harness {
+    pub dir: TempDir,
+    pub store: SqliteStore,
+    pub workflows: ManifestWorkflows,
+    shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Harness {
+    /// Write `manifests` (file name, YAML) and start a controller on a fresh database.
+    pub fn start(manifests: &[(&str, &str)]) -> Self {
+        let dir = TempDir::new();
+        std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+        for (name, yaml) in manifests {
+            std::fs::write(dir.path().join("workflows").join(name), yaml).unwrap();
+        }
+        Self::start_in(dir)
+    }
+
+    /// Start a controller on the database and manifests already in `dir`.
+    pub fn start_in(dir: TempDir) -> Self {
+        runway::install_crypto_provider();
+        let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+        let workflows =
+            ManifestWorkflows::load(&dir.path().join("workflows"), Capabilities { jobs: false });
+        let ctl = Controller::new(
+            Arc::new(store.clone()),
+            Arc::new(workflows.clone()),
+            Arc::new(Executors::new(Arc::new(StaticSecrets::default()))),
+            Arc::new(LogEvents),
+            Config { workers: 8 },
+        );
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move { ctl.run(token).await });
+        Self {
+            dir,
+            store,
+            workflows,
+            shutdown,
+            task: Some(task),
+        }
+    }
+
+    /// Stop the controller (as a crash would: nothing is cleaned up) and hand back the directory.
+    pub async fn stop(mut self) -> TempDir {
+        self.shutdown.cancel();
+        self.task.take().unwrap().await.unwrap();
+        let Harness { dir, .. } = self;
+        dir
+    }
+
+    pub async fn create(&self, workflow: &str, args: Value) -> Run {
+        let mut run = Run::new(
+            &format!("{workflow}-{}", runway::store::sqlite::new_uid()),
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: workflow.into(),
+                },
+                arguments: Some(args),
+                requested_by: Some(Principal {
+                    username: "alice".into(),
+                    uid: None,
+                    groups: vec!["dev".into()],
+                }),
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.metadata.namespace = Some("default".into());
+        self.store.create(run).await.unwrap()
+    }
+
+    /// Wait until the Run satisfies `pred`, following the watch.
+    pub async fn wait_for(&self, name: &str, what: &str, pred: impl Fn(&Run) -> bool) -> Run {
+        wait_for(&self.store, name, what, pred).await
+    }
+
+    pub async fn answer(
+        &self,
+        name: &str,
+        key: &str,
+        action: InputAction,
+        content: Value,
+        who: &str,
+        groups: &[&str],
+    ) {
+        modify(&self.store, name, |r| {
+            r.spec.input_responses.insert(
+                key.into(),
+                InputResponse {
+                    action,
+                    content: Some(content.clone()),
+                    answered_by: Some(who.into()),
+                    answered_by_groups: groups.iter().map(|g| g.to_string()).collect(),
+                    answered_at: Some(jiff::Timestamp::now().to_string()),
+                },
+            );
+        })
+        .await;
+    }
+
+    pub async fn cancel(&self, name: &str, reason: &str) {
+        modify(&self.store, name, |r| {
+            r.spec.cancel = Some(CancelRequest {
+                reason: Some(reason.into()),
+                requested_by: Some("alice".into()),
+                requested_at: Some(jiff::Timestamp::now().to_string()),
+            });
+        })
+        .await;
+    }
+}
+
+pub async fn modify(store: &SqliteStore, name: &str, f: impl Fn(&mut Run)) {
+    loop {
+        let mut run = store.get("default", name).await.unwrap().unwrap();
+        f(&mut run);
+        match store.update(run).await {
+            Ok(_) => return,
+            Err(StoreError::Conflict) => continue,
+            Err(e) => panic!("update failed: {e}"),
+        }
+    }
+}
+
+pub async fn wait_for(
+    store: &SqliteStore,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Run) -> bool,
+) -> Run {
+    let rv = store.resource_version().await.unwrap();
+    let mut watch = store.watch(Some(rv));
+    let check = async {
+        if let Some(r) = store.get("default", name).await.unwrap()
+            && pred(&r)
+        {
+            return r;
+        }
+        while let Some(ev) = watch.next().await {
+            let ev = ev.unwrap();
+            let r = ev.run();
+            if r.metadata.name.as_deref() == Some(name) && pred(r) {
+                return r.clone();
+            }
+        }
+        panic!("watch ended")
+    };
+    match tokio::time::timeout(PATIENCE, check).await {
+        Ok(r) => r,
+        Err(_) => {
+            let now = store.get("default", name).await.unwrap();
+            panic!("timed out waiting for {name} to be {what}; it is {now:#?}")
+        }
+    }
+}
