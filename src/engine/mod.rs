@@ -35,7 +35,7 @@ const MAX_TRANSITIONS: usize = 1024;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
     /// Perform this effect, then report its outcome through [`record`].
-    Execute(Effect),
+    Execute(Box<Effect>),
     /// Nothing to do until this time (or until the Run changes). `None`: until the Run changes.
     WaitUntil(Option<Timestamp>),
     /// The Run is terminal. Delete it at this time (`None`: keep it).
@@ -750,13 +750,13 @@ impl Machine<'_> {
     fn execute(&mut self, i: usize, step: &Step, ctx: &Value, action: Action) -> Progress {
         let rec = self.st.steps[i].clone();
         match self.step_deadline(&rec, step, ctx) {
-            Ok(deadline) => Progress::Stop(Next::Execute(Effect {
+            Ok(deadline) => Progress::Stop(Next::Execute(Box::new(Effect {
                 step: rec.name.clone(),
                 attempt: rec.attempt,
                 deadline,
                 idempotency_key: idempotency_key(self.run, &rec.name),
                 action,
-            })),
+            }))),
             Err(e) => {
                 self.fail_fatal(i, e);
                 Progress::Changed
@@ -921,10 +921,8 @@ impl Machine<'_> {
                 ending.message.clone().unwrap_or_default()
             ),
         );
-        if self.st.ending.is_none() || self.st.steps[i].finally {
-            if self.st.ending.is_none() {
-                self.st.ending = Some(ending);
-            }
+        if self.st.ending.is_none() {
+            self.st.ending = Some(ending);
         }
     }
 

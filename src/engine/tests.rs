@@ -41,23 +41,20 @@ fn new_run(args: Value) -> Run {
     run
 }
 
-/// Apply decisions until the engine asks for an effect or waits; returns that `Next`.
+/// Apply one decision (all pure transitions it chains) and return what comes next.
 fn settle(run: &mut Run, wf: &WorkflowSpec, now: Timestamp) -> Next {
-    for _ in 0..50 {
-        let d = decide(run, Some(wf), now);
-        if let Some(st) = d.status {
-            run.status = Some(st);
-        }
-        // A decision with a status write must be stable: deciding again gives no new write.
-        let again = decide(run, Some(wf), now);
-        assert!(
-            again.status.is_none(),
-            "decide is not idempotent: {:?}",
-            again.status
-        );
-        return d.next;
+    let d = decide(run, Some(wf), now);
+    if let Some(st) = d.status {
+        run.status = Some(st);
     }
-    unreachable!()
+    // A decision must be stable: deciding again at the same instant writes nothing new.
+    let again = decide(run, Some(wf), now);
+    assert!(
+        again.status.is_none(),
+        "decide is not idempotent: {:?}",
+        again.status
+    );
+    d.next
 }
 
 fn report(run: &mut Run, next: &Next, outcome: Outcome, now: Timestamp) {

@@ -96,8 +96,11 @@ fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, SystemTime, u64)> {
         .collect()
 }
 
+/// A Workflow document of a file, or the key and error of one that does not deserialize.
+type Document = Result<Workflow, (Key, String)>;
+
 /// Parse one file into Workflow documents; other kinds are skipped.
-fn parse_file(file: &Path) -> Result<Vec<Result<Workflow, (Key, String)>>, String> {
+fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -120,12 +123,12 @@ fn parse_file(file: &Path) -> Result<Vec<Result<Workflow, (Key, String)>>, Strin
             return Err("a Workflow without metadata.name".into());
         };
         let key = (ns.to_owned(), name.to_owned());
-        match serde_json::from_value::<Workflow>(doc) {
+        match serde_path_to_error::deserialize::<_, Workflow>(doc) {
             Ok(mut wf) => {
                 wf.metadata.namespace = Some(key.0.clone());
                 out.push(Ok(wf));
             }
-            Err(e) => out.push(Err((key, e.to_string()))),
+            Err(e) => out.push(Err((key, format!("{}: {}", e.path(), e.inner())))),
         }
     }
     Ok(out)

@@ -1,0 +1,42 @@
+# Runway developer commands. CI runs `make test` and `make conformance` (see .ci/run).
+
+CARGO ?= cargo
+RUNWAY := target/debug/runway
+
+.PHONY: build run test lint fmt-check clippy crds crds-check unit conformance clean
+
+build:
+	$(CARGO) build
+
+## Run the embedded server with the examples on 127.0.0.1:8080.
+run: build
+	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080
+
+## Everything CI checks: formatting, lints, generated CRDs, all tests.
+test: fmt-check clippy crds-check unit
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --all-targets
+
+## Regenerate crds/ (and the chart's copy) from the Rust types.
+crds: build
+	$(RUNWAY) crds --dir crds
+
+## Fail when crds/ differs from what the code generates.
+crds-check: build
+	@tmp=$$(mktemp -d); $(RUNWAY) crds --dir $$tmp; \
+	if ! diff -ru crds $$tmp; then echo "crds/ is stale: run make crds" >&2; rm -rf $$tmp; exit 1; fi; \
+	rm -rf $$tmp
+
+## The official MCP conformance suite against `runway serve` (installs Node and the suite).
+conformance: build
+	tests/conformance/run.sh
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,192 @@
+//! Workflows loaded from manifest directories: the examples are Ready, broken manifests say why.
+
+mod support;
+
+use runway::api::Workflow;
+use runway::engine::validate::Capabilities;
+use runway::store::WorkflowSource;
+use runway::store::manifests::ManifestWorkflows;
+use support::harness::TempDir;
+
+fn ready_condition(wf: &Workflow) -> (String, String, String) {
+    let c = &wf.status.as_ref().expect("status").conditions[0];
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test]
+async fn every_example_is_ready() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let src = ManifestWorkflows::load(&dir, Capabilities { jobs: false });
+    assert!(src.problems().is_empty(), "{:?}", src.problems());
+    let all = src.list("default").await;
+    assert!(all.len() >= 6, "found {} workflows", all.len());
+    for wf in &all {
+        let name = wf.metadata.name.clone().unwrap();
+        if wf.spec.steps.iter().any(|s| s.job.is_some()) {
+            continue;
+        }
+        assert_eq!(
+            ready_condition(wf).0,
+            "True",
+            "{name}: {:?}",
+            ready_condition(wf)
+        );
+        assert!(wf.is_ready());
+    }
+}
+
+fn load(files: &[(&str, &str)]) -> (TempDir, ManifestWorkflows) {
+    let dir = TempDir::new();
+    for (f, y) in files {
+        std::fs::write(dir.path().join(f), y).unwrap();
+    }
+    let src = ManifestWorkflows::load(dir.path(), Capabilities { jobs: false });
+    (dir, src)
+}
+
+fn wf(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: {name} }}\nspec:\n{spec}"
+    )
+}
+
+#[tokio::test]
+async fn broken_manifests_are_not_ready_and_say_why() {
+    let cases = [
+        (
+            "template",
+            "  steps:\n    - name: a\n      delay: { duration: \"{{ args. }}\" }\n",
+            "InvalidTemplate",
+            "step a: delay.duration",
+        ),
+        (
+            "duration",
+            "  steps:\n    - name: a\n      delay: { duration: soon }\n",
+            "InvalidDuration",
+            "soon",
+        ),
+        (
+            "twokinds",
+            "  steps:\n    - name: a\n      delay: { duration: 1s }\n      fail: { message: x }\n",
+            "InvalidSpec",
+            "exactly one of",
+        ),
+        ("shape", "  steps: nope\n", "InvalidManifest", "steps"),
+        (
+            "schema",
+            "  tool: { inputSchema: { type: object, properties: { a: { type: 12 } } } }\n  steps: []\n",
+            "InvalidSchema",
+            "tool.inputSchema",
+        ),
+        (
+            "job",
+            "  steps:\n    - name: build\n      job: { template: { spec: { containers: [] } } }\n",
+            "UnsupportedStep",
+            "Kubernetes store",
+        ),
+        (
+            "url",
+            "  steps:\n    - name: a\n      http: { url: \"ftp://x\" }\n",
+            "InvalidSpec",
+            "scheme",
+        ),
+        (
+            "result",
+            "  steps: []\n  result: { content: [ { type: video } ] }\n",
+            "InvalidSpec",
+            "result.content[0].type",
+        ),
+    ];
+    let files: Vec<(String, String)> = cases
+        .iter()
+        .map(|(n, s, _, _)| (format!("{n}.yaml"), wf(n, s)))
+        .collect();
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let (_d, src) = load(&refs);
+    for (name, _, reason, needle) in cases {
+        let w = src
+            .get("default", name)
+            .await
+            .unwrap_or_else(|| panic!("{name} missing"));
+        let (status, r, message) = ready_condition(&w);
+        assert_eq!(
+            (status.as_str(), r.as_str()),
+            ("False", reason),
+            "{name}: {message}"
+        );
+        assert!(
+            message.contains(needle),
+            "{name}: {message:?} lacks {needle:?}"
+        );
+        assert!(!w.is_ready());
+    }
+}
+
+#[tokio::test]
+async fn duplicate_tool_names_leave_the_second_not_ready() {
+    let (_d, src) = load(&[
+        (
+            "a.yaml",
+            &wf("alpha", "  tool: { name: same }\n  steps: []\n"),
+        ),
+        (
+            "b.yaml",
+            &wf("beta", "  tool: { name: same }\n  steps: []\n"),
+        ),
+    ]);
+    assert!(src.get("default", "alpha").await.unwrap().is_ready());
+    let beta = src.get("default", "beta").await.unwrap();
+    assert_eq!(ready_condition(&beta).1, "DuplicateTool");
+}
+
+#[tokio::test]
+async fn unparsable_files_are_reported_and_keep_their_last_good_workflows() {
+    let (d, src) = load(&[("ok.yaml", &wf("keep", "  steps: []\n"))]);
+    assert!(src.get("default", "keep").await.unwrap().is_ready());
+    std::fs::write(d.path().join("ok.yaml"), "this: is: not: yaml: [").unwrap();
+    std::fs::write(d.path().join("other.yaml"), wf("new", "  steps: []\n")).unwrap();
+    assert!(src.reload());
+    assert_eq!(src.problems().len(), 1);
+    assert!(src.problems()[0].file.ends_with("ok.yaml"));
+    assert!(
+        src.get("default", "keep").await.unwrap().is_ready(),
+        "last good version kept"
+    );
+    assert!(src.get("default", "new").await.unwrap().is_ready());
+}
+
+#[tokio::test]
+async fn reload_picks_up_changes_and_bumps_generation() {
+    let (d, src) = load(&[("w.yaml", &wf("w", "  steps: []\n"))]);
+    let changes = src.changes();
+    let before = src.get("default", "w").await.unwrap();
+    assert_eq!(before.metadata.generation, Some(1));
+    assert!(!src.reload(), "nothing changed");
+    std::fs::write(
+        d.path().join("w.yaml"),
+        wf("w", "  execution: { mode: sync }\n  steps: []\n") + "\n# edited\n",
+    )
+    .unwrap();
+    assert!(src.reload());
+    assert!(changes.has_changed().unwrap());
+    let after = src.get("default", "w").await.unwrap();
+    assert_eq!(after.metadata.generation, Some(2));
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+    assert!(after.is_ready());
+    std::fs::remove_file(d.path().join("w.yaml")).unwrap();
+    assert!(src.reload());
+    assert!(src.get("default", "w").await.is_none());
+}
+
+#[tokio::test]
+async fn namespaces_come_from_metadata() {
+    let (_d, src) = load(&[(
+        "ns.yaml",
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: { name: x, namespace: team-a }\nspec: { steps: [] }\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: { name: ignored }\n",
+    )]);
+    assert!(src.get("team-a", "x").await.is_some());
+    assert!(src.list("default").await.is_empty());
+}
