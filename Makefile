@@ -10,7 +10,7 @@ build:
 
 ## Run the embedded server with the examples on 127.0.0.1:8080.
 run: build
-	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080
+	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080 --no-auth
 
 ## Everything CI checks: formatting, lints, generated CRDs, all tests.
 test: fmt-check clippy crds-check unit

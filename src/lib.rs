@@ -11,4 +11,5 @@ pub mod store;
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+pub mod auth;
 pub mod server;

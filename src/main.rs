@@ -18,6 +18,43 @@ struct Cli {
     command: Command,
 }
 
+/// Flags of the MCP endpoint, shared by `serve` and `operator`.
+#[derive(clap::Args)]
+struct McpFlags {
+    /// Extra Host names the MCP endpoint accepts (loopback is always accepted), e.g. a Service name.
+    #[arg(long = "allowed-host")]
+    allowed_hosts: Vec<String>,
+    /// Origins accepted on requests that carry `Origin` (`http://host:port`, `:*` for any port).
+    #[arg(long = "allowed-origin")]
+    allowed_origins: Vec<String>,
+    /// Who may act on a task: its owner (or who may list runs), or anyone the namespace allows.
+    #[arg(long, value_enum, default_value_t = runway::mcp::TaskAccess::Owner)]
+    task_access: runway::mcp::TaskAccess,
+    /// File holding the key (≥ 32 bytes) that signs `requestState`; shared by all replicas.
+    /// Generated at start when absent.
+    #[arg(long)]
+    state_key_file: Option<PathBuf>,
+}
+
+impl McpFlags {
+    fn config(&self) -> anyhow::Result<runway::mcp::Config> {
+        let mut c = runway::mcp::Config::new();
+        c.allowed_hosts = self.allowed_hosts.clone();
+        c.allowed_origins = self.allowed_origins.clone();
+        c.task_access = self.task_access;
+        if let Some(f) = &self.state_key_file {
+            let key = std::fs::read(f)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", f.display()))?;
+            let key = key.trim_ascii().to_vec();
+            if key.len() < 32 {
+                anyhow::bail!("{}: the state key must be at least 32 bytes", f.display());
+            }
+            c.state_key = key;
+        }
+        Ok(c)
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
@@ -40,6 +77,17 @@ enum Command {
         /// Runs reconciled at once.
         #[arg(long, default_value_t = 32)]
         workers: usize,
+        /// Token file: tokens → users, groups and namespace; rules → permissions; secrets.
+        #[arg(long, conflicts_with = "no_auth", required_unless_present = "no_auth")]
+        auth_file: Option<PathBuf>,
+        /// No authentication (loopback --listen only): everyone is `anonymous` in --namespace.
+        #[arg(long)]
+        no_auth: bool,
+        /// Namespace of `POST /mcp` with --no-auth.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        mcp: McpFlags,
     },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crds {
@@ -117,12 +165,29 @@ async fn main() -> ExitCode {
             db,
             listen,
             workers,
+            auth_file,
+            no_auth: _,
+            namespace,
+            mcp,
         } => {
+            let mcp = match mcp.config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("runway: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let auth = match auth_file {
+                Some(f) => runway::server::AuthMode::File(f),
+                None => runway::server::AuthMode::None { namespace },
+            };
             let opts = runway::server::Options {
                 workflows,
                 db,
                 listen,
                 workers,
+                auth,
+                mcp,
             };
             match runway::server::Server::start(opts).await {
                 Ok(server) => {

@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::file::AuthFile;
+use crate::auth::{Authenticator, Authorizer, NoAuth};
 use crate::controller::{self, Controller, LogEvents};
 use crate::engine::validate::Capabilities;
+use crate::mcp;
 use crate::steps::{Executors, StaticSecrets};
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
@@ -31,6 +33,22 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Runs reconciled at once.
     pub workers: usize,
+    /// How callers are authenticated and authorized.
+    pub auth: AuthMode,
+    /// MCP endpoint settings.
+    pub mcp: mcp::Config,
+}
+
+/// Authentication of the embedded server.
+#[derive(Debug, Clone)]
+pub enum AuthMode {
+    /// No authentication: everyone is `anonymous` in this namespace (loopback listeners only).
+    None {
+        /// Namespace of `POST /mcp`.
+        namespace: String,
+    },
+    /// A token file.
+    File(PathBuf),
 }
 
 /// Why the server could not start.
@@ -44,6 +62,15 @@ pub enum StartError {
         /// Why.
         source: StoreError,
     },
+    /// `--no-auth` on a non-loopback address.
+    #[error("--no-auth is only allowed on a loopback address, not {0}")]
+    NoAuthNotLoopback(SocketAddr),
+    /// The auth file is unreadable or invalid.
+    #[error("{0}")]
+    AuthFile(String),
+    /// The MCP endpoint cannot be configured.
+    #[error("{0}")]
+    Mcp(String),
     /// The workflow directory is missing.
     #[error("workflow directory {0} does not exist")]
     Workflows(PathBuf),
@@ -79,6 +106,25 @@ impl Server {
             path: opts.db.clone(),
             source,
         })?;
+        let (authn, authz, secrets): (Arc<dyn Authenticator>, Arc<dyn Authorizer>, StaticSecrets) =
+            match &opts.auth {
+                AuthMode::None { namespace } => {
+                    if !opts.listen.ip().is_loopback() {
+                        return Err(StartError::NoAuthNotLoopback(opts.listen));
+                    }
+                    let a = Arc::new(NoAuth {
+                        namespace: namespace.clone(),
+                    });
+                    (a.clone(), a, StaticSecrets::default())
+                }
+                AuthMode::File(path) => {
+                    let f =
+                        AuthFile::load(path).map_err(|e| StartError::AuthFile(e.to_string()))?;
+                    let secrets = StaticSecrets(f.secrets.clone());
+                    let f = Arc::new(f);
+                    (f.clone(), f, secrets)
+                }
+            };
         let workflows = ManifestWorkflows::load(&opts.workflows, Capabilities { jobs: false });
         for p in workflows.problems() {
             tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
@@ -98,10 +144,10 @@ impl Server {
 
         let run_store: Arc<dyn RunStore> = Arc::new(store.clone());
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
-        let executor = Arc::new(Executors::new(Arc::new(StaticSecrets::default())));
+        let executor = Arc::new(Executors::new(Arc::new(secrets)));
         let ctl = Controller::new(
-            run_store,
-            wf_source,
+            run_store.clone(),
+            wf_source.clone(),
             executor,
             Arc::new(LogEvents),
             controller::Config {
@@ -117,7 +163,16 @@ impl Server {
             reloader.abort();
         });
 
-        let app = Router::new()
+        let state = mcp::McpState::new(
+            run_store,
+            wf_source,
+            authn,
+            authz,
+            opts.mcp.clone(),
+            shutdown.clone(),
+        )
+        .map_err(StartError::Mcp)?;
+        let app = mcp::router(state)
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(|| async { "ok" }));
         let token = shutdown.clone();

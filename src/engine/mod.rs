@@ -3,7 +3,7 @@
 //! module returns and performs the effects it asks for; executors report back through [`record`].
 
 pub mod duration;
-mod input;
+pub mod input;
 mod result;
 pub mod template;
 pub mod validate;

@@ -16,5 +16,7 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_CAPABILITY: i64 = -32021;
 /// The protocol version is not supported.
 pub const UNSUPPORTED_VERSION: i64 = -32022;
+/// Missing or invalid credentials (sent with HTTP 401).
+pub const UNAUTHENTICATED: i64 = -32001;
 /// The caller may not do this (authorization failure on a JSON-RPC request).
-pub const FORBIDDEN: i64 = -32001;
+pub const FORBIDDEN: i64 = -32003;

@@ -1,3 +1,332 @@
-//! The MCP endpoint.
+//! The MCP endpoint (protocol 2026-07-28, stateless Streamable HTTP). rmcp does the protocol;
+//! this module routes tenants, authenticates in front of it, and maps Workflows to tools and
+//! Runs to tasks. rmcp types do not leave this module.
 
 pub mod codes;
+pub mod events;
+mod handler;
+mod listen;
+pub mod task;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{AuthError, Authenticator, Authorizer, Identity};
+use crate::store::{RunStore, WorkflowSource};
+use events::RunEvents;
+use handler::RunwayMcp;
+
+/// Protocol revision served.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+/// Identifier of the Tasks extension.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// `_meta` key of the protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of a listen stream's subscription id.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// `_meta` key of an idempotent `tools/call`.
+pub const META_IDEMPOTENCY_KEY: &str = "dev.runway/idempotencyKey";
+/// Header naming the JSON-RPC method.
+pub const HEADER_METHOD: &str = "mcp-method";
+/// Header naming the tool or task.
+pub const HEADER_NAME: &str = "mcp-name";
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Who may act on a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TaskAccess {
+    /// Only the principal that requested the Run, or who may `list runs` in the namespace.
+    Owner,
+    /// Anyone the namespace's RBAC allows.
+    Namespace,
+}
+
+/// Settings of the endpoint.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Host names accepted in `Host` (loopback is always accepted).
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted when a request carries `Origin` (none: only requests without Origin,
+    /// or with a loopback Origin).
+    pub allowed_origins: Vec<String>,
+    /// Owner rule.
+    pub task_access: TaskAccess,
+    /// Key that signs `requestState` and derives idempotent task ids (≥ 32 bytes).
+    pub state_key: Vec<u8>,
+    /// SSE keep-alive period; a vanished client is noticed within about this time.
+    pub keep_alive: Duration,
+    /// How long a `requestState` stays valid.
+    pub state_ttl: Duration,
+}
+
+impl Config {
+    /// Defaults with a fresh random state key.
+    pub fn new() -> Self {
+        let mut key = vec![0u8; 32];
+        getrandom::fill(&mut key).expect("the OS random source works");
+        Self {
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            task_access: TaskAccess::Owner,
+            state_key: key,
+            keep_alive: Duration::from_secs(1),
+            state_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Everything a request needs.
+pub struct McpState {
+    /// Runs.
+    pub store: Arc<dyn RunStore>,
+    /// Workflows.
+    pub workflows: Arc<dyn WorkflowSource>,
+    /// Authentication.
+    pub authn: Arc<dyn Authenticator>,
+    /// Authorization.
+    pub authz: Arc<dyn Authorizer>,
+    /// Settings.
+    pub config: Config,
+    /// Per-Run change feeds.
+    pub events: Arc<RunEvents>,
+    /// Fires on server shutdown (which must not cancel blocking runs).
+    pub shutdown: CancellationToken,
+    codec: rmcp::model::RequestStateCodec,
+}
+
+impl McpState {
+    /// Assemble the state; starts the Run change feed.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        workflows: Arc<dyn WorkflowSource>,
+        authn: Arc<dyn Authenticator>,
+        authz: Arc<dyn Authorizer>,
+        config: Config,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Self>, String> {
+        let codec = rmcp::model::RequestStateCodec::try_new(config.state_key.clone())
+            .map_err(|e| format!("state key: {e}"))?;
+        let events = RunEvents::start(store.clone(), shutdown.clone());
+        Ok(Arc::new(Self {
+            store,
+            workflows,
+            authn,
+            authz,
+            config,
+            events,
+            shutdown,
+            codec,
+        }))
+    }
+}
+
+/// The tenant a request acts in, attached by the gate.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    /// Namespace.
+    pub namespace: String,
+    /// Caller.
+    pub identity: Identity,
+}
+
+/// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`.
+pub fn router(state: Arc<McpState>) -> Router {
+    let mut hosts: Vec<String> = vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "::1".into(),
+        "[::1]".into(),
+    ];
+    hosts.extend(state.config.allowed_hosts.iter().cloned());
+    let mut origins: Vec<String> = vec![
+        "http://localhost:*".into(),
+        "http://127.0.0.1:*".into(),
+        "http://[::1]:*".into(),
+    ];
+    origins.extend(state.config.allowed_origins.iter().cloned());
+    let cfg = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_stateless_protocol_metadata_required(true)
+        .with_sse_keep_alive(Some(state.config.keep_alive))
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_cancellation_token(state.shutdown.child_token());
+    let s = state.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(RunwayMcp::new(s.clone())),
+        Arc::new(NeverSessionManager::default()),
+        cfg,
+    );
+    Router::new()
+        .route_service("/mcp", service.clone())
+        .route_service("/namespaces/{namespace}/mcp", service)
+        .layer(middleware::from_fn_with_state(state, gate))
+}
+
+fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn path_namespace(path: &str) -> Option<&str> {
+    path.strip_prefix("/namespaces/")?.strip_suffix("/mcp")
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Whether the request `_meta` declares the Tasks extension.
+pub fn declares_tasks(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .and_then(|c| c.get("extensions"))
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some()
+}
+
+/// Authenticate, resolve the tenant, and hand the request to rmcp or to the listen handler.
+///
+/// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
+/// their `taskId`, go to rmcp unauthenticated: it refuses them (`-32021`, `-32020`) before any
+/// lookup, which is the order the protocol prescribes.
+async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let bytes = match http_body_util::Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(c) => c.to_bytes(),
+        Err(_) => {
+            return rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "request body too large",
+            );
+        }
+    };
+    let msg: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                codes::PARSE_ERROR,
+                &format!("parse error: {e}"),
+            );
+        }
+    };
+    if !msg.is_object() {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "one JSON-RPC object per request (batches are not supported)",
+        );
+    }
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let params = msg.get("params");
+    if method.starts_with("tasks/") {
+        let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str);
+        let header_name = parts
+            .headers
+            .get(HEADER_NAME)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim);
+        if !declares_tasks(params)
+            || (task_id.is_some() && header_name.is_some() && header_name != task_id)
+        {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+        }
+    }
+    let identity = match state.authn.authenticate(bearer(&parts.headers)).await {
+        Ok(i) => i,
+        Err(AuthError::Unauthenticated(why)) => {
+            let mut resp = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                id,
+                codes::UNAUTHENTICATED,
+                &format!("unauthenticated: {why}"),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"runway\""),
+            );
+            return resp;
+        }
+        Err(e) => {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codes::INTERNAL_ERROR,
+                &e.to_string(),
+            );
+        }
+    };
+    let namespace = match path_namespace(parts.uri.path()) {
+        Some(ns) => ns.to_owned(),
+        None => match identity.namespace.clone() {
+            Some(ns) => ns,
+            None => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    id,
+                    codes::INVALID_REQUEST,
+                    "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
+                );
+            }
+        },
+    };
+    let tenant = Tenant {
+        namespace,
+        identity,
+    };
+    if method == listen::METHOD {
+        return listen::serve(state, tenant, &parts.headers, msg).await;
+    }
+    parts.extensions.insert(tenant);
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}

@@ -1,0 +1,229 @@
+//! The token file of the embedded store: tokens → identities, rules → permissions, and the
+//! secrets that `valueFrom.secretKeyRef` headers read.
+//!
+//! ```yaml
+//! tokens:
+//!   - { token: s3cret, user: alice, groups: [dev], namespace: team-a }
+//! rules:
+//!   - { users: [alice], groups: [], namespaces: [team-a], resources: [runs, workflows], verbs: ["*"] }
+//! secrets:
+//!   team-a/webhook: { token: abc }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::{AuthError, Authenticator, Authorizer, Identity, Resource, Verb};
+use crate::api::Principal;
+
+/// Wildcard in rules.
+const ANY: &str = "*";
+
+/// The parsed file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthFile {
+    /// Known tokens.
+    #[serde(default)]
+    pub tokens: Vec<TokenEntry>,
+    /// Permission rules; a request is allowed when any rule matches.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Secrets by `namespace/name` (or `name` for every namespace): key → value.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A token and who it is.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    /// The bearer token.
+    pub token: String,
+    /// User name.
+    pub user: String,
+    /// Stable user id.
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// Groups.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Namespace `POST /mcp` serves for this user.
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// Who may do what where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// Users the rule applies to.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Groups the rule applies to.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Namespaces (`*` for all).
+    pub namespaces: Vec<String>,
+    /// `runs`, `workflows` or `*`.
+    pub resources: Vec<String>,
+    /// Verbs or `*`.
+    pub verbs: Vec<String>,
+}
+
+/// Errors reading the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Unreadable.
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    /// Not valid.
+    #[error("invalid auth file {0}: {1}")]
+    Parse(String, String),
+}
+
+impl AuthFile {
+    /// Read and parse a file.
+    pub fn load(path: &Path) -> Result<Self, FileError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| FileError::Read(path.display().to_string(), e))?;
+        let file: AuthFile = serde_saphyr::from_str(&text)
+            .map_err(|e| FileError::Parse(path.display().to_string(), e.to_string()))?;
+        for t in &file.tokens {
+            if t.token.is_empty() || t.user.is_empty() {
+                return Err(FileError::Parse(
+                    path.display().to_string(),
+                    "a token entry needs token and user".into(),
+                ));
+            }
+        }
+        Ok(file)
+    }
+}
+
+fn matches(list: &[String], value: &str) -> bool {
+    list.iter().any(|v| v == ANY || v == value)
+}
+
+#[async_trait]
+impl Authenticator for AuthFile {
+    async fn authenticate(&self, token: Option<&str>) -> Result<Identity, AuthError> {
+        let token =
+            token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
+        let entry = self
+            .tokens
+            .iter()
+            .find(|t| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
+            .ok_or_else(|| AuthError::Unauthenticated("unknown bearer token".into()))?;
+        Ok(Identity {
+            principal: Principal {
+                username: entry.user.clone(),
+                uid: entry.uid.clone(),
+                groups: entry.groups.clone(),
+            },
+            namespace: entry.namespace.clone(),
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[async_trait]
+impl Authorizer for AuthFile {
+    async fn allowed(
+        &self,
+        p: &Principal,
+        verb: Verb,
+        resource: Resource,
+        namespace: &str,
+    ) -> Result<bool, AuthError> {
+        Ok(self.rules.iter().any(|r| {
+            (r.users.iter().any(|u| u == ANY || *u == p.username)
+                || r.groups.iter().any(|g| p.groups.contains(g)))
+                && matches(&r.namespaces, namespace)
+                && matches(&r.resources, resource.as_str())
+                && matches(&r.verbs, verb.as_str())
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> AuthFile {
+        serde_saphyr::from_str(
+            r#"
+tokens:
+  - { token: a, user: alice, groups: [dev], namespace: team-a }
+  - { token: o, user: olga, groups: [ops] }
+rules:
+  - { users: [alice], namespaces: [team-a], resources: [runs], verbs: [get, create] }
+  - { groups: [ops], namespaces: ["*"], resources: ["*"], verbs: ["*"] }
+"#,
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tokens_map_to_identities() {
+        let f = file();
+        let id = f.authenticate(Some("a")).await.unwrap();
+        assert_eq!(id.principal.username, "alice");
+        assert_eq!(id.namespace.as_deref(), Some("team-a"));
+        assert!(matches!(
+            f.authenticate(Some("zzz")).await,
+            Err(AuthError::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            f.authenticate(None).await,
+            Err(AuthError::Unauthenticated(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn rules_grant_by_user_group_namespace_resource_and_verb() {
+        let f = file();
+        let alice = f.authenticate(Some("a")).await.unwrap().principal;
+        let olga = f.authenticate(Some("o")).await.unwrap().principal;
+        assert!(
+            f.allowed(&alice, Verb::Create, Resource::Runs, "team-a")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !f.allowed(&alice, Verb::Update, Resource::Runs, "team-a")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !f.allowed(&alice, Verb::Create, Resource::Runs, "team-b")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !f.allowed(&alice, Verb::List, Resource::Workflows, "team-a")
+                .await
+                .unwrap()
+        );
+        assert!(
+            f.allowed(&olga, Verb::List, Resource::Workflows, "anywhere")
+                .await
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let dir = std::env::temp_dir().join(format!("runway-auth-{}", std::process::id()));
+        std::fs::write(&dir, "tokenz: []\n").unwrap();
+        let err = AuthFile::load(&dir).unwrap_err().to_string();
+        assert!(err.contains("tokenz"), "{err}");
+        let _ = std::fs::remove_file(&dir);
+    }
+}

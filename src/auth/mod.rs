@@ -1,0 +1,133 @@
+//! Who is calling and what they may do. `Authenticator` turns a bearer token into a principal;
+//! `Authorizer` answers "may this principal <verb> <resource> in <namespace>?". The embedded
+//! store uses a token file (or no auth on loopback); the Kubernetes store uses TokenReview and
+//! SubjectAccessReview behind the same traits.
+
+pub mod file;
+
+use async_trait::async_trait;
+
+use crate::api::Principal;
+
+/// Resources authorization is asked about (group `runway.dev`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resource {
+    /// `runs`.
+    Runs,
+    /// `workflows`.
+    Workflows,
+}
+
+impl Resource {
+    /// The plural resource name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Runs => "runs",
+            Self::Workflows => "workflows",
+        }
+    }
+}
+
+/// Kubernetes verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `get`.
+    Get,
+    /// `list`.
+    List,
+    /// `watch`.
+    Watch,
+    /// `create`.
+    Create,
+    /// `update`.
+    Update,
+}
+
+impl Verb {
+    /// The verb as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+        }
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The principal.
+    pub principal: Principal,
+    /// Namespace `POST /mcp` serves for this caller, if it has one.
+    pub namespace: Option<String>,
+}
+
+/// Authentication and authorization failures.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum AuthError {
+    /// No credentials, or credentials that are not valid.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The authority could not be asked.
+    #[error("authorization backend: {0}")]
+    Backend(String),
+}
+
+/// Bearer token → identity.
+#[async_trait]
+pub trait Authenticator: Send + Sync + 'static {
+    /// Authenticate a request's bearer token (`None` when the header is missing).
+    async fn authenticate(&self, token: Option<&str>) -> Result<Identity, AuthError>;
+}
+
+/// Access decisions.
+#[async_trait]
+pub trait Authorizer: Send + Sync + 'static {
+    /// Whether `principal` may `verb` `resource` in `namespace`.
+    async fn allowed(
+        &self,
+        principal: &Principal,
+        verb: Verb,
+        resource: Resource,
+        namespace: &str,
+    ) -> Result<bool, AuthError>;
+}
+
+/// Principal of unauthenticated loopback use (`--no-auth`).
+pub const ANONYMOUS: &str = "anonymous";
+
+/// `--no-auth`: everyone is `anonymous` in the configured namespace, and may do anything.
+pub struct NoAuth {
+    /// Namespace of `POST /mcp`.
+    pub namespace: String,
+}
+
+#[async_trait]
+impl Authenticator for NoAuth {
+    async fn authenticate(&self, _token: Option<&str>) -> Result<Identity, AuthError> {
+        Ok(Identity {
+            principal: Principal {
+                username: ANONYMOUS.into(),
+                uid: None,
+                groups: vec![],
+            },
+            namespace: Some(self.namespace.clone()),
+        })
+    }
+}
+
+#[async_trait]
+impl Authorizer for NoAuth {
+    async fn allowed(
+        &self,
+        _: &Principal,
+        _: Verb,
+        _: Resource,
+        _: &str,
+    ) -> Result<bool, AuthError> {
+        Ok(true)
+    }
+}

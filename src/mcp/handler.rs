@@ -1,0 +1,892 @@
+//! The rmcp `ServerHandler`: Workflows as tools, Runs as tasks, per-method authorization.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hmac::{KeyInit, Mac};
+use jiff::Timestamp;
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CreateTaskResult, CustomRequest, CustomResult, DiscoverResult, ErrorCode, ErrorData,
+    GetTaskParams, GetTaskResult, Implementation, InputRequest, InputRequests, InputRequiredResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, SealOptions,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::Sha256;
+
+use super::events::Change;
+use super::{
+    META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, McpState, TaskAccess, Tenant, codes, task,
+};
+use crate::api::{
+    CancelRequest, ExecutionMode, InputAction, InputResponse, Run, RunPhase, RunSpec, Workflow,
+    WorkflowRef, labels, reasons,
+};
+use crate::auth::{Resource, Verb};
+use crate::engine::input::may_answer;
+use crate::store::StoreError;
+
+/// How long clients may cache `server/discover` and `tools/list`.
+const DISCOVER_TTL_MS: u64 = 60_000;
+const LIST_TTL_MS: u64 = 5_000;
+/// Message of every "no such task" answer, whatever the real reason.
+const UNKNOWN_TASK: &str = "unknown task";
+
+/// One request's handler (rmcp builds one per POST).
+pub struct RunwayMcp {
+    state: Arc<McpState>,
+}
+
+impl RunwayMcp {
+    pub(super) fn new(state: Arc<McpState>) -> Self {
+        Self { state }
+    }
+}
+
+fn err(code: i64, message: impl Into<Cow<'static, str>>, data: Option<Value>) -> ErrorData {
+    ErrorData::new(ErrorCode(code as i32), message, data)
+}
+
+fn invalid(message: impl Into<Cow<'static, str>>) -> ErrorData {
+    err(codes::INVALID_PARAMS, message, None)
+}
+
+fn unknown_task() -> ErrorData {
+    invalid(UNKNOWN_TASK)
+}
+
+fn internal(e: impl std::fmt::Display) -> ErrorData {
+    err(codes::INTERNAL_ERROR, e.to_string(), None)
+}
+
+fn missing_capability(what: &str, caps: Value) -> ErrorData {
+    err(
+        codes::MISSING_CAPABILITY,
+        format!("this tool needs the client capability {what}"),
+        Some(json!({ "requiredCapabilities": caps })),
+    )
+}
+
+fn tenant(ctx: &RequestContext<RoleServer>) -> Result<Tenant, ErrorData> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Tenant>())
+        .cloned()
+        .ok_or_else(|| err(codes::UNAUTHENTICATED, "unauthenticated", None))
+}
+
+async fn allowed(
+    state: &McpState,
+    t: &Tenant,
+    verb: Verb,
+    resource: Resource,
+) -> Result<bool, ErrorData> {
+    state
+        .authz
+        .allowed(&t.identity.principal, verb, resource, &t.namespace)
+        .await
+        .map_err(internal)
+}
+
+fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
+    err(
+        codes::FORBIDDEN,
+        format!(
+            "forbidden: {} may not {} {} in namespace {}",
+            t.identity.principal.username,
+            verb.as_str(),
+            resource.as_str(),
+            t.namespace
+        ),
+        None,
+    )
+}
+
+/// Whether the caller may act on `run` with `verb`: RBAC plus the owner rule.
+async fn may_act(state: &McpState, t: &Tenant, run: &Run, verb: Verb) -> bool {
+    if !allowed(state, t, verb, Resource::Runs)
+        .await
+        .unwrap_or(false)
+    {
+        return false;
+    }
+    if state.config.task_access == TaskAccess::Namespace {
+        return true;
+    }
+    let me = &t.identity.principal;
+    let owner = run.spec.requested_by.as_ref().is_some_and(|p| {
+        p.username == me.username && (p.uid.is_none() || me.uid.is_none() || p.uid == me.uid)
+    });
+    owner
+        || allowed(state, t, Verb::List, Resource::Runs)
+            .await
+            .unwrap_or(false)
+}
+
+/// The Run behind a task id if the caller may read it; `None` for every kind of "no".
+pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Run> {
+    let run = state.store.get(&t.namespace, task_id).await.ok()??;
+    may_act(state, t, &run, Verb::Get).await.then_some(run)
+}
+
+fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
+    ctx.meta
+        .get(META_CLIENT_CAPABILITIES)
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
+    raw_caps(ctx)
+        .get("extensions")
+        .and_then(|e| e.get(super::TASKS_EXTENSION))
+        .is_some()
+}
+
+fn declares(ctx: &RequestContext<RoleServer>, cap: &str) -> bool {
+    raw_caps(ctx).get(cap).is_some_and(|v| !v.is_null())
+}
+
+/// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
+fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
+    let req = required.as_object()?;
+    let mut missing = Map::new();
+    for (k, v) in req {
+        match caps.get(k) {
+            None | Some(Value::Null) => {
+                missing.insert(k.clone(), v.clone());
+            }
+            Some(have) if k == "extensions" => {
+                if let Some(m) = missing_caps(v, have) {
+                    missing.insert(k.clone(), m);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    (!missing.is_empty()).then_some(Value::Object(missing))
+}
+
+/// What a `requestState` lets a retry resume.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum Resume {
+    /// Arguments collected so far, before any Run exists.
+    Args { tool: String, args: Value },
+    /// A blocking Run that waits for input.
+    Run { run: String },
+}
+
+fn has_input_steps(wf: &Workflow) -> bool {
+    wf.spec
+        .steps
+        .iter()
+        .chain(&wf.spec.finally)
+        .any(|s| s.input.is_some())
+}
+
+fn run_result(run: &Run) -> Result<CallToolResponse, ErrorData> {
+    let st = run.status.clone().unwrap_or_default();
+    if let Some(e) = st.error {
+        return Err(err(e.code, e.message, e.data));
+    }
+    if st.phase == RunPhase::Cancelled {
+        let msg = st.status_message.unwrap_or_else(|| "cancelled".into());
+        return Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text(msg)]).into());
+    }
+    let result = st.result.unwrap_or_else(|| json!({"content": []}));
+    let mut parsed: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+    parsed.result_type = Some(rmcp::model::ResultType::COMPLETE);
+    Ok(parsed.into())
+}
+
+impl RunwayMcp {
+    fn seal(&self, t: &Tenant, resume: &Resume) -> Result<String, ErrorData> {
+        let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
+        let opts = SealOptions::new()
+            .associated_data(ad.as_bytes())
+            .ttl(self.state.config.state_ttl);
+        self.state
+            .codec
+            .seal_json_with(resume, &opts)
+            .map_err(internal)
+    }
+
+    fn open(&self, t: &Tenant, sealed: &str) -> Result<Resume, ErrorData> {
+        let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
+        self.state
+            .codec
+            .open_json_with(sealed, ad.as_bytes())
+            .map_err(|_| invalid("invalid requestState"))
+    }
+
+    async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {
+        self.state
+            .workflows
+            .list(&t.namespace)
+            .await
+            .into_iter()
+            .find(|w| w.is_ready() && w.tool_name() == name)
+    }
+
+    fn idempotent_name(&self, t: &Tenant, wf: &Workflow, key: &str) -> String {
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.state.config.state_key)
+            .expect("HMAC takes any key");
+        for part in [
+            t.namespace.as_str(),
+            t.identity.principal.username.as_str(),
+            wf.tool_name(),
+            key,
+        ] {
+            mac.update(part.as_bytes());
+            mac.update(&[0]);
+        }
+        let digest = mac.finalize().into_bytes();
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&digest[..16]);
+        task::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
+    }
+
+    /// Fill arguments through MRTR elicitation before a Run exists. `Ok(Err(resp))` is an
+    /// answer to send now (`input_required`, or a declined-tool result).
+    fn elicit(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        ctx: &RequestContext<RoleServer>,
+        mut args: Map<String, Value>,
+        responses: &BTreeMap<String, Value>,
+    ) -> Result<Result<Map<String, Value>, CallToolResponse>, ErrorData> {
+        for q in &wf.spec.elicit {
+            if let Some(resp) = responses.get(&q.key) {
+                let resp = resp.as_object().ok_or_else(|| {
+                    invalid(format!("inputResponses.{}: must be an object", q.key))
+                })?;
+                match resp.get("action").and_then(Value::as_str) {
+                    Some("accept") => match resp.get("content") {
+                        Some(Value::Object(c)) => args.extend(c.clone()),
+                        None | Some(Value::Null) => {}
+                        Some(_) => {
+                            return Err(invalid(format!(
+                                "inputResponses.{}.content must be an object",
+                                q.key
+                            )));
+                        }
+                    },
+                    Some("decline") => {
+                        let text = format!("{} declined", q.key);
+                        return Ok(Err(CallToolResult::error(vec![
+                            rmcp::model::ContentBlock::text(text),
+                        ])
+                        .into()));
+                    }
+                    Some("cancel") => {}
+                    _ => {
+                        return Err(invalid(format!(
+                            "inputResponses.{}.action must be accept, decline or cancel",
+                            q.key
+                        )));
+                    }
+                }
+            }
+        }
+        let open = wf.spec.elicit.iter().find(|q| {
+            q.requested_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|props| props.keys().any(|p| !args.contains_key(p)))
+        });
+        let Some(q) = open else { return Ok(Ok(args)) };
+        if !declares(ctx, "elicitation") {
+            return Err(missing_capability(
+                "elicitation",
+                json!({"elicitation": {}}),
+            ));
+        }
+        let request: InputRequest = serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": q.message, "requestedSchema": q.requested_schema},
+        }))
+        .map_err(internal)?;
+        let mut reqs = InputRequests::new();
+        reqs.insert(q.key.clone(), request);
+        let state = self.seal(
+            t,
+            &Resume::Args {
+                tool: wf.tool_name().to_owned(),
+                args: Value::Object(args),
+            },
+        )?;
+        Ok(Err(InputRequiredResult::new(Some(reqs), Some(state)).into()))
+    }
+
+    async fn create_run(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        args: Map<String, Value>,
+        idem: Option<&str>,
+    ) -> Result<Run, ErrorData> {
+        let wf_name = wf.metadata.name.clone().unwrap_or_default();
+        let name = match idem {
+            Some(k) => self.idempotent_name(t, wf, k),
+            None => task::new_task_id(&wf_name),
+        };
+        let mut run = Run::new(
+            &name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: wf_name.clone(),
+                },
+                arguments: Some(Value::Object(args)),
+                requested_by: Some(t.identity.principal.clone()),
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.metadata.namespace = Some(t.namespace.clone());
+        run.metadata.labels = Some(BTreeMap::from([(labels::WORKFLOW.to_owned(), wf_name)]));
+        match self.state.store.create(run.clone()).await {
+            Ok(r) => Ok(r),
+            Err(StoreError::AlreadyExists) if idem.is_some() => {
+                let existing = self
+                    .state
+                    .store
+                    .get(&t.namespace, &name)
+                    .await
+                    .map_err(internal)?;
+                match existing {
+                    Some(e)
+                        if e.spec.arguments == run.spec.arguments
+                            && e.spec.workflow_ref == run.spec.workflow_ref =>
+                    {
+                        Ok(e)
+                    }
+                    Some(_) => Err(invalid("idempotency key reused with different arguments")),
+                    None => Err(internal("idempotent run vanished; retry")),
+                }
+            }
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// Hold a blocking call until its Run finishes, or needs input the client can give.
+    async fn await_run(
+        &self,
+        t: &Tenant,
+        name: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let mut changes = self.state.events.subscribe(&t.namespace, name);
+        let progress = ctx.meta.get_progress_token();
+        let elicitation = declares(ctx, "elicitation");
+        let mut sent: Option<(f64, String)> = None;
+        let mut run = self
+            .state
+            .store
+            .get(&t.namespace, name)
+            .await
+            .map_err(internal)?
+            .ok_or_else(unknown_task)?;
+        loop {
+            if let Some(token) = &progress {
+                let (done, total) = step_progress(&run);
+                let msg = run
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.status_message.clone())
+                    .unwrap_or_else(|| "queued".into());
+                if sent.as_ref() != Some(&(done, msg.clone()))
+                    && sent.as_ref().is_none_or(|(d, _)| *d <= done)
+                {
+                    let p = ProgressNotificationParam::new(token.clone(), done)
+                        .with_total(total)
+                        .with_message(msg.clone());
+                    let _ = ctx.peer.notify_progress(p).await;
+                    sent = Some((done, msg));
+                }
+            }
+            if run.phase().is_terminal() {
+                return run_result(&run);
+            }
+            if run.phase() == RunPhase::Waiting && elicitation {
+                let open = task::open_requests(&run);
+                if !open.is_empty() {
+                    let state = self.seal(
+                        t,
+                        &Resume::Run {
+                            run: name.to_owned(),
+                        },
+                    )?;
+                    return Ok(InputRequiredResult::new(Some(open), Some(state)).into());
+                }
+            }
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(Change::Updated(r)) => run = *r,
+                    Ok(Change::Deleted) => return Err(unknown_task()),
+                    Err(_) => {
+                        changes = self.state.events.subscribe(&t.namespace, name);
+                        run = self.state.store.get(&t.namespace, name).await.map_err(internal)?.ok_or_else(unknown_task)?;
+                    }
+                },
+                _ = ctx.ct.cancelled() => {
+                    if !self.state.shutdown.is_cancelled() {
+                        self.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
+                    }
+                    return Err(err(codes::INTERNAL_ERROR, "request cancelled", None));
+                }
+            }
+        }
+    }
+
+    async fn cancel(&self, t: &Tenant, name: &str, reason: &str) {
+        loop {
+            let Ok(Some(mut run)) = self.state.store.get(&t.namespace, name).await else {
+                return;
+            };
+            if run.spec.cancel.is_some() || run.phase().is_terminal() {
+                return;
+            }
+            run.spec.cancel = Some(CancelRequest {
+                reason: Some(reason.into()),
+                requested_by: Some(t.identity.principal.username.clone()),
+                requested_at: Some(Timestamp::now().to_string()),
+            });
+            match self.state.store.update(run).await {
+                Err(StoreError::Conflict) => continue,
+                Err(e) => {
+                    tracing::error!(run = name, error = %e, "cannot record cancellation");
+                    return;
+                }
+                Ok(_) => {
+                    tracing::info!(namespace = %t.namespace, run = name, by = %t.identity.principal.username, reason, "cancel requested");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Record answers to open input keys: first answer wins, others are ignored.
+    async fn answer(
+        &self,
+        t: &Tenant,
+        name: &str,
+        responses: &BTreeMap<String, Value>,
+    ) -> Result<(), ErrorData> {
+        loop {
+            let mut run = self
+                .state
+                .store
+                .get(&t.namespace, name)
+                .await
+                .map_err(internal)?
+                .ok_or_else(unknown_task)?;
+            let snapshot = run.workflow_snapshot();
+            let open = run.status.clone().unwrap_or_default().input_requests;
+            let me = &t.identity.principal;
+            let mut changed = false;
+            for (key, value) in responses {
+                let Some(req) = open.get(key) else { continue };
+                if run.spec.input_responses.contains_key(key) {
+                    continue;
+                }
+                let action = value
+                    .get("action")
+                    .cloned()
+                    .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "inputResponses.{key}.action must be accept, decline or cancel"
+                        ))
+                    })?;
+                let content = value.get("content").cloned().filter(|c| !c.is_null());
+                if content.as_ref().is_some_and(|c| !c.is_object()) {
+                    return Err(invalid(format!(
+                        "inputResponses.{key}.content must be an object"
+                    )));
+                }
+                let spec = snapshot
+                    .as_ref()
+                    .and_then(|w| {
+                        w.steps
+                            .iter()
+                            .chain(&w.finally)
+                            .find(|s| s.name == req.step)
+                            .cloned()
+                    })
+                    .and_then(|s| s.input)
+                    .and_then(|i| i.requests.into_iter().find(|r| r.name == req.name));
+                if let Some(spec) = &spec
+                    && let Err(why) = may_answer(
+                        spec,
+                        run.spec.requested_by.as_ref(),
+                        &me.username,
+                        &me.groups,
+                    )
+                {
+                    tracing::warn!(namespace = %t.namespace, run = name, key, reason = crate::api::event_reasons::INPUT_REJECTED, "answer ignored: {why}");
+                    continue;
+                }
+                run.spec.input_responses.insert(
+                    key.clone(),
+                    InputResponse {
+                        action,
+                        content,
+                        answered_by: Some(me.username.clone()),
+                        answered_by_groups: me.groups.clone(),
+                        answered_at: Some(Timestamp::now().to_string()),
+                    },
+                );
+                changed = true;
+            }
+            if !changed {
+                return Ok(());
+            }
+            match self.state.store.update(run).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return Err(unknown_task()),
+                Err(e) => return Err(internal(e)),
+            }
+        }
+    }
+}
+
+/// (finished main steps, total main steps) of a Run; finished Runs are complete.
+fn step_progress(run: &Run) -> (f64, f64) {
+    let Some(wf) = run.workflow_snapshot() else {
+        return (0.0, 1.0);
+    };
+    let total = wf.steps.len().max(1) as f64;
+    if run.phase().is_terminal() {
+        return (total, total);
+    }
+    let done = run
+        .status
+        .as_ref()
+        .map(|s| {
+            s.steps
+                .iter()
+                .filter(|r| !r.finally && r.phase.is_terminal())
+                .count()
+        })
+        .unwrap_or(0) as f64;
+    (done, total)
+}
+
+fn tool_of(wf: &Workflow) -> Tool {
+    let schema = match &wf.spec.tool.input_schema {
+        Some(Value::Object(m)) => m.clone(),
+        _ => json!({"type": "object", "properties": {}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let mut tool = Tool::new(
+        wf.tool_name().to_owned(),
+        wf.spec.tool.description.clone().unwrap_or_default(),
+        Arc::new(schema),
+    );
+    if let Some(title) = &wf.spec.tool.title {
+        tool = tool.with_title(title.clone());
+    }
+    if let Some(Value::Object(out)) = &wf.spec.tool.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(out.clone()));
+    }
+    if let Some(a) = &wf.spec.tool.annotations
+        && let Ok(a) = serde_json::from_value(a.clone())
+    {
+        tool = tool.with_annotations(a);
+    }
+    tool
+}
+
+fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
+    let Some(schema) = &wf.spec.tool.input_schema else {
+        return Ok(());
+    };
+    let validator = jsonschema::draft202012::new(schema).map_err(internal)?;
+    let instance = Value::Object(args.clone());
+    let errors: Vec<Value> = validator
+        .iter_errors(&instance)
+        .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let summary = errors
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(err(
+        codes::INVALID_PARAMS,
+        format!("invalid arguments: {summary}"),
+        Some(json!({"errors": errors})),
+    ))
+}
+
+impl ServerHandler for RunwayMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
+            .with_server_info(Implementation::new("runway", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Each tool is a Runway Workflow. Calls run durably as Runs; with the Tasks extension a call \
+                 returns a task whose taskId is the Run's name.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+    }
+
+    async fn discover(
+        &self,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().to_vec(),
+            self.get_info(),
+        )
+        .with_ttl_ms(DISCOVER_TTL_MS)
+        .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let t = tenant(&ctx)?;
+        if !allowed(&self.state, &t, Verb::List, Resource::Workflows).await? {
+            return Err(forbidden(&t, Verb::List, Resource::Workflows));
+        }
+        let mut tools: Vec<Tool> = self
+            .state
+            .workflows
+            .list(&t.namespace)
+            .await
+            .iter()
+            .filter(|w| w.is_ready())
+            .map(tool_of)
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![])
+            .with_ttl_ms(DISCOVER_TTL_MS)
+            .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![])
+            .with_ttl_ms(DISCOVER_TTL_MS)
+            .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![])
+            .with_ttl_ms(DISCOVER_TTL_MS)
+            .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let t = tenant(&ctx)?;
+        if !allowed(&self.state, &t, Verb::Create, Resource::Runs).await? {
+            return Err(forbidden(&t, Verb::Create, Resource::Runs));
+        }
+        let responses: BTreeMap<String, Value> = request
+            .input_responses
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let resume = match &request.request_state {
+            Some(s) => Some(self.open(&t, s)?),
+            None => None,
+        };
+        if let Some(Resume::Run { run }) = &resume {
+            // An MRTR retry of a blocking call: record the answers, keep waiting.
+            let current = readable_run(&self.state, &t, run)
+                .await
+                .ok_or_else(|| invalid("invalid requestState"))?;
+            if current.spec.workflow_ref.name.is_empty() {
+                return Err(unknown_task());
+            }
+            self.answer(&t, run, &responses).await?;
+            return self.await_run(&t, run, &ctx).await;
+        }
+        let wf = self
+            .tool(&t, &request.name)
+            .await
+            .ok_or_else(|| invalid(format!("unknown tool: {}", request.name)))?;
+        if let Some(req) = &wf.spec.execution.required_client_capabilities
+            && let Some(missing) = missing_caps(req, &raw_caps(&ctx))
+        {
+            let names = missing
+                .as_object()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            return Err(missing_capability(&names, missing));
+        }
+        let tasks = declares_tasks(&ctx);
+        let mode = wf.spec.execution.mode;
+        if mode == ExecutionMode::Task && !tasks {
+            return Err(missing_capability(
+                super::TASKS_EXTENSION,
+                json!({"extensions": {super::TASKS_EXTENSION: {}}}),
+            ));
+        }
+        let as_task = tasks && mode != ExecutionMode::Sync;
+        if !as_task && has_input_steps(&wf) && !declares(&ctx, "elicitation") {
+            let caps = if mode == ExecutionMode::Sync {
+                json!({"elicitation": {}})
+            } else {
+                json!({"elicitation": {}, "extensions": {super::TASKS_EXTENSION: {}}})
+            };
+            return Err(missing_capability(
+                "elicitation or io.modelcontextprotocol/tasks",
+                caps,
+            ));
+        }
+        let mut args = request.arguments.clone().unwrap_or_default();
+        if let Some(Resume::Args { tool, args: saved }) = resume {
+            if tool != wf.tool_name() {
+                return Err(invalid("invalid requestState"));
+            }
+            if let Value::Object(saved) = saved {
+                for (k, v) in saved {
+                    args.entry(k).or_insert(v);
+                }
+            }
+        }
+        let args = match self.elicit(&t, &wf, &ctx, args, &responses)? {
+            Ok(args) => args,
+            Err(answer) => return Ok(answer),
+        };
+        validate_args(&wf, &args)?;
+        let idem = ctx
+            .meta
+            .get(META_IDEMPOTENCY_KEY)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if ctx
+            .meta
+            .get(META_IDEMPOTENCY_KEY)
+            .is_some_and(|v| !v.is_string())
+        {
+            return Err(invalid(format!(
+                "_meta.{META_IDEMPOTENCY_KEY} must be a string"
+            )));
+        }
+        let run = self.create_run(&t, &wf, args, idem.as_deref()).await?;
+        let name = run.metadata.name.clone().unwrap_or_default();
+        tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
+        if as_task {
+            return Ok(CreateTaskResult::new(task::task(&run)).into());
+        }
+        self.await_run(&t, &name, &ctx).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let t = tenant(&ctx)?;
+        let run = readable_run(&self.state, &t, &request.task_id)
+            .await
+            .ok_or_else(unknown_task)?;
+        Ok(GetTaskResult::new(task::project(&run)))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let t = tenant(&ctx)?;
+        let run = self
+            .state
+            .store
+            .get(&t.namespace, &request.task_id)
+            .await
+            .map_err(internal)?;
+        let run = match run {
+            Some(r) if may_act(&self.state, &t, &r, Verb::Update).await => r,
+            _ => return Err(unknown_task()),
+        };
+        if run.phase().is_terminal() {
+            return Ok(());
+        }
+        let responses: BTreeMap<String, Value> = request.input_responses.into_iter().collect();
+        self.answer(&t, &request.task_id, &responses).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let t = tenant(&ctx)?;
+        let run = self
+            .state
+            .store
+            .get(&t.namespace, &request.task_id)
+            .await
+            .map_err(internal)?;
+        match run {
+            Some(r) if may_act(&self.state, &t, &r, Verb::Update).await => {
+                self.cancel(&t, &request.task_id, "requested via tasks/cancel")
+                    .await;
+                Ok(())
+            }
+            _ => Err(unknown_task()),
+        }
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        // Known methods land here when their params do not deserialize.
+        match request.method.as_str() {
+            "tools/call" | "tasks/get" | "tasks/update" | "tasks/cancel" | "tools/list" => {
+                Err(invalid(format!("invalid params for {}", request.method)))
+            }
+            other => Err(err(
+                codes::METHOD_NOT_FOUND,
+                format!("method not found: {other}"),
+                None,
+            )),
+        }
+    }
+}

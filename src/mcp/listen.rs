@@ -1,0 +1,241 @@
+//! `subscriptions/listen` with `notifications.taskIds`, served in front of rmcp (which cannot
+//! carry task ids): an SSE stream that acknowledges the readable tasks, then sends the full task
+//! on every change of each, driven by the store's watch.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::events::Change;
+use super::handler::readable_run;
+use super::{
+    HEADER_METHOD, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID, McpState,
+    PROTOCOL_VERSION, Tenant, codes, declares_tasks, rpc_error, task,
+};
+use crate::auth::{Resource, Verb};
+
+/// The method this module serves.
+pub const METHOD: &str = "subscriptions/listen";
+/// Notification acknowledging a subscription.
+pub const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+/// Notification carrying a task's state.
+pub const TASK_NOTIFICATION: &str = "notifications/tasks";
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn error_data(status: StatusCode, id: Value, code: i64, message: &str, data: Value) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Validate the request like any other, then stream.
+pub async fn serve(
+    state: Arc<McpState>,
+    tenant: Tenant,
+    headers: &HeaderMap,
+    msg: Value,
+) -> Response {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+    let meta = params.get("_meta");
+    match header(headers, "mcp-protocol-version") {
+        None => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::HEADER_MISMATCH,
+                "missing MCP-Protocol-Version header",
+            );
+        }
+        Some(v) if v != PROTOCOL_VERSION => {
+            return error_data(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::UNSUPPORTED_VERSION,
+                "unsupported protocol version",
+                json!({"requested": v, "supported": [PROTOCOL_VERSION]}),
+            );
+        }
+        Some(_) => {}
+    }
+    if header(headers, HEADER_METHOD) != Some(METHOD) {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            "Mcp-Method header does not match the method",
+        );
+    }
+    let meta_version = meta
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let caps = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES));
+    match (meta_version, caps) {
+        (Some(v), Some(_)) if v == PROTOCOL_VERSION => {}
+        (Some(_), Some(_)) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::HEADER_MISMATCH,
+                "MCP-Protocol-Version header does not match _meta",
+            );
+        }
+        _ => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::INVALID_PARAMS,
+                "request _meta is missing protocolVersion or clientCapabilities",
+            );
+        }
+    }
+    let requested = params
+        .get("notifications")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let task_ids: Vec<String> = match requested.get("taskIds") {
+        None | Some(Value::Null) => vec![],
+        Some(Value::Array(ids)) if ids.iter().all(Value::is_string) => ids
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        Some(_) => {
+            return rpc_error(
+                StatusCode::OK,
+                id,
+                codes::INVALID_PARAMS,
+                "notifications.taskIds must be a list of strings",
+            );
+        }
+    };
+    if !task_ids.is_empty() && !declares_tasks(Some(&params)) {
+        return error_data(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::MISSING_CAPABILITY,
+            "taskIds need the io.modelcontextprotocol/tasks extension",
+            json!({"requiredCapabilities": {"extensions": {super::TASKS_EXTENSION: {}}}}),
+        );
+    }
+    let may_watch = state
+        .authz
+        .allowed(
+            &tenant.identity.principal,
+            Verb::Watch,
+            Resource::Runs,
+            &tenant.namespace,
+        )
+        .await
+        .unwrap_or(false);
+    let mut readable = Vec::new();
+    if may_watch {
+        for t in task_ids {
+            if !readable.contains(&t) && readable_run(&state, &tenant, &t).await.is_some() {
+                readable.push(t);
+            }
+        }
+    }
+    stream(state, tenant, id, readable)
+}
+
+fn frame(v: Value) -> Result<Event, Infallible> {
+    Ok(Event::default().data(v.to_string()))
+}
+
+fn stream(state: Arc<McpState>, tenant: Tenant, id: Value, tasks: Vec<String>) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
+    let sub_meta = json!({ META_SUBSCRIPTION_ID: id });
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": ACKNOWLEDGED,
+        "params": {"notifications": {"taskIds": tasks}, "_meta": sub_meta},
+    });
+    let keep_alive = state.config.keep_alive;
+    tokio::spawn(async move {
+        if tx.send(frame(ack)).await.is_err() {
+            return;
+        }
+        let (changes_tx, mut changes) = mpsc::channel::<Value>(256);
+        let mut followers = tokio::task::JoinSet::new();
+        for t in &tasks {
+            let mut rx = state.events.subscribe(&tenant.namespace, t);
+            let Some(current) = readable_run(&state, &tenant, t).await else {
+                continue;
+            };
+            let out = changes_tx.clone();
+            followers.spawn(async move {
+                let mut last = task::project(&current);
+                let _ = out
+                    .send(serde_json::to_value(&last).unwrap_or(Value::Null))
+                    .await;
+                if current.phase().is_terminal() {
+                    return;
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok(Change::Updated(run)) => {
+                            let next = task::project(&run);
+                            if next != last {
+                                last = next;
+                                if out
+                                    .send(serde_json::to_value(&last).unwrap_or(Value::Null))
+                                    .await
+                                    .is_err()
+                                {
+                                    return;
+                                }
+                            }
+                            if run.phase().is_terminal() {
+                                return;
+                            }
+                        }
+                        Ok(Change::Deleted) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        drop(changes_tx);
+        let open = !tasks.is_empty();
+        loop {
+            tokio::select! {
+                _ = state.shutdown.cancelled() => break,
+                _ = tx.closed() => return,
+                msg = changes.recv(), if open => match msg {
+                    Some(mut task) => {
+                        task["_meta"] = sub_meta.clone();
+                        let n = json!({"jsonrpc": "2.0", "method": TASK_NOTIFICATION, "params": task});
+                        if tx.send(frame(n)).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Every followed task reached a terminal state: end the subscription.
+                    None => break,
+                },
+            }
+        }
+        let done = json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete", "_meta": sub_meta}});
+        let _ = tx.send(frame(done)).await;
+    });
+    Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::new().interval(keep_alive))
+        .into_response()
+}

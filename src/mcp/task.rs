@@ -1,0 +1,201 @@
+//! Runs as MCP tasks: the projection of a Run onto the task wire shape, and task ids.
+
+use jiff::{SignedDuration, Timestamp};
+use rmcp::model::{
+    DetailedTask, InputRequest, InputRequests, JsonObject, Task, TaskPayload, TaskStatus,
+};
+use serde_json::{Value, json};
+
+use crate::api::{Run, RunPhase, WorkflowSpec};
+use crate::engine::duration;
+
+/// `pollIntervalMs` when a Workflow gives none.
+pub const DEFAULT_POLL_INTERVAL_MS: u64 = 1000;
+/// Longest workflow-name prefix of a task id (the id stays within 63 characters).
+const MAX_PREFIX: usize = 36;
+
+/// A fresh task id: `<workflow prefix>-<26 lowercase base32 chars of 128 random bits>`.
+pub fn new_task_id(workflow: &str) -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    task_id_from(workflow, &b)
+}
+
+/// A task id from 16 bytes (random, or an HMAC for idempotent calls).
+pub fn task_id_from(workflow: &str, bytes: &[u8; 16]) -> String {
+    let mut prefix: String = workflow
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_PREFIX)
+        .collect();
+    prefix = prefix.trim_matches('-').to_owned();
+    if prefix.is_empty() {
+        prefix = "run".into();
+    }
+    let suffix = data_encoding::BASE32_NOPAD.encode(bytes).to_lowercase();
+    format!("{prefix}-{suffix}")
+}
+
+fn ms(d: SignedDuration) -> u64 {
+    d.as_millis().max(0) as u64
+}
+
+/// Poll interval of a Workflow in milliseconds.
+pub fn poll_interval_ms(spec: Option<&WorkflowSpec>) -> u64 {
+    spec.and_then(|w| w.execution.poll_interval.as_deref())
+        .and_then(|s| duration::parse(s).ok())
+        .map(ms)
+        .unwrap_or(DEFAULT_POLL_INTERVAL_MS)
+}
+
+fn created(run: &Run) -> Timestamp {
+    run.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The latest time anything in the Run's status changed.
+fn last_updated(run: &Run) -> Timestamp {
+    let mut latest = created(run);
+    if let Some(st) = &run.status {
+        let stamps = [&st.started_at, &st.finished_at]
+            .into_iter()
+            .flatten()
+            .chain(st.steps.iter().flat_map(|s| {
+                [&s.started_at, &s.attempt_started_at, &s.finished_at]
+                    .into_iter()
+                    .flatten()
+            }));
+        for s in stamps {
+            if let Ok(t) = s.parse::<Timestamp>() {
+                latest = latest.max(t);
+            }
+        }
+    }
+    latest
+}
+
+/// Open input requests a client still has to answer: asked, and not answered in the spec yet.
+pub fn open_requests(run: &Run) -> InputRequests {
+    let mut out = InputRequests::new();
+    if let Some(st) = &run.status {
+        for (key, req) in &st.input_requests {
+            if run.spec.input_responses.contains_key(key) {
+                continue;
+            }
+            let wire = json!({"method": req.method, "params": req.params});
+            if let Ok(r) = serde_json::from_value::<InputRequest>(wire) {
+                out.insert(key.clone(), r);
+            }
+        }
+    }
+    out
+}
+
+fn object(v: Value) -> JsonObject {
+    match v {
+        Value::Object(m) => m,
+        other => {
+            let mut m = JsonObject::new();
+            m.insert("value".into(), other);
+            m
+        }
+    }
+}
+
+/// The base task fields of a Run.
+pub fn task(run: &Run) -> Task {
+    let snapshot = run.workflow_snapshot();
+    let status = match run.phase() {
+        RunPhase::Pending | RunPhase::Running | RunPhase::Cancelling | RunPhase::Waiting => {
+            TaskStatus::Working
+        }
+        RunPhase::Succeeded | RunPhase::Failed => TaskStatus::Completed,
+        RunPhase::Cancelled => TaskStatus::Cancelled,
+    };
+    let mut t = Task::new(
+        run.metadata.name.clone().unwrap_or_default(),
+        status,
+        created(run).to_string(),
+        last_updated(run).to_string(),
+    )
+    .with_poll_interval_ms(poll_interval_ms(snapshot.as_ref()));
+    if let Some(m) = run.status.as_ref().and_then(|s| s.status_message.clone()) {
+        t = t.with_status_message(m);
+    }
+    if run.phase().is_terminal() {
+        let ttl = snapshot
+            .as_ref()
+            .and_then(|w| w.execution.ttl_after_finished.as_deref())
+            .and_then(|s| duration::parse(s).ok());
+        let finished = run
+            .status
+            .as_ref()
+            .and_then(|s| s.finished_at.as_deref())
+            .and_then(|s| s.parse::<Timestamp>().ok());
+        if let (Some(ttl), Some(finished)) = (ttl, finished) {
+            t = t.with_ttl_ms(ms(finished.duration_since(created(run)) + ttl));
+        }
+    }
+    t
+}
+
+/// Project a Run onto the MCP task it is.
+pub fn project(run: &Run) -> DetailedTask {
+    let base = task(run);
+    let st = run.status.clone().unwrap_or_default();
+    let payload = match st.phase {
+        RunPhase::Waiting => {
+            let open = open_requests(run);
+            if open.is_empty() {
+                TaskPayload::Working
+            } else {
+                TaskPayload::InputRequired {
+                    input_requests: open,
+                }
+            }
+        }
+        RunPhase::Succeeded => TaskPayload::Completed {
+            result: object(st.result.unwrap_or_else(|| json!({"content": []}))),
+        },
+        RunPhase::Failed => match (st.error, st.result) {
+            (Some(e), _) => TaskPayload::Failed {
+                error: object(serde_json::to_value(e).unwrap_or(Value::Null)),
+            },
+            (None, result) => TaskPayload::Completed {
+                result: object(result.unwrap_or_else(|| json!({"content": [], "isError": true}))),
+            },
+        },
+        RunPhase::Cancelled => TaskPayload::Cancelled,
+        _ => TaskPayload::Working,
+    };
+    DetailedTask::new(base, payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_have_the_documented_shape() {
+        let id = new_task_id("Deploy_Service");
+        let (prefix, suffix) = id.rsplit_once('-').unwrap();
+        assert_eq!(prefix, "deploy-service");
+        assert_eq!(suffix.len(), 26);
+        assert!(
+            suffix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || ('2'..='7').contains(&c))
+        );
+        assert_ne!(new_task_id("x"), new_task_id("x"));
+        assert!(new_task_id(&"w".repeat(100)).len() <= 63);
+    }
+}
