@@ -635,7 +635,14 @@ fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorDa
 
 impl ServerHandler for RunwayMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tasks().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_resources()
+                .enable_tasks()
+                .build(),
+        )
             .with_server_info(Implementation::new("runway", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Each tool is a Runway Workflow. Calls run durably as Runs; with the Tasks extension a call \
@@ -711,6 +718,26 @@ impl ServerHandler for RunwayMcp {
         Ok(ListResourceTemplatesResult::with_all_items(vec![])
             .with_ttl_ms(DISCOVER_TTL_MS)
             .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        Err(err(
+            codes::INVALID_PARAMS,
+            "resource not found",
+            Some(json!({"uri": request.uri})),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        Err(invalid(format!("unknown prompt: {}", request.name)))
     }
 
     async fn call_tool(

@@ -206,6 +206,65 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// Prefix of the headers that mirror `x-mcp-header` arguments.
+pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
+
+/// Decode a header value, honouring the `=?base64?…?=` sentinel.
+fn decode_header_value(v: &str) -> Result<String, String> {
+    match v
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b64) => {
+            let bytes = data_encoding::BASE64
+                .decode(b64.as_bytes())
+                .map_err(|e| format!("invalid base64 header value: {e}"))?;
+            String::from_utf8(bytes).map_err(|_| "base64 header value is not UTF-8".to_string())
+        }
+        None => Ok(v.to_owned()),
+    }
+}
+
+/// Arguments marked `x-mcp-header` must be mirrored, exactly, in `Mcp-Param-<name>` headers.
+fn check_param_headers(schema: &Value, args: &Value, headers: &HeaderMap) -> Result<(), String> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (prop, def) in props {
+        let Some(suffix) = def.get("x-mcp-header").and_then(Value::as_str) else {
+            continue;
+        };
+        let header_name = format!("{HEADER_PARAM_PREFIX}{}", suffix.to_ascii_lowercase());
+        let header = headers.get(&header_name).map(|v| v.to_str().map(str::trim));
+        let body = args.get(prop).filter(|v| !v.is_null()).map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+        match (body, header) {
+            (None, None) => {}
+            (_, Some(Err(_))) => return Err(format!("Mcp-Param-{suffix} is not valid text")),
+            (Some(_), None) => {
+                return Err(format!(
+                    "missing header Mcp-Param-{suffix} for argument {prop}"
+                ));
+            }
+            (None, Some(Ok(_))) => {
+                return Err(format!(
+                    "header Mcp-Param-{suffix} given without argument {prop}"
+                ));
+            }
+            (Some(b), Some(Ok(h))) => {
+                if decode_header_value(h)? != b {
+                    return Err(format!(
+                        "header Mcp-Param-{suffix} does not match argument {prop}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether the request `_meta` declares the Tasks extension.
 pub fn declares_tasks(params: Option<&Value>) -> bool {
     params
@@ -323,6 +382,24 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         namespace,
         identity,
     };
+    if method == "tools/call"
+        && let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str)
+        && let Some(wf) = state
+            .workflows
+            .list(&tenant.namespace)
+            .await
+            .into_iter()
+            .find(|w| w.is_ready() && w.tool_name() == name)
+        && let Some(schema) = &wf.spec.tool.input_schema
+    {
+        let args = params
+            .and_then(|p| p.get("arguments"))
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        if let Err(why) = check_param_headers(schema, &args, &parts.headers) {
+            return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
+        }
+    }
     if method == listen::METHOD {
         return listen::serve(state, tenant, &parts.headers, msg).await;
     }

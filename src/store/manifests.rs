@@ -201,6 +201,19 @@ impl ManifestWorkflows {
             }
         }
         mark_duplicate_tools(&mut next);
+        for ((ns, name), wf) in &next {
+            let now = wf.status.as_ref().and_then(|s| s.conditions.first());
+            let before = previous
+                .get(&(ns.clone(), name.clone()))
+                .and_then(|w| w.status.as_ref())
+                .and_then(|s| s.conditions.first());
+            if let Some(c) = now
+                && c.status != "True"
+                && before.map(|b| (&b.reason, &b.message)) != Some((&c.reason, &c.message))
+            {
+                tracing::warn!(namespace = %ns, workflow = %name, reason = %c.reason, "workflow not ready: {}", c.message);
+            }
+        }
         let changed = next != previous;
         state.workflows = next;
         state.by_file = by_file;
