@@ -319,6 +319,18 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         );
     }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let header_version = parts
+        .headers
+        .get("mcp-protocol-version")
+        .map(|v| v.to_str().unwrap_or_default().trim());
+    if header_version == Some("") {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            "empty MCP-Protocol-Version header",
+        );
+    }
     let method = msg
         .get("method")
         .and_then(Value::as_str)

@@ -178,10 +178,21 @@ pub async fn wait_for(
     what: &str,
     pred: impl Fn(&Run) -> bool,
 ) -> Run {
+    wait_for_in(store, "default", name, what, pred).await
+}
+
+/// Wait until Run `ns/name` satisfies `pred`, following the store's watch.
+pub async fn wait_for_in(
+    store: &SqliteStore,
+    ns: &str,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Run) -> bool,
+) -> Run {
     let rv = store.resource_version().await.unwrap();
     let mut watch = store.watch(Some(rv));
     let check = async {
-        if let Some(r) = store.get("default", name).await.unwrap()
+        if let Some(r) = store.get(ns, name).await.unwrap()
             && pred(&r)
         {
             return r;
@@ -189,7 +200,10 @@ pub async fn wait_for(
         while let Some(ev) = watch.next().await {
             let ev = ev.unwrap();
             let r = ev.run();
-            if r.metadata.name.as_deref() == Some(name) && pred(r) {
+            if r.metadata.name.as_deref() == Some(name)
+                && r.metadata.namespace.as_deref() == Some(ns)
+                && pred(r)
+            {
                 return r.clone();
             }
         }
@@ -198,7 +212,7 @@ pub async fn wait_for(
     match tokio::time::timeout(PATIENCE, check).await {
         Ok(r) => r,
         Err(_) => {
-            let now = store.get("default", name).await.unwrap();
+            let now = store.get(ns, name).await.unwrap();
             panic!("timed out waiting for {name} to be {what}; it is {now:#?}")
         }
     }

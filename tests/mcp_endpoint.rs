@@ -1,0 +1,555 @@
+//! The MCP endpoint over real HTTP: transport rules, identity and tenants, blocking calls,
+//! progress, MRTR and disconnects.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use runway::api::RunPhase;
+use serde_json::{Value, json};
+use support::mcp::{Client, Mcp, TASKS};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: echo, namespace: NS }
+spec:
+  tool:
+    description: Echoes a word.
+    inputSchema: { type: object, properties: { word: { type: string } }, required: [word], additionalProperties: false }
+  execution: { mode: sync }
+  result:
+    content: [ { type: text, text: "echo {{ args.word }}" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: steps, namespace: NS }
+spec:
+  tool:
+    description: Three short steps.
+    inputSchema: { type: object, properties: {} }
+  steps:
+    - { name: one, delay: { duration: 20ms } }
+    - { name: two, delay: { duration: 20ms } }
+    - { name: three, delay: { duration: 20ms } }
+  result:
+    content: [ { type: text, text: "done" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: slow, namespace: NS }
+spec:
+  tool:
+    description: Waits a long time.
+    inputSchema: { type: object, properties: {} }
+  steps:
+    - { name: wait, delay: { duration: 1h } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: only-task, namespace: NS }
+spec:
+  tool: { description: Task only. }
+  execution: { mode: task }
+  steps: []
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: approve, namespace: NS }
+spec:
+  tool: { description: Needs an approval. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "Proceed?", requestedSchema: { type: object, properties: { yes: { type: boolean } } } }
+  result:
+    content: [ { type: text, text: "approved={{ inputs.ok.yes }}" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: hello, namespace: NS }
+spec:
+  tool:
+    description: Greets; asks for the name when it is missing.
+    inputSchema: { type: object, properties: { name: { type: string } } }
+  execution: { mode: sync }
+  elicit:
+    - key: who
+      message: Your name?
+      requestedSchema: { type: object, properties: { name: { type: string } }, required: [name] }
+  result:
+    content: [ { type: text, text: "Hello, {{ args.name }}!" } ]
+"#;
+
+async fn server() -> Mcp {
+    Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
+}
+
+fn sync_caps() -> Value {
+    json!({})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_advertises_tasks_and_cache_hints() {
+    let s = server().await;
+    let r = s
+        .client("alice-token")
+        .rpc("server/discover", None, json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let res = r.result();
+    assert_eq!(res["supportedVersions"], json!(["2026-07-28"]));
+    assert!(res["capabilities"]["extensions"][TASKS].is_object());
+    assert!(res["ttlMs"].as_u64().is_some());
+    assert!(res["cacheScope"].is_string());
+    assert_eq!(res["resultType"], "complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_is_stable_private_and_per_tenant() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let r = alice.rpc("tools/list", None, json!({})).await;
+    let names: Vec<String> = r.result()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["approve", "echo", "hello", "only-task", "slow", "steps"]
+    );
+    assert_eq!(r.result()["cacheScope"], "private");
+    assert!(r.result()["ttlMs"].is_u64());
+    let again = alice.rpc("tools/list", None, json!({})).await;
+    assert_eq!(again.result()["tools"], r.result()["tools"]);
+
+    // carol (team-b) cannot list team-a, and her default namespace is team-b
+    let carol = s.client("carol-token");
+    let denied = carol.rpc("tools/list", None, json!({})).await;
+    assert_eq!(denied.error_code(), runway::mcp::codes::FORBIDDEN);
+    let own = carol
+        .clone()
+        .at("/mcp")
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 6);
+    // alice's default namespace is team-a
+    let a = alice
+        .clone()
+        .at("/mcp")
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(a.result()["tools"], r.result()["tools"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_and_authorization_per_method() {
+    let s = server().await;
+    // unauthenticated: 401 with WWW-Authenticate, for every method
+    for (method, name, params) in [
+        ("tools/list", None, json!({})),
+        (
+            "tools/call",
+            Some("echo"),
+            json!({"name": "echo", "arguments": {"word": "x"}}),
+        ),
+        ("tasks/get", Some("t"), json!({"taskId": "t"})),
+        (
+            "tasks/update",
+            Some("t"),
+            json!({"taskId": "t", "inputResponses": {}}),
+        ),
+        ("tasks/cancel", Some("t"), json!({"taskId": "t"})),
+    ] {
+        for token in [None, Some("wrong-token")] {
+            let c = Client::new(
+                &format!("http://{}", s.addr),
+                token,
+                "/namespaces/team-a/mcp",
+            );
+            let r = c.rpc(method, name, params.clone()).await;
+            assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{method} {token:?}");
+            assert!(
+                r.headers
+                    .get("www-authenticate")
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Bearer")
+            );
+        }
+    }
+    // forbidden: rita may only get runs
+    let rita = s.client("reader-token");
+    assert_eq!(
+        rita.rpc("tools/list", None, json!({})).await.error_code(),
+        runway::mcp::codes::FORBIDDEN
+    );
+    let call = rita.call("echo", json!({"word": "x"})).await;
+    assert_eq!(call.error_code(), runway::mcp::codes::FORBIDDEN);
+    // a forbidden call looks the same whether or not the tool exists
+    let ghost = rita.call("no-such-tool", json!({})).await;
+    assert_eq!(
+        ghost.last()["error"]["message"],
+        call.last()["error"]["message"]
+    );
+    // allowed
+    let ok = s
+        .client("alice-token")
+        .with_caps(sync_caps())
+        .call("echo", json!({"word": "hi"}))
+        .await;
+    assert_eq!(ok.result()["content"][0]["text"], "echo hi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_rules() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let url = format!("http://{}/namespaces/team-a/mcp", s.addr);
+    let body =
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": c.meta()}});
+
+    // GET and DELETE are not allowed
+    let http = reqwest::Client::new();
+    assert_eq!(
+        http.get(&url)
+            .bearer_auth("alice-token")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(
+        http.delete(&url)
+            .bearer_auth("alice-token")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+
+    // header checks
+    let no_version = c
+        .send(
+            http.post(&url)
+                .bearer_auth("alice-token")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-method", "tools/list")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(
+        (no_version.status, no_version.error_code()),
+        (StatusCode::BAD_REQUEST, -32020)
+    );
+    let wrong_method = c.send(c.request("tools/call", None).json(&body)).await;
+    assert_eq!(
+        (wrong_method.status, wrong_method.error_code()),
+        (StatusCode::BAD_REQUEST, -32020)
+    );
+    let unsupported = c
+        .send(c.request_at("2099-01-01", "tools/list", None).json(
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {"_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2099-01-01",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        ))
+        .await;
+    assert_eq!(
+        (unsupported.status, unsupported.error_code()),
+        (StatusCode::BAD_REQUEST, -32022)
+    );
+    assert!(
+        unsupported.last()["error"]["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28"))
+    );
+    let missing_meta = c
+        .send(
+            c.request("tools/list", None)
+                .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}})),
+        )
+        .await;
+    assert_eq!(
+        (missing_meta.status, missing_meta.error_code()),
+        (StatusCode::BAD_REQUEST, -32602)
+    );
+    let name_mismatch = c
+        .send(
+            c.request("tools/call", Some("other"))
+                .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"_meta": c.meta(), "name": "echo", "arguments": {"word": "x"}}})),
+        )
+        .await;
+    assert_eq!(
+        (name_mismatch.status, name_mismatch.error_code()),
+        (StatusCode::BAD_REQUEST, -32020)
+    );
+    // a base64-sentinel Mcp-Name is decoded before comparing
+    let encoded = c
+        .send(c.request("tools/call", Some("=?base64?ZWNobw==?=")).json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"_meta": c.clone().with_caps(json!({})).meta(), "name": "echo", "arguments": {"word": "x"}}})))
+        .await;
+    assert_eq!(encoded.result()["content"][0]["text"], "echo x");
+
+    // body rules
+    let big = "x".repeat(runway::mcp::MAX_BODY_BYTES + 1);
+    let too_big = c.send(c.request("tools/list", None).body(big)).await;
+    assert_eq!(too_big.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let batch = c
+        .send(
+            c.request("tools/list", None)
+                .json(&json!([body.clone(), body.clone()])),
+        )
+        .await;
+    assert_eq!(
+        (batch.status, batch.error_code()),
+        (StatusCode::BAD_REQUEST, -32600)
+    );
+    let garbage = c
+        .send(c.request("tools/list", None).body("{not json"))
+        .await;
+    assert_eq!(
+        (garbage.status, garbage.error_code()),
+        (StatusCode::BAD_REQUEST, -32700)
+    );
+
+    // removed methods
+    for m in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "tasks/result",
+        "tasks/list",
+    ] {
+        let r = c.rpc(m, None, json!({})).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (StatusCode::NOT_FOUND, -32601),
+            "{m}"
+        );
+    }
+
+    // Origin and Host
+    let evil = c
+        .send(
+            c.request("tools/list", None)
+                .header("origin", "http://evil.example")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(evil.status, StatusCode::FORBIDDEN);
+    let local = c
+        .send(
+            c.request("tools/list", None)
+                .header("origin", format!("http://127.0.0.1:{}", s.addr.port()))
+                .json(&body),
+        )
+        .await;
+    assert_eq!(local.status, StatusCode::OK);
+    let host = c
+        .send(
+            c.request("tools/list", None)
+                .header(reqwest::header::HOST, "evil.example")
+                .json(&body),
+        )
+        .await;
+    assert_eq!(host.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_call_validates_arguments_and_capabilities() {
+    let s = server().await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    let bad = c.call("echo", json!({"word": 5, "extra": true})).await;
+    assert_eq!(bad.error_code(), -32602);
+    let errors = bad.last()["error"]["data"]["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_eq!(c.call("nope", json!({})).await.error_code(), -32602);
+    // task-only tool without the extension
+    let r = c.call("only-task", json!({})).await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (StatusCode::BAD_REQUEST, -32021)
+    );
+    assert!(r.last()["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object());
+    // a workflow that needs input, from a client with neither tasks nor elicitation: refused before any Run
+    let before = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .len();
+    let r = c.call("approve", json!({})).await;
+    assert_eq!(r.error_code(), -32021);
+    assert!(r.last()["error"]["data"]["requiredCapabilities"]["elicitation"].is_object());
+    let after = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(before, after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_calls_stream_progress_and_return_the_result() {
+    let s = server().await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    let r = c
+        .rpc(
+            "tools/call",
+            Some("steps"),
+            json!({"name": "steps", "arguments": {}, "_meta": {"progressToken": "p-1"}}),
+        )
+        .await;
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let progress = r.notifications("notifications/progress");
+    assert!(progress.len() >= 3, "{progress:?}");
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|p| p["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert!(values.windows(2).all(|w| w[0] <= w[1]), "{values:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "p-1")
+    );
+    assert_eq!(r.result()["content"][0]["text"], "done");
+    // the Run is the record of the call
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    let run = runs
+        .iter()
+        .find(|r| r.spec.workflow_ref.name == "steps")
+        .unwrap();
+    assert_eq!(run.phase(), RunPhase::Succeeded);
+    assert_eq!(run.spec.requested_by.as_ref().unwrap().username, "alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argument_elicitation_round_trips_and_refuses_tampered_state() {
+    let s = server().await;
+    let c = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let r1 = c.call("hello", json!({})).await;
+    let res = r1.result().clone();
+    assert_eq!(res["resultType"], "input_required");
+    assert_eq!(res["inputRequests"]["who"]["method"], "elicitation/create");
+    let state = res["requestState"].as_str().unwrap().to_owned();
+    let answer = json!({"who": {"action": "accept", "content": {"name": "Ada"}}});
+    let r2 = c.rpc("tools/call", Some("hello"), json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": state})).await;
+    assert_eq!(r2.result()["content"][0]["text"], "Hello, Ada!");
+    let tampered = c
+        .rpc("tools/call", Some("hello"), json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": format!("{state}x")}))
+        .await;
+    assert_eq!(tampered.error_code(), -32602);
+    // another principal cannot use alice's state
+    let bob = s.client("bob-token").with_caps(json!({"elicitation": {}}));
+    let foreign = bob.rpc("tools/call", Some("hello"), json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": state})).await;
+    assert_eq!(foreign.error_code(), -32602);
+    // without elicitation the missing argument is a capability error
+    let none = s
+        .client("alice-token")
+        .with_caps(json!({}))
+        .call("hello", json!({}))
+        .await;
+    assert_eq!(none.error_code(), -32021);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_run_that_needs_input_answers_input_required_and_resumes() {
+    let s = server().await;
+    let c = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let r1 = c.call("approve", json!({})).await;
+    let res = r1.result().clone();
+    assert_eq!(res["resultType"], "input_required");
+    assert!(res.get("taskId").is_none());
+    let (key, req) = res["inputRequests"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    assert_eq!(req["params"]["message"], "Proceed?");
+    let r2 = c
+        .rpc(
+            "tools/call",
+            Some("approve"),
+            json!({"name": "approve", "arguments": {},
+            "inputResponses": {key.clone(): {"action": "accept", "content": {"yes": true}}},
+            "requestState": res["requestState"]}),
+        )
+        .await;
+    assert_eq!(r2.result()["content"][0]["text"], "approved=true");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_from_a_blocking_call_cancels_its_run() {
+    let s = server().await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": c.meta(), "name": "slow", "arguments": {}}});
+    use futures::StreamExt;
+    let rv = runway::store::RunStore::resource_version(s.store())
+        .await
+        .unwrap();
+    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
+    let pending = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.request("tools/call", Some("slow"))
+                .json(&body)
+                .send()
+                .await
+        }
+    });
+    // wait until the Run exists and is running, then drop the client's connection
+    let name = loop {
+        let ev = created.next().await.unwrap().unwrap();
+        if ev.run().spec.workflow_ref.name == "slow" {
+            break ev.run().metadata.name.clone().unwrap();
+        }
+    };
+    s.wait(&name, "running", |r| r.phase() == RunPhase::Running)
+        .await;
+    pending.abort();
+    let done = s
+        .wait(&name, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Cancelled);
+    assert_eq!(
+        done.spec.cancel.unwrap().reason.as_deref(),
+        Some("mcp-request-cancelled")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_after_the_response_does_not_touch_the_run() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let r = c.call("slow", json!({})).await;
+    let task = r.result()["taskId"].as_str().unwrap().to_owned();
+    drop(c);
+    // the connection pool is gone; the Run must keep running
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = runway::store::RunStore::get(s.store(), "team-a", &task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.spec.cancel.is_none());
+    assert_eq!(run.phase(), RunPhase::Running);
+}

@@ -1,0 +1,279 @@
+//! An in-process `runway serve` and a raw MCP-over-HTTP client, so tests can send exactly the
+//! requests (and the malformed ones) they mean to.
+
+use std::net::SocketAddr;
+
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use runway::server::{AuthMode, Options, Server};
+use serde_json::{Value, json};
+
+use super::harness::TempDir;
+
+pub const VERSION: &str = "2026-07-28";
+pub const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// The auth file most tests use: alice and bob in team-a, carol in team-b, olga operates team-a.
+pub const AUTH: &str = r#"
+tokens:
+  - { token: alice-token, user: alice, groups: [dev], namespace: team-a }
+  - { token: bob-token, user: bob, groups: [dev, ops], namespace: team-a }
+  - { token: carol-token, user: carol, groups: [b-devs], namespace: team-b }
+  - { token: olga-token, user: olga, groups: [operators], namespace: team-a }
+  - { token: reader-token, user: rita, groups: [readers], namespace: team-a }
+rules:
+  - { groups: [dev], namespaces: [team-a], resources: ["*"], verbs: [get, list, watch, create, update] }
+  - { users: [carol], namespaces: [team-b], resources: ["*"], verbs: ["*"] }
+  - { groups: [operators], namespaces: [team-a], resources: ["*"], verbs: ["*"] }
+  - { groups: [readers], namespaces: [team-a], resources: [runs], verbs: [get] }
+"#;
+
+pub struct Mcp {
+    pub dir: TempDir,
+    pub server: Option<Server>,
+    pub addr: SocketAddr,
+}
+
+impl Mcp {
+    /// Start a server with these Workflow manifests in namespace team-a (and team-b copies).
+    pub async fn start(manifests: &[(&str, &str)]) -> Self {
+        let dir = TempDir::new();
+        let wf = dir.path().join("workflows");
+        std::fs::create_dir_all(&wf).unwrap();
+        for (name, yaml) in manifests {
+            std::fs::write(
+                wf.join(name),
+                yaml.replace("namespace: NS", "namespace: team-a"),
+            )
+            .unwrap();
+            std::fs::write(
+                wf.join(format!("b-{name}")),
+                yaml.replace("namespace: NS", "namespace: team-b"),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
+        Self::start_in(dir).await
+    }
+
+    pub async fn start_in(dir: TempDir) -> Self {
+        runway::install_crypto_provider();
+        let mut mcp = runway::mcp::Config::new();
+        mcp.state_key = b"0123456789abcdef0123456789abcdef-test".to_vec();
+        let server = Server::start(Options {
+            workflows: dir.path().join("workflows"),
+            db: dir.path().join("runs.db"),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            workers: 8,
+            auth: AuthMode::File(dir.path().join("auth.yaml")),
+            mcp,
+        })
+        .await
+        .unwrap();
+        let addr = server.addr;
+        Self {
+            dir,
+            server: Some(server),
+            addr,
+        }
+    }
+
+    pub async fn stop(mut self) -> TempDir {
+        self.server.take().unwrap().stop().await;
+        let Mcp { dir, .. } = self;
+        dir
+    }
+
+    pub fn client(&self, token: &str) -> Client {
+        Client::new(
+            &format!("http://{}", self.addr),
+            Some(token),
+            "/namespaces/team-a/mcp",
+        )
+    }
+
+    pub fn store(&self) -> &runway::store::sqlite::SqliteStore {
+        &self.server.as_ref().unwrap().store
+    }
+
+    /// Wait (on the store's watch) until the Run behind `task` in team-a satisfies `pred`.
+    pub async fn wait(
+        &self,
+        task: &str,
+        what: &str,
+        pred: impl Fn(&runway::api::Run) -> bool,
+    ) -> runway::api::Run {
+        super::harness::wait_for_in(self.store(), "team-a", task, what, pred).await
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub token: Option<String>,
+    pub path: String,
+    /// Client capabilities sent in `_meta`.
+    pub caps: Value,
+}
+
+/// A response: status, headers, and the JSON-RPC messages (one for JSON, all frames for SSE).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub messages: Vec<Value>,
+}
+
+impl Reply {
+    /// The final JSON-RPC message (the response).
+    pub fn last(&self) -> &Value {
+        self.messages.last().expect("a message")
+    }
+    pub fn result(&self) -> &Value {
+        let m = self.last();
+        assert!(m.get("error").is_none(), "expected a result, got {m}");
+        &m["result"]
+    }
+    pub fn error_code(&self) -> i64 {
+        self.last()["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("expected an error, got {:?}", self.messages))
+    }
+    pub fn notifications(&self, method: &str) -> Vec<&Value> {
+        self.messages
+            .iter()
+            .filter(|m| m["method"] == method)
+            .collect()
+    }
+}
+
+pub fn parse_body(content_type: &str, body: &str) -> Vec<Value> {
+    if content_type.starts_with("text/event-stream") {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    } else {
+        serde_json::from_str(body)
+            .map(|v| vec![v])
+            .unwrap_or_default()
+    }
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<&str>, path: &str) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: base.into(),
+            token: token.map(str::to_owned),
+            path: path.into(),
+            caps: json!({"extensions": {TASKS: {}}, "elicitation": {}}),
+        }
+    }
+
+    pub fn with_caps(mut self, caps: Value) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    pub fn at(mut self, path: &str) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    pub fn meta(&self) -> Value {
+        json!({
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": self.caps,
+        })
+    }
+
+    /// The request builder with the standard headers for `method` / `name`.
+    pub fn request(&self, method: &str, name: Option<&str>) -> reqwest::RequestBuilder {
+        self.request_at(VERSION, method, name)
+    }
+
+    /// A request that announces `version` in its `MCP-Protocol-Version` header.
+    pub fn request_at(
+        &self,
+        version: &str,
+        method: &str,
+        name: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut b = self
+            .http
+            .post(format!("{}{}", self.base, self.path))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .header("mcp-method", method);
+        if let Some(n) = name {
+            b = b.header("mcp-name", n);
+        }
+        if let Some(t) = &self.token {
+            b = b.bearer_auth(t);
+        }
+        b
+    }
+
+    pub async fn send(&self, b: reqwest::RequestBuilder) -> Reply {
+        let resp = b.send().await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let ct = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let body = resp.text().await.unwrap();
+        Reply {
+            status,
+            headers,
+            messages: parse_body(&ct, &body),
+        }
+    }
+
+    /// Send `method` with `params` (the `_meta` is added).
+    pub async fn rpc(&self, method: &str, name: Option<&str>, mut params: Value) -> Reply {
+        if params.get("_meta").is_none() {
+            params["_meta"] = self.meta();
+        } else {
+            let extra = params["_meta"].as_object().unwrap().clone();
+            params["_meta"] = self.meta();
+            for (k, v) in extra {
+                params["_meta"][k] = v;
+            }
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        self.send(self.request(method, name).json(&body)).await
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> Reply {
+        self.rpc(
+            "tools/call",
+            Some(tool),
+            json!({"name": tool, "arguments": args}),
+        )
+        .await
+    }
+
+    pub async fn get(&self, task: &str) -> Reply {
+        self.rpc("tasks/get", Some(task), json!({"taskId": task}))
+            .await
+    }
+
+    pub async fn update(&self, task: &str, responses: Value) -> Reply {
+        self.rpc(
+            "tasks/update",
+            Some(task),
+            json!({"taskId": task, "inputResponses": responses}),
+        )
+        .await
+    }
+
+    pub async fn cancel(&self, task: &str) -> Reply {
+        self.rpc("tasks/cancel", Some(task), json!({"taskId": task}))
+            .await
+    }
+}
