@@ -108,6 +108,19 @@ fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
     )
 }
 
+/// The Workflow spec of a Run that has no snapshot yet (only just created).
+pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api::WorkflowSpec> {
+    if run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
+        return None;
+    }
+    let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+    state
+        .workflows
+        .get(ns, &run.spec.workflow_ref.name)
+        .await
+        .map(|w| w.spec)
+}
+
 /// Whether the caller may act on `run` with `verb`: RBAC plus the owner rule.
 async fn may_act(state: &McpState, t: &Tenant, run: &Run, verb: Verb) -> bool {
     if !allowed(state, t, verb, Resource::Runs)
@@ -837,7 +850,7 @@ impl ServerHandler for RunwayMcp {
         let name = run.metadata.name.clone().unwrap_or_default();
         tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
         if as_task {
-            return Ok(CreateTaskResult::new(task::task(&run)).into());
+            return Ok(CreateTaskResult::new(task::task(&run, Some(&wf.spec))).into());
         }
         self.await_run(&t, &name, &ctx).await
     }
@@ -851,7 +864,8 @@ impl ServerHandler for RunwayMcp {
         let run = readable_run(&self.state, &t, &request.task_id)
             .await
             .ok_or_else(unknown_task)?;
-        Ok(GetTaskResult::new(task::project(&run)))
+        let live = live_spec(&self.state, &run).await;
+        Ok(GetTaskResult::new(task::project(&run, live.as_ref())))
     }
 
     async fn update_task(

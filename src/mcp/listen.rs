@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::events::Change;
-use super::handler::readable_run;
+use super::handler::{live_spec, readable_run};
 use super::{
     HEADER_METHOD, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID, McpState,
     PROTOCOL_VERSION, Tenant, codes, declares_tasks, rpc_error, task,
@@ -180,8 +180,9 @@ fn stream(state: Arc<McpState>, tenant: Tenant, id: Value, tasks: Vec<String>) -
                 continue;
             };
             let out = changes_tx.clone();
+            let live = live_spec(&state, &current).await;
             followers.spawn(async move {
-                let mut last = task::project(&current);
+                let mut last = task::project(&current, live.as_ref());
                 let _ = out
                     .send(serde_json::to_value(&last).unwrap_or(Value::Null))
                     .await;
@@ -191,7 +192,7 @@ fn stream(state: Arc<McpState>, tenant: Tenant, id: Value, tasks: Vec<String>) -
                 loop {
                     match rx.recv().await {
                         Ok(Change::Updated(run)) => {
-                            let next = task::project(&run);
+                            let next = task::project(&run, live.as_ref());
                             if next != last {
                                 last = next;
                                 if out

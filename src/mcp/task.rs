@@ -111,9 +111,10 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
-/// The base task fields of a Run.
-pub fn task(run: &Run) -> Task {
-    let snapshot = run.workflow_snapshot();
+/// The base task fields of a Run. `live` is the Workflow to read settings from while the Run
+/// has no snapshot yet (it was just created).
+pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
+    let snapshot = run.workflow_snapshot().or_else(|| live.cloned());
     let status = match run.phase() {
         RunPhase::Pending | RunPhase::Running | RunPhase::Cancelling | RunPhase::Waiting => {
             TaskStatus::Working
@@ -149,8 +150,8 @@ pub fn task(run: &Run) -> Task {
 }
 
 /// Project a Run onto the MCP task it is.
-pub fn project(run: &Run) -> DetailedTask {
-    let base = task(run);
+pub fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
+    let base = task(run, live);
     let st = run.status.clone().unwrap_or_default();
     let payload = match st.phase {
         RunPhase::Waiting => {

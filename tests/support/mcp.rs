@@ -13,16 +13,20 @@ use super::harness::TempDir;
 pub const VERSION: &str = "2026-07-28";
 pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 
-/// The auth file most tests use: alice and bob in team-a, carol in team-b, olga operates team-a.
+/// The auth file most tests use: alice, dave (dev) and bob (dev, ops: may list runs) in team-a,
+/// carol in team-b, olga operates team-a, rita may only read runs.
 pub const AUTH: &str = r#"
 tokens:
   - { token: alice-token, user: alice, groups: [dev], namespace: team-a }
   - { token: bob-token, user: bob, groups: [dev, ops], namespace: team-a }
+  - { token: dave-token, user: dave, groups: [dev], namespace: team-a }
   - { token: carol-token, user: carol, groups: [b-devs], namespace: team-b }
   - { token: olga-token, user: olga, groups: [operators], namespace: team-a }
   - { token: reader-token, user: rita, groups: [readers], namespace: team-a }
 rules:
-  - { groups: [dev], namespaces: [team-a], resources: ["*"], verbs: [get, list, watch, create, update] }
+  - { groups: [dev], namespaces: [team-a], resources: [runs], verbs: [get, watch, create, update] }
+  - { groups: [dev], namespaces: [team-a], resources: [workflows], verbs: [get, list] }
+  - { groups: [ops], namespaces: [team-a], resources: [runs], verbs: [list] }
   - { users: [carol], namespaces: [team-b], resources: ["*"], verbs: ["*"] }
   - { groups: [operators], namespaces: [team-a], resources: ["*"], verbs: ["*"] }
   - { groups: [readers], namespaces: [team-a], resources: [runs], verbs: [get] }

@@ -1,0 +1,529 @@
+//! MCP Tasks backed by Runs, over real HTTP.
+
+mod support;
+
+use futures::StreamExt;
+use reqwest::StatusCode;
+use runway::api::{RunPhase, StepPhase};
+use serde_json::{Value, json};
+use support::mcp::{Client, Mcp, TASKS};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: quick, namespace: NS }
+spec:
+  tool: { description: Finishes at once. }
+  execution: { pollInterval: 250ms, ttlAfterFinished: 1h }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "quick done" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: NS }
+spec:
+  tool: { description: Sleeps for an hour unless cancelled. }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+  finally: [ { name: cleanup, delay: { duration: 10ms } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: form, namespace: NS }
+spec:
+  tool: { description: Two questions. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: a, message: "A?", requestedSchema: { type: object, properties: { v: { type: string } } } }
+          - { name: b, message: "B?", requestedSchema: { type: object, properties: { v: { type: string } } } }
+  finally: [ { name: cleanup, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "{{ inputs.a.v }}{{ inputs.b.v }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: gated, namespace: NS }
+spec:
+  tool: { description: Needs an ops approver other than the requester. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "ok?", approvers: { groups: [ops] }, distinctFromRequester: true }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tool-error, namespace: NS }
+spec:
+  tool: { description: Fails as a tool error. }
+  steps: [ { name: f, fail: { message: "nope" } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: proto-error, namespace: NS }
+spec:
+  tool: { description: Fails as a protocol error. }
+  steps: [ { name: f, fail: { error: { code: -32042, message: "broken" } } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: sync-only, namespace: NS }
+spec:
+  tool: { description: Never a task. }
+  execution: { mode: sync }
+  result: { content: [ { type: text, text: "sync" } ] }
+"#;
+
+async fn server() -> Mcp {
+    Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
+}
+
+fn task_id(r: &support::mcp::Reply) -> String {
+    let res = r.result();
+    assert_eq!(res["resultType"], "task", "{res}");
+    res["taskId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_then_get_until_completed() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let r = c.call("quick", json!({})).await;
+    let res = r.result().clone();
+    let id = task_id(&r);
+    assert!(
+        id.starts_with("quick-") && id.len() == "quick-".len() + 26,
+        "{id}"
+    );
+    assert_eq!(res["status"], "working");
+    assert!(res["ttlMs"].is_null());
+    assert_eq!(res["pollIntervalMs"], 250);
+    for k in ["result", "error", "inputRequests", "requestState"] {
+        assert!(res.get(k).is_none(), "CreateTaskResult carries no {k}");
+    }
+    // the create committed before the answer: an immediate get resolves
+    let first = c.get(&id).await;
+    assert_eq!(first.result()["taskId"], id.as_str());
+    s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    let done = c.get(&id).await;
+    let t = done.result();
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["result"]["content"][0]["text"], "quick done");
+    assert!(t["ttlMs"].as_u64().unwrap() >= 3_600_000);
+    // the sync-only tool never becomes a task, even when the client could take one
+    let sync = c.call("sync-only", json!({})).await;
+    assert_eq!(sync.result()["content"][0]["text"], "sync");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_never_writes() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let id = task_id(&c.call("nap", json!({})).await);
+    let running = s
+        .wait(&id, "running", |r| r.phase() == RunPhase::Running)
+        .await;
+    for _ in 0..3 {
+        assert_eq!(c.get(&id).await.result()["status"], "working");
+    }
+    let after = runway::store::RunStore::get(s.store(), "team-a", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        running.metadata.resource_version
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_is_answered_one_key_at_a_time_and_concurrent_answers_record_once() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let bob = s.client("bob-token");
+    let id = task_id(&alice.call("form", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let t = alice.get(&id).await.result().clone();
+    assert_eq!(t["status"], "input_required");
+    let keys: Vec<String> = t["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(t["inputRequests"][&keys[0]]["method"], "elicitation/create");
+
+    // unknown keys are acknowledged and ignored
+    let ack = alice
+        .update(&id, json!({"unknown-key": {"ignored": true}}))
+        .await;
+    assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+
+    // two clients answer the same key at once: exactly one answer is recorded
+    let a1 = alice.update(
+        &id,
+        json!({ keys[0].clone(): {"action": "accept", "content": {"v": "x"}} }),
+    );
+    let a2 = bob.update(
+        &id,
+        json!({ keys[0].clone(): {"action": "accept", "content": {"v": "y"}} }),
+    );
+    let (r1, r2) = tokio::join!(a1, a2);
+    assert_eq!(r1.result()["resultType"], "complete");
+    assert_eq!(r2.result()["resultType"], "complete");
+    let run = runway::store::RunStore::get(s.store(), "team-a", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    let recorded = &run.spec.input_responses[&keys[0]];
+    let who = recorded.answered_by.clone().unwrap();
+    let v = recorded.content.as_ref().unwrap()["v"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        (who == "alice" && v == "x") || (who == "bob" && v == "y"),
+        "{who} {v}"
+    );
+
+    // right after the answer, only the other key is open
+    let t = alice.get(&id).await.result().clone();
+    assert_eq!(t["status"], "input_required");
+    assert_eq!(
+        t["inputRequests"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec![&keys[1]]
+    );
+
+    alice
+        .update(
+            &id,
+            json!({ keys[1].clone(): {"action": "accept", "content": {"v": "z"}} }),
+        )
+        .await;
+    s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    let t = alice.get(&id).await.result().clone();
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["result"]["content"][0]["text"], format!("{v}z"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ineligible_approvers_are_ignored() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let id = task_id(&alice.call("gated", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let key = "ask.ok";
+    // alice requested it; she is not an ops approver either
+    alice
+        .update(&id, json!({ key: {"action": "accept", "content": {}} }))
+        .await;
+    let run = runway::store::RunStore::get(s.store(), "team-a", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.spec.input_responses.is_empty());
+    // bob is in ops
+    s.client("bob-token")
+        .update(&id, json!({ key: {"action": "accept", "content": {}} }))
+        .await;
+    let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    assert_eq!(
+        done.spec.input_responses[key].answered_by.as_deref(),
+        Some("bob")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_delay_and_during_an_input_wait_runs_cleanup() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    for (tool, phase) in [("nap", RunPhase::Running), ("form", RunPhase::Waiting)] {
+        let id = task_id(&c.call(tool, json!({})).await);
+        s.wait(&id, "started", |r| r.phase() == phase).await;
+        let ack = c.cancel(&id).await;
+        assert_eq!(ack.result(), &json!({"resultType": "complete"}));
+        let done = s.wait(&id, "cancelled", |r| r.phase().is_terminal()).await;
+        assert_eq!(done.phase(), RunPhase::Cancelled);
+        let st = done.status.clone().unwrap();
+        let cleanup = st
+            .steps
+            .iter()
+            .find(|s| s.name == "cleanup")
+            .expect("cleanup ran");
+        assert_eq!(cleanup.phase, StepPhase::Succeeded);
+        assert_eq!(
+            done.spec.cancel.as_ref().unwrap().requested_by.as_deref(),
+            Some("alice")
+        );
+        assert_eq!(c.get(&id).await.result()["status"], "cancelled");
+        // cancelling a terminal task is an ack that changes nothing
+        let again = c.cancel(&id).await;
+        assert_eq!(again.result()["resultType"], "complete");
+        let after = runway::store::RunStore::get(s.store(), "team-a", &id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            after.metadata.resource_version,
+            done.metadata.resource_version
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_errors_complete_and_protocol_errors_fail() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let id = task_id(&c.call("tool-error", json!({})).await);
+    s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    let t = c.get(&id).await.result().clone();
+    assert_eq!(t["status"], "completed");
+    assert_eq!(t["result"]["isError"], true);
+    assert!(t.get("error").is_none());
+
+    let id = task_id(&c.call("proto-error", json!({})).await);
+    s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    let t = c.get(&id).await.result().clone();
+    assert_eq!(t["status"], "failed");
+    assert_eq!(t["error"]["code"], -32042);
+    assert_eq!(t["error"]["message"], "broken");
+    assert!(t.get("result").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_principals_get_the_same_answer_as_for_unknown_tasks() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let id = task_id(&alice.call("form", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    // dave is a plain team-a developer, like alice
+    let bob = s.client("dave-token");
+    let carol_in_a = s.client("carol-token");
+    let carol_home = s.client("carol-token").at("/mcp");
+    let unknown = alice.get("form-aaaaaaaaaaaaaaaaaaaaaaaaaa").await;
+    let reference = unknown.last()["error"].clone();
+    assert_eq!(reference["code"], -32602);
+    for (who, c) in [
+        ("dave", &bob),
+        ("carol in team-a", &carol_in_a),
+        ("carol at home", &carol_home),
+    ] {
+        for r in [
+            c.get(&id).await,
+            c.update(
+                &id,
+                json!({"ask.a": {"action": "accept", "content": {"v": "x"}}}),
+            )
+            .await,
+            c.cancel(&id).await,
+        ] {
+            assert_eq!(r.last()["error"], reference, "{who}");
+        }
+    }
+    let run = runway::store::RunStore::get(s.store(), "team-a", &id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.spec.input_responses.is_empty() && run.spec.cancel.is_none());
+    // an operator who may list runs can act on anyone's task
+    assert_eq!(
+        s.client("olga-token").get(&id).await.result()["taskId"],
+        id.as_str()
+    );
+    // a purged task is indistinguishable too
+    runway::store::RunStore::delete(s.store(), "team-a", &id)
+        .await
+        .unwrap();
+    assert_eq!(alice.get(&id).await.last()["error"], reference);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capability_is_checked_before_lookup_and_headers_before_auth() {
+    let s = server().await;
+    let no_tasks = s.client("alice-token").with_caps(json!({}));
+    let r = no_tasks.get("anything").await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (StatusCode::BAD_REQUEST, -32021)
+    );
+    assert!(r.last()["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object());
+    // even without credentials the capability answer comes first
+    let anon = Client::new(
+        &format!("http://{}", s.addr),
+        None,
+        "/namespaces/team-a/mcp",
+    )
+    .with_caps(json!({}));
+    assert_eq!(anon.get("anything").await.error_code(), -32021);
+    // Mcp-Name must equal taskId
+    let c = s.client("alice-token");
+    let mismatch = c
+        .send(
+            c.request("tasks/get", Some("other"))
+                .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
+            "params": {"_meta": c.meta(), "taskId": "mine"}})),
+        )
+        .await;
+    assert_eq!(
+        (mismatch.status, mismatch.error_code()),
+        (StatusCode::BAD_REQUEST, -32020)
+    );
+    // with the capability and matching headers, authentication applies
+    let anon_tasks = Client::new(
+        &format!("http://{}", s.addr),
+        None,
+        "/namespaces/team-a/mcp",
+    );
+    assert_eq!(
+        anon_tasks.get("anything").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_return_the_same_task() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let call = |args: Value, key: &str| {
+        c.rpc(
+            "tools/call",
+            Some("nap"),
+            json!({"name": "nap", "arguments": args, "_meta": {"dev.runway/idempotencyKey": key}}),
+        )
+    };
+    let a = task_id(&call(json!({}), "order-1").await);
+    let b = task_id(&call(json!({}), "order-1").await);
+    assert_eq!(a, b);
+    assert_eq!(a.len(), "nap-".len() + 26);
+    let other = task_id(&call(json!({}), "order-2").await);
+    assert_ne!(a, other);
+    let reused = call(json!({"x": 1}), "order-1").await;
+    assert_eq!(reused.error_code(), -32602);
+    // another principal with the same key gets their own task
+    let bob = s.client("bob-token");
+    let r = bob
+        .rpc("tools/call", Some("nap"), json!({"name": "nap", "arguments": {}, "_meta": {"dev.runway/idempotencyKey": "order-1"}}))
+        .await;
+    assert_ne!(task_id(&r), a);
+}
+
+/// Read SSE frames from a listen response as they arrive.
+async fn listen(
+    c: &Client,
+    ids: &[&str],
+) -> (
+    reqwest::StatusCode,
+    futures::stream::BoxStream<'static, Value>,
+) {
+    let body = json!({"jsonrpc": "2.0", "id": 99, "method": "subscriptions/listen",
+        "params": {"_meta": c.meta(), "notifications": {"taskIds": ids}}});
+    let resp = c
+        .request("subscriptions/listen", None)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let mut buf = String::new();
+    let frames = resp
+        .bytes_stream()
+        .map(move |chunk| {
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            let mut out = Vec::new();
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                for line in event.lines() {
+                    if let Some(d) = line.strip_prefix("data:") {
+                        out.push(serde_json::from_str::<Value>(d.trim()).unwrap());
+                    }
+                }
+            }
+            futures::stream::iter(out)
+        })
+        .flatten()
+        .boxed();
+    (status, frames)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_streams_every_transition_of_readable_tasks_in_order() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let t1 = task_id(&alice.call("form", json!({})).await);
+    let t2 = task_id(&alice.call("nap", json!({})).await);
+    let bobs = task_id(&s.client("dave-token").call("nap", json!({})).await);
+    s.wait(&t1, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+
+    let (status, mut frames) = listen(
+        &alice,
+        &[&t1, &t2, &bobs, "ghost-aaaaaaaaaaaaaaaaaaaaaaaaaa"],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let ack = frames.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([t1, t2]),
+        "unreadable ids are left out"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        99
+    );
+
+    alice
+        .update(
+            &t1,
+            json!({"ask.a": {"action": "accept", "content": {"v": "1"}}}),
+        )
+        .await;
+    alice
+        .update(
+            &t1,
+            json!({"ask.b": {"action": "accept", "content": {"v": "2"}}}),
+        )
+        .await;
+    s.wait(&t1, "finished", |r| r.phase().is_terminal()).await;
+    alice.cancel(&t2).await;
+
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut last = None;
+    while let Some(f) = frames.next().await {
+        if f.get("id").is_some() {
+            last = Some(f);
+            break;
+        }
+        assert_eq!(f["method"], "notifications/tasks");
+        assert_eq!(
+            f["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            99
+        );
+        seen.entry(f["params"]["taskId"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(f["params"]["status"].as_str().unwrap().to_owned());
+    }
+    let s1 = &seen[&t1];
+    assert_eq!(s1.first().map(String::as_str), Some("input_required"));
+    assert_eq!(s1.last().map(String::as_str), Some("completed"));
+    assert!(
+        s1.iter().filter(|x| *x == "input_required").count() >= 2,
+        "each answer is a transition: {s1:?}"
+    );
+    let s2 = &seen[&t2];
+    assert_eq!(s2.first().map(String::as_str), Some("working"));
+    assert_eq!(s2.last().map(String::as_str), Some("cancelled"));
+    assert!(!seen.contains_key(&bobs));
+    // every followed task ended: the stream closes with a final response
+    assert_eq!(last.unwrap()["result"]["resultType"], "complete");
+}
