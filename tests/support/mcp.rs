@@ -167,6 +167,7 @@ pub fn parse_body(content_type: &str, body: &str) -> Vec<Value> {
 
 impl Client {
     pub fn new(base: &str, token: Option<&str>, path: &str) -> Self {
+        runway::install_crypto_provider();
         Self {
             http: reqwest::Client::new(),
             base: base.into(),

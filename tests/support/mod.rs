@@ -4,3 +4,4 @@
 pub mod contract;
 pub mod harness;
 pub mod mcp;
+pub mod process;

@@ -1,0 +1,129 @@
+//! Process-level crashes: `kill -9` of `runway serve` mid-run, then a restart on the same
+//! database. Every Run finishes, exactly once.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use support::harness::{PATIENCE, TempDir};
+use support::mcp::{AUTH, Client};
+use support::process::{Process, free_port};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: team-a }
+spec:
+  tool: { description: Sleeps, durably. }
+  steps:
+    - { name: sleep, delay: { duration: "{{ args.ms }}ms" } }
+  result: { content: [ { type: text, text: "slept {{ args.ms }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ask, namespace: team-a }
+spec:
+  tool: { description: Waits for an answer. }
+  steps:
+    - name: q
+      input: { requests: [ { name: go, message: "go?" } ] }
+  result: { content: [ { type: text, text: "answered" } ] }
+"#;
+
+fn setup() -> TempDir {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/wf.yaml"), WORKFLOWS).unwrap();
+    std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
+    dir
+}
+
+fn client(p: &Process) -> Client {
+    Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp")
+}
+
+fn task_id(r: &support::mcp::Reply) -> String {
+    r.result()["taskId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_survive_kill_9_and_finish_exactly_once() {
+    let dir = setup();
+    let port = free_port();
+    let p = Process::start(dir.path(), port).await;
+    let c = client(&p);
+    let mut naps = Vec::new();
+    for i in 0..5 {
+        naps.push(task_id(&c.call("nap", json!({"ms": 1500 + i * 100})).await));
+    }
+    let ask = task_id(&c.call("ask", json!({})).await);
+    // every Run has started before the crash
+    for id in naps.iter().chain([&ask]) {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+            "params": {"_meta": c.meta(), "notifications": {"taskIds": [id]}}});
+        let resp = c.request("subscriptions/listen", None).json(&body).send().await.unwrap();
+        let mut stream = resp.bytes_stream();
+        let mut text = String::new();
+        tokio::time::timeout(PATIENCE, async {
+            while let Some(chunk) = stream.next().await {
+                text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+                if text.contains("statusMessage") {
+                    return;
+                }
+            }
+        })
+        .await
+        .expect("run started");
+    }
+    let before: BTreeMap<String, Value> = {
+        let mut m = BTreeMap::new();
+        for id in &naps {
+            m.insert(id.clone(), c.get(id).await.result().clone());
+        }
+        m
+    };
+    p.kill9().await;
+
+    let p = Process::start(dir.path(), port).await;
+    let c = client(&p);
+    // the task is still readable after the crash
+    let t = c.get(&ask).await;
+    assert_eq!(t.result()["status"], "input_required");
+    c.update(&ask, json!({"q.go": {"action": "accept", "content": {}}})).await;
+
+    // follow all tasks to the end on one listen stream
+    let ids: Vec<&String> = naps.iter().chain([&ask]).collect();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
+        "params": {"_meta": c.meta(), "notifications": {"taskIds": ids}}});
+    let resp = c.request("subscriptions/listen", None).json(&body).send().await.unwrap();
+    let text = tokio::time::timeout(PATIENCE, resp.text()).await.expect("all tasks finish").unwrap();
+    let frames: Vec<Value> = support::mcp::parse_body("text/event-stream", &text);
+    let mut completed: BTreeMap<String, usize> = BTreeMap::new();
+    for f in &frames {
+        if f["method"] == "notifications/tasks" && f["params"]["status"] == "completed" {
+            *completed.entry(f["params"]["taskId"].as_str().unwrap().to_owned()).or_default() += 1;
+        }
+    }
+    for id in &ids {
+        assert_eq!(completed.get(*id), Some(&1), "{id} completed exactly once");
+    }
+    // the same Runs, each with one attempt of its step; nothing was duplicated
+    for (id, old) in &before {
+        let t = c.get(id).await.result().clone();
+        assert_eq!(t["createdAt"], old["createdAt"]);
+        assert_eq!(t["result"]["content"][0]["text"].as_str().unwrap().starts_with("slept"), true);
+    }
+    let list = c.rpc("tools/list", None, json!({})).await;
+    assert!(list.result()["tools"].as_array().unwrap().len() == 2);
+    p.kill9().await;
+    let runs = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    let all = runway::store::RunStore::list(&runs, Some("team-a"), &Default::default()).await.unwrap();
+    assert_eq!(all.len(), 6, "no Run lost or duplicated");
+    for r in all {
+        let st = r.status.unwrap();
+        assert_eq!(st.steps.len(), 1);
+        assert_eq!(st.steps[0].attempt, 1);
+    }
+}

@@ -1,0 +1,72 @@
+//! `runway serve` as a child process, for crash tests: started, killed with SIGKILL, restarted.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub struct Process {
+    pub child: Child,
+    pub port: u16,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Process {
+    /// Start `runway serve` and wait for its "started" log line.
+    pub async fn start(dir: &Path, port: u16) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
+            .arg("serve")
+            .arg("--workflows")
+            .arg(dir.join("workflows"))
+            .arg("--db")
+            .arg(dir.join("runs.db"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--auth-file")
+            .arg(dir.join("auth.yaml"))
+            .arg("--state-key-file")
+            .arg(key_file(dir))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let started = tokio::time::timeout(super::harness::PATIENCE, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.contains("runway serve started") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        assert!(started, "runway serve did not start");
+        // Keep draining stderr so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { child, port }
+    }
+
+    /// SIGKILL, as a crash.
+    pub async fn kill9(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+fn key_file(dir: &Path) -> PathBuf {
+    let f = dir.join("state.key");
+    if !f.exists() {
+        std::fs::write(&f, "a-shared-state-key-of-at-least-32-bytes").unwrap();
+    }
+    f
+}
