@@ -12,4 +12,5 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 pub mod auth;
+pub mod client;
 pub mod server;

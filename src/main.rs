@@ -18,6 +18,148 @@ struct Cli {
     command: Command,
 }
 
+/// Task commands.
+#[derive(Subcommand)]
+enum TasksCommand {
+    /// Print a task as JSON.
+    Get {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+    /// Follow a task's status until it ends (subscriptions/listen).
+    Watch {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+    /// Answer one input request of a task.
+    Answer {
+        /// Task id.
+        id: String,
+        /// Input request key (see `runway tasks get`).
+        key: String,
+        /// Accept with this JSON object as the content.
+        #[arg(long, group = "action")]
+        accept: Option<String>,
+        /// Decline.
+        #[arg(long, group = "action")]
+        decline: bool,
+        /// Dismiss (the question is asked again).
+        #[arg(long, group = "action")]
+        cancel: bool,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+    /// Cancel a task.
+    Cancel {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+}
+
+/// Where the client commands connect.
+#[derive(clap::Args)]
+struct TargetFlags {
+    /// MCP endpoint URL.
+    #[arg(long, env = "RUNWAY_URL", default_value = "http://127.0.0.1:8080/mcp")]
+    url: String,
+    /// File holding the bearer token.
+    #[arg(long, env = "RUNWAY_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+}
+
+impl TargetFlags {
+    fn target(&self) -> Result<runway::client::Target, runway::client::ClientError> {
+        let token = match &self.token_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| {
+                        runway::client::ClientError::Usage(format!(
+                            "cannot read {}: {e}",
+                            f.display()
+                        ))
+                    })?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(runway::client::Target {
+            url: self.url.clone(),
+            token,
+        })
+    }
+}
+
+async fn client_command(command: Command) -> ExitCode {
+    use runway::client::{self, ClientError, exit};
+    let result: Result<u8, ClientError> = async {
+        match command {
+            Command::Call {
+                tool,
+                args,
+                json,
+                no_task,
+                target,
+            } => {
+                let mut prompter = client::Prompter::default();
+                client::call(
+                    &target.target()?,
+                    &tool,
+                    json.as_deref(),
+                    &args,
+                    no_task,
+                    &mut prompter,
+                )
+                .await
+            }
+            Command::Tasks { command } => match command {
+                TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
+                TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
+                TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
+                TasksCommand::Answer {
+                    id,
+                    key,
+                    accept,
+                    decline,
+                    cancel,
+                    target,
+                } => {
+                    let response = match (accept, decline, cancel) {
+                        (Some(json), _, _) => {
+                            let content: serde_json::Value = serde_json::from_str(&json)
+                                .map_err(|e| ClientError::Usage(format!("--accept: {e}")))?;
+                            serde_json::json!({"action": "accept", "content": content})
+                        }
+                        (None, true, _) => serde_json::json!({"action": "decline"}),
+                        (None, false, true) => serde_json::json!({"action": "cancel"}),
+                        _ => {
+                            return Err(ClientError::Usage(
+                                "one of --accept, --decline, --cancel is required".into(),
+                            ));
+                        }
+                    };
+                    client::answer(&target.target()?, &id, &key, response).await
+                }
+            },
+            _ => unreachable!("only client commands reach here"),
+        }
+    }
+    .await;
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("runway: {e}");
+            ExitCode::from(exit::ERROR)
+        }
+    }
+}
+
 /// Flags of the MCP endpoint, shared by `serve` and `operator`.
 #[derive(clap::Args)]
 struct McpFlags {
@@ -89,6 +231,27 @@ enum Command {
         #[command(flatten)]
         mcp: McpFlags,
     },
+    /// Call a tool on an MCP server and print its result (prompting for any input it asks for).
+    Call {
+        /// Tool name.
+        tool: String,
+        /// An argument, `key=value` (the value is JSON when it parses, else a string). Repeatable.
+        #[arg(long = "arg", short = 'a')]
+        args: Vec<String>,
+        /// All arguments as one JSON object (`--arg` values override its keys).
+        #[arg(long)]
+        json: Option<String>,
+        /// Do not ask for a task: hold the call until it finishes (Ctrl-C cancels the run).
+        #[arg(long)]
+        no_task: bool,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+    /// Inspect and steer tasks.
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crds {
         /// Write `<plural>.<group>.yaml` files into this directory instead of printing.
@@ -97,9 +260,9 @@ enum Command {
     },
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -151,8 +314,11 @@ async fn shutdown_signal() {
 async fn main() -> ExitCode {
     runway::install_crypto_provider();
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // Client commands talk to people: only warnings unless RUST_LOG says otherwise.
+    let quiet = matches!(cli.command, Command::Call { .. } | Command::Tasks { .. });
+    init_logs(cli.log_format, if quiet { "warn" } else { "info" });
     match cli.command {
+        c @ (Command::Call { .. } | Command::Tasks { .. }) => client_command(c).await,
         Command::Crds { dir } => match crds(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -63,7 +63,12 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
     for id in naps.iter().chain([&ask]) {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
             "params": {"_meta": c.meta(), "notifications": {"taskIds": [id]}}});
-        let resp = c.request("subscriptions/listen", None).json(&body).send().await.unwrap();
+        let resp = c
+            .request("subscriptions/listen", None)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let mut stream = resp.bytes_stream();
         let mut text = String::new();
         tokio::time::timeout(PATIENCE, async {
@@ -91,19 +96,30 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
     // the task is still readable after the crash
     let t = c.get(&ask).await;
     assert_eq!(t.result()["status"], "input_required");
-    c.update(&ask, json!({"q.go": {"action": "accept", "content": {}}})).await;
+    c.update(&ask, json!({"q.go": {"action": "accept", "content": {}}}))
+        .await;
 
     // follow all tasks to the end on one listen stream
     let ids: Vec<&String> = naps.iter().chain([&ask]).collect();
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "subscriptions/listen",
         "params": {"_meta": c.meta(), "notifications": {"taskIds": ids}}});
-    let resp = c.request("subscriptions/listen", None).json(&body).send().await.unwrap();
-    let text = tokio::time::timeout(PATIENCE, resp.text()).await.expect("all tasks finish").unwrap();
+    let resp = c
+        .request("subscriptions/listen", None)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = tokio::time::timeout(PATIENCE, resp.text())
+        .await
+        .expect("all tasks finish")
+        .unwrap();
     let frames: Vec<Value> = support::mcp::parse_body("text/event-stream", &text);
     let mut completed: BTreeMap<String, usize> = BTreeMap::new();
     for f in &frames {
         if f["method"] == "notifications/tasks" && f["params"]["status"] == "completed" {
-            *completed.entry(f["params"]["taskId"].as_str().unwrap().to_owned()).or_default() += 1;
+            *completed
+                .entry(f["params"]["taskId"].as_str().unwrap().to_owned())
+                .or_default() += 1;
         }
     }
     for id in &ids {
@@ -113,13 +129,20 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
     for (id, old) in &before {
         let t = c.get(id).await.result().clone();
         assert_eq!(t["createdAt"], old["createdAt"]);
-        assert_eq!(t["result"]["content"][0]["text"].as_str().unwrap().starts_with("slept"), true);
+        assert!(
+            t["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("slept")
+        );
     }
     let list = c.rpc("tools/list", None, json!({})).await;
     assert!(list.result()["tools"].as_array().unwrap().len() == 2);
     p.kill9().await;
     let runs = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();
-    let all = runway::store::RunStore::list(&runs, Some("team-a"), &Default::default()).await.unwrap();
+    let all = runway::store::RunStore::list(&runs, Some("team-a"), &Default::default())
+        .await
+        .unwrap();
     assert_eq!(all.len(), 6, "no Run lost or duplicated");
     for r in all {
         let st = r.status.unwrap();

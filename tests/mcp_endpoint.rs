@@ -553,3 +553,39 @@ async fn a_disconnect_after_the_response_does_not_touch_the_run() {
     assert!(run.spec.cancel.is_none());
     assert_eq!(run.phase(), RunPhase::Running);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_shutdown_does_not_cancel_blocking_runs() {
+    let s = server().await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    use futures::StreamExt;
+    let rv = runway::store::RunStore::resource_version(s.store())
+        .await
+        .unwrap();
+    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
+    let held = tokio::spawn({
+        let c = c.clone();
+        async move { c.call("slow", json!({})).await }
+    });
+    let name = loop {
+        let ev = created.next().await.unwrap().unwrap();
+        if ev.run().spec.workflow_ref.name == "slow" {
+            break ev.run().metadata.name.clone().unwrap();
+        }
+    };
+    s.wait(&name, "running", |r| r.phase() == RunPhase::Running)
+        .await;
+    let dir = s.stop().await;
+    let _ = held.await;
+    let store = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = runway::store::RunStore::get(&store, "team-a", &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        run.spec.cancel.is_none(),
+        "shutdown must not cancel: {:?}",
+        run.spec.cancel
+    );
+    assert_eq!(run.phase(), RunPhase::Running);
+}

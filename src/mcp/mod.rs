@@ -5,7 +5,7 @@
 pub mod codes;
 pub mod events;
 mod handler;
-mod listen;
+pub mod listen;
 pub mod task;
 
 use std::sync::Arc;

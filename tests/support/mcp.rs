@@ -281,4 +281,38 @@ impl Client {
         self.rpc("tasks/cancel", Some(task), json!({"taskId": task}))
             .await
     }
+
+    /// Follow `task` on `subscriptions/listen` until its status is `status`; returns the task.
+    pub async fn await_status(&self, task: &str, status: &str) -> Value {
+        use futures::StreamExt;
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+            "params": {"_meta": self.meta(), "notifications": {"taskIds": [task]}}});
+        let resp = self
+            .request("subscriptions/listen", None)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let mut stream = resp.bytes_stream();
+        let mut buf = String::new();
+        let found = tokio::time::timeout(super::harness::PATIENCE, async {
+            while let Some(chunk) = stream.next().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+                while let Some(end) = buf.find("\n\n") {
+                    let event: String = buf.drain(..end + 2).collect();
+                    for f in parse_body("text/event-stream", &event) {
+                        if f["method"] == "notifications/tasks" && f["params"]["status"] == status {
+                            return Some(f["params"].clone());
+                        }
+                    }
+                }
+            }
+            None
+        })
+        .await;
+        found
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("task {task} never reached {status}"))
+    }
 }

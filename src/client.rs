@@ -1,0 +1,468 @@
+//! The `runway call` and `runway tasks …` client commands: an MCP 2026-07-28 client (rmcp) that
+//! works against any server, with a terminal prompt for input requests.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig,
+    GetTaskParams, Implementation, JsonObject, ProtocolVersion, TaskPayload, UpdateTaskParams,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::mcp::{
+    META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION, TASKS_EXTENSION,
+};
+
+/// Exit codes of the client commands.
+pub mod exit {
+    /// The call succeeded.
+    pub const OK: u8 = 0;
+    /// The tool reported an error, the task failed or was cancelled.
+    pub const FAILED: u8 = 1;
+    /// Bad usage, or the server could not be reached or refused the request.
+    pub const ERROR: u8 = 2;
+    /// Interrupted (Ctrl-C).
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// Client errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Connecting or the protocol failed.
+    #[error("{0}")]
+    Protocol(String),
+    /// The server answered with a JSON-RPC error.
+    #[error("server error {code}: {message}")]
+    Rpc {
+        /// Code.
+        code: i64,
+        /// Message.
+        message: String,
+    },
+    /// Bad input on the command line or the terminal.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl From<rmcp::ServiceError> for ClientError {
+    fn from(e: rmcp::ServiceError) -> Self {
+        match e {
+            rmcp::ServiceError::McpError(e) => Self::Rpc {
+                code: e.code.0 as i64,
+                message: e.message.to_string(),
+            },
+            other => Self::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Where to connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// MCP endpoint URL.
+    pub url: String,
+    /// Bearer token.
+    pub token: Option<String>,
+}
+
+type Session = RunningService<RoleClient, ClientConfig>;
+
+fn capabilities(tasks: bool) -> ClientCapabilities {
+    let mut caps = json!({"elicitation": {"form": {}}});
+    if tasks {
+        caps["extensions"] = json!({ TASKS_EXTENSION: {} });
+    }
+    serde_json::from_value(caps).expect("capabilities deserialize")
+}
+
+async fn connect(target: &Target, tasks: bool) -> Result<Session, ClientError> {
+    crate::install_crypto_provider();
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(target.url.clone());
+    if let Some(t) = &target.token {
+        cfg = cfg.auth_header(t.clone());
+    }
+    let transport = StreamableHttpClientTransport::from_config(cfg);
+    let info = ClientConfig::new(
+        capabilities(tasks),
+        Implementation::new("runway", env!("CARGO_PKG_VERSION")),
+    );
+    info.serve_with_lifecycle(
+        transport,
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .map_err(|e| ClientError::Protocol(format!("cannot connect to {}: {e}", target.url)))
+}
+
+/// Parse `--arg k=v` pairs over `--json`. A value is JSON when it parses, else a string; a
+/// property the tool's schema declares as a string always stays a string (`--arg version=1.2`).
+pub fn arguments(
+    json_args: Option<&str>,
+    pairs: &[String],
+    schema: Option<&Value>,
+) -> Result<JsonObject, ClientError> {
+    let mut args = match json_args {
+        Some(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => m,
+            _ => return Err(ClientError::Usage("--json must be a JSON object".into())),
+        },
+        None => JsonObject::new(),
+    };
+    for p in pairs {
+        let (k, v) = p
+            .split_once('=')
+            .ok_or_else(|| ClientError::Usage(format!("--arg {p:?}: expected key=value")))?;
+        let declared = schema.and_then(|s| s["properties"][k]["type"].as_str());
+        let v = if declared == Some("string") {
+            Value::String(v.to_owned())
+        } else {
+            serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()))
+        };
+        args.insert(k.to_owned(), v);
+    }
+    Ok(args)
+}
+
+/// Reads answers to input requests from the terminal.
+pub struct Prompter {
+    lines: tokio::io::Lines<BufReader<tokio::io::Stdin>>,
+}
+
+impl Default for Prompter {
+    fn default() -> Self {
+        Self {
+            lines: BufReader::new(tokio::io::stdin()).lines(),
+        }
+    }
+}
+
+impl Prompter {
+    async fn ask(&mut self, prompt: &str) -> Result<String, ClientError> {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        match self.lines.next_line().await {
+            Ok(Some(l)) => Ok(l.trim().to_owned()),
+            _ => Err(ClientError::Usage("no answer on standard input".into())),
+        }
+    }
+
+    /// Ask one elicitation request; returns the `{action, content}` answer.
+    pub async fn answer(&mut self, key: &str, request: &Value) -> Result<Value, ClientError> {
+        let params = &request["params"];
+        eprintln!(
+            "\n[{key}] {}",
+            params["message"].as_str().unwrap_or("input requested")
+        );
+        if request["method"] != "elicitation/create" {
+            eprintln!("  (this client answers only elicitation requests; declining)");
+            return Ok(json!({"action": "decline"}));
+        }
+        let props = params["requestedSchema"]["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        if props.is_empty() {
+            let a = self.ask("  accept? [y/n] ").await?;
+            return Ok(if a.starts_with('y') {
+                json!({"action": "accept", "content": {}})
+            } else {
+                json!({"action": "decline"})
+            });
+        }
+        let mut content = JsonObject::new();
+        for (name, schema) in props {
+            let ty = schema["type"].as_str().unwrap_or("string");
+            let title = schema["title"].as_str().unwrap_or(&name);
+            loop {
+                let raw = self.ask(&format!("  {title} ({ty}): ")).await?;
+                let v = match ty {
+                    "boolean" => match raw.to_ascii_lowercase().as_str() {
+                        "y" | "yes" | "true" => Some(Value::Bool(true)),
+                        "n" | "no" | "false" => Some(Value::Bool(false)),
+                        _ => None,
+                    },
+                    "integer" => raw.parse::<i64>().ok().map(Value::from),
+                    "number" => raw.parse::<f64>().ok().map(Value::from),
+                    _ => Some(Value::String(raw)),
+                };
+                match v {
+                    Some(v) => {
+                        content.insert(name.clone(), v);
+                        break;
+                    }
+                    None => eprintln!("  not a {ty}; try again"),
+                }
+            }
+        }
+        Ok(json!({"action": "accept", "content": content}))
+    }
+}
+
+fn print_result(result: &Value) -> u8 {
+    let mut out = std::io::stdout();
+    for item in result["content"].as_array().into_iter().flatten() {
+        match item["type"].as_str() {
+            Some("text") => {
+                let _ = writeln!(out, "{}", item["text"].as_str().unwrap_or_default());
+            }
+            _ => {
+                let _ = writeln!(out, "{item}");
+            }
+        }
+    }
+    if let Some(sc) = result.get("structuredContent") {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(sc).unwrap_or_default()
+        );
+    }
+    if result["isError"] == true {
+        exit::FAILED
+    } else {
+        exit::OK
+    }
+}
+
+/// `runway call`: call a tool, follow its task (or hold the call), prompt for input, print the result.
+pub async fn call(
+    target: &Target,
+    tool: &str,
+    json_args: Option<&str>,
+    pairs: &[String],
+    no_task: bool,
+    prompter: &mut Prompter,
+) -> Result<u8, ClientError> {
+    let session = connect(target, !no_task).await?;
+    let schema = match pairs.is_empty() {
+        true => None,
+        false => session
+            .list_all_tools()
+            .await?
+            .into_iter()
+            .find(|t| t.name == tool)
+            .map(|t| Value::Object((*t.input_schema).clone())),
+    };
+    let args = arguments(json_args, pairs, schema.as_ref())?;
+    let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
+    loop {
+        let response = tokio::select! {
+            r = session.call_tool_once(params.clone()) => r?,
+            _ = tokio::signal::ctrl_c() => {
+                // Dropping a blocking call's connection cancels its Run on the server.
+                eprintln!("interrupted; the run was cancelled");
+                return Ok(exit::INTERRUPTED);
+            }
+        };
+        match response {
+            CallToolResponse::Complete(result) => {
+                return Ok(print_result(
+                    &serde_json::to_value(result).unwrap_or(Value::Null),
+                ));
+            }
+            CallToolResponse::InputRequired(ir) => {
+                let requests = serde_json::to_value(&ir.input_requests).unwrap_or(Value::Null);
+                let mut answers = BTreeMap::new();
+                for (key, req) in requests.as_object().into_iter().flatten() {
+                    answers.insert(key.clone(), prompter.answer(key, req).await?);
+                }
+                let mut next =
+                    CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
+                next.input_responses = Some(answers.into_iter().collect());
+                next.request_state = ir.request_state.clone();
+                params = next;
+            }
+            CallToolResponse::Task(t) => {
+                let id = t.task.task_id.clone();
+                eprintln!("task {id}");
+                return follow(&session, &id, t.task.poll_interval_ms, prompter).await;
+            }
+            _ => return Err(ClientError::Protocol("unexpected response".into())),
+        }
+    }
+}
+
+async fn follow(
+    session: &Session,
+    id: &str,
+    poll_ms: Option<u64>,
+    prompter: &mut Prompter,
+) -> Result<u8, ClientError> {
+    let mut last_message = None;
+    let mut interval = Duration::from_millis(poll_ms.unwrap_or(1000).max(50));
+    loop {
+        let got = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+        let task = got.task;
+        if let Some(ms) = task.task.poll_interval_ms {
+            interval = Duration::from_millis(ms.max(50));
+        }
+        if task.task.status_message != last_message {
+            if let Some(m) = &task.task.status_message {
+                eprintln!("  {m}");
+            }
+            last_message = task.task.status_message.clone();
+        }
+        match &task.payload {
+            TaskPayload::Completed { result } => {
+                return Ok(print_result(&Value::Object(result.clone())));
+            }
+            TaskPayload::Failed { error } => {
+                eprintln!(
+                    "task failed: {} ({})",
+                    error.get("message").and_then(Value::as_str).unwrap_or("?"),
+                    error.get("code").cloned().unwrap_or(Value::Null)
+                );
+                return Ok(exit::FAILED);
+            }
+            TaskPayload::Cancelled => {
+                eprintln!("task cancelled");
+                return Ok(exit::FAILED);
+            }
+            TaskPayload::InputRequired { input_requests } => {
+                let requests = serde_json::to_value(input_requests).unwrap_or(Value::Null);
+                let mut answers = BTreeMap::new();
+                for (key, req) in requests.as_object().into_iter().flatten() {
+                    answers.insert(key.clone(), prompter.answer(key, req).await?);
+                }
+                session
+                    .update_task(UpdateTaskParams::new(
+                        id.to_owned(),
+                        answers.into_iter().collect(),
+                    ))
+                    .await?;
+                continue;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("interrupted; task {id} keeps running (runway tasks get {id})");
+                return Ok(exit::INTERRUPTED);
+            }
+        }
+    }
+}
+
+/// `runway tasks get`: print the task as JSON.
+pub async fn get(target: &Target, id: &str) -> Result<u8, ClientError> {
+    let session = connect(target, true).await?;
+    let task = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&task).unwrap_or_default()
+    );
+    Ok(exit::OK)
+}
+
+/// `runway tasks answer`.
+pub async fn answer(
+    target: &Target,
+    id: &str,
+    key: &str,
+    response: Value,
+) -> Result<u8, ClientError> {
+    let session = connect(target, true).await?;
+    let mut responses = BTreeMap::new();
+    responses.insert(key.to_owned(), response);
+    session
+        .update_task(UpdateTaskParams::new(
+            id.to_owned(),
+            responses.into_iter().collect(),
+        ))
+        .await?;
+    Ok(exit::OK)
+}
+
+/// `runway tasks cancel`.
+pub async fn cancel(target: &Target, id: &str) -> Result<u8, ClientError> {
+    let session = connect(target, true).await?;
+    session
+        .cancel_task(CancelTaskParams::new(id.to_owned()))
+        .await?;
+    Ok(exit::OK)
+}
+
+/// `runway tasks watch`: follow a task on `subscriptions/listen` until it ends.
+pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
+    crate::install_crypto_provider();
+    let meta = json!({
+        META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+        META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": meta, "notifications": {"taskIds": [id]}}});
+    let mut req = reqwest::Client::new()
+        .post(&target.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .header("mcp-method", "subscriptions/listen")
+        .json(&body);
+    if let Some(t) = &target.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    if !resp.status().is_success() {
+        let text = resp.text().await.unwrap_or_default();
+        return Err(ClientError::Protocol(text));
+    }
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut acknowledged = false;
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(
+            &chunk.map_err(|e| ClientError::Protocol(e.to_string()))?,
+        ));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            for data in event.lines().filter_map(|l| l.strip_prefix("data:")) {
+                let Ok(msg) = serde_json::from_str::<Value>(data.trim()) else {
+                    continue;
+                };
+                if msg["method"] == crate::mcp::listen::ACKNOWLEDGED {
+                    acknowledged = msg["params"]["notifications"]["taskIds"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty());
+                    if !acknowledged {
+                        return Err(ClientError::Usage(format!("unknown task {id}")));
+                    }
+                } else if msg["method"] == crate::mcp::listen::TASK_NOTIFICATION {
+                    let p = &msg["params"];
+                    let status = p["status"].as_str().unwrap_or("?");
+                    println!("{status}\t{}", p["statusMessage"].as_str().unwrap_or(""));
+                    match status {
+                        "completed" => {
+                            return Ok(if p["result"]["isError"] == true {
+                                exit::FAILED
+                            } else {
+                                exit::OK
+                            });
+                        }
+                        "failed" | "cancelled" => return Ok(exit::FAILED),
+                        _ => {}
+                    }
+                } else if msg.get("id").is_some() {
+                    return Ok(exit::OK);
+                }
+            }
+        }
+    }
+    Err(ClientError::Protocol(if acknowledged {
+        "stream ended".into()
+    } else {
+        "no acknowledgement".into()
+    }))
+}

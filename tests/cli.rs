@@ -1,0 +1,354 @@
+//! The `runway` command: client subcommands against a real `runway serve`, and startup errors.
+
+mod support;
+
+use std::process::Stdio;
+
+use serde_json::json;
+use support::harness::TempDir;
+use support::mcp::{AUTH, Client};
+use support::process::{Process, free_port};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: approve, namespace: team-a }
+spec:
+  tool:
+    description: Asks for an approval and a reason.
+    inputSchema: { type: object, properties: { change: { type: string } }, required: [change] }
+  steps:
+    - name: review
+      input:
+        requests:
+          - name: decision
+            message: "Approve {{ args.change }}?"
+            requestedSchema:
+              type: object
+              properties: { approve: { type: boolean }, reason: { type: string } }
+    - name: rejected
+      when: "not inputs.decision.approve"
+      fail: { message: "rejected: {{ inputs.decision.reason }}" }
+  result:
+    content: [ { type: text, text: "approved {{ args.change }}: {{ inputs.decision.reason }}" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: team-a }
+spec:
+  tool: { description: Sleeps. }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+"#;
+
+fn runway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_runway"))
+}
+
+async fn setup() -> (TempDir, Process) {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/wf.yaml"), WORKFLOWS).unwrap();
+    std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
+    std::fs::write(dir.path().join("alice.token"), "alice-token\n").unwrap();
+    let p = Process::start(dir.path(), free_port()).await;
+    (dir, p)
+}
+
+fn client_cmd(dir: &TempDir, p: &Process) -> Command {
+    let mut c = runway();
+    c.env("RUNWAY_URL", format!("{}/namespaces/team-a/mcp", p.base()))
+        .env("RUNWAY_TOKEN_FILE", dir.path().join("alice.token"))
+        .env_remove("RUST_LOG");
+    c
+}
+
+async fn run_with_stdin(mut cmd: Command, stdin: &str) -> (i32, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .await
+        .unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_call_drives_an_approval_through_the_terminal() {
+    let (dir, p) = setup().await;
+    // as a task: the prompt is answered on stdin, the answer goes through tasks/update
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "approve", "--arg", "change=v2"]);
+    let (code, out, err) = run_with_stdin(cmd, "yes\nlooks good\n").await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "approved v2: looks good");
+    assert!(err.contains("Approve v2?"), "{err}");
+    assert!(err.contains("task approve-"), "{err}");
+
+    // blocking, through MRTR; a rejection is a tool error and exit status 1
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "approve", "--arg", "change=v3", "--no-task"]);
+    let (code, out, _) = run_with_stdin(cmd, "maybe\nno\ntoo risky\n").await;
+    assert_eq!(code, 1);
+    assert_eq!(out.trim(), "rejected: too risky");
+
+    // unknown tools and bad arguments are clear errors with status 2
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "nope"]);
+    let (code, _, err) = run_with_stdin(cmd, "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown tool"), "{err}");
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "approve", "--arg", "oops"]);
+    let (code, _, err) = run_with_stdin(cmd, "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("key=value"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_tasks_get_answer_watch_and_cancel() {
+    let (dir, p) = setup().await;
+    let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+    let approve = c.call("approve", json!({"change": "x"})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let nap = c.call("nap", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // watch follows the task until it ends; start it before answering
+    let mut watch = client_cmd(&dir, &p);
+    watch
+        .args(["tasks", "watch", &approve])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let watching = watch.spawn().unwrap();
+
+    let mut get = client_cmd(&dir, &p);
+    get.args(["tasks", "get", &nap]);
+    let (code, out, err) = run_with_stdin(get, "").await;
+    assert_eq!(code, 0, "{err}");
+    let task: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(task["taskId"], nap.as_str());
+
+    // wait until the approval is asking, then answer it from the command line
+    c.await_status(&approve, "input_required").await;
+    let mut answer = client_cmd(&dir, &p);
+    answer.args([
+        "tasks",
+        "answer",
+        &approve,
+        "review.decision",
+        "--accept",
+        r#"{"approve": true, "reason": "ok"}"#,
+    ]);
+    let (code, _, err) = run_with_stdin(answer, "").await;
+    assert_eq!(code, 0, "{err}");
+    let out = watching.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let lines = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        lines.lines().next().unwrap().starts_with("input_required"),
+        "{lines}"
+    );
+    assert!(
+        lines.lines().last().unwrap().starts_with("completed"),
+        "{lines}"
+    );
+
+    let mut cancel = client_cmd(&dir, &p);
+    cancel.args(["tasks", "cancel", &nap]);
+    assert_eq!(run_with_stdin(cancel, "").await.0, 0);
+    let mut watch = client_cmd(&dir, &p);
+    watch.args(["tasks", "watch", &nap]);
+    let (code, out, _) = run_with_stdin(watch, "").await;
+    assert_eq!(code, 1, "a cancelled task exits 1");
+    assert!(
+        out.trim().lines().last().unwrap().starts_with("cancelled"),
+        "{out}"
+    );
+
+    let mut missing = client_cmd(&dir, &p);
+    missing.args(["tasks", "get", "nap-aaaaaaaaaaaaaaaaaaaaaaaaaa"]);
+    let (code, _, err) = run_with_stdin(missing, "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown task"), "{err}");
+}
+
+#[tokio::test]
+async fn startup_errors_are_one_line_and_exit_2() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path().join("wf")).unwrap();
+    let wf = dir.path().join("wf");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["serve".into(), "--bogus".into()],
+            "unexpected argument",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--workflows".into(),
+                wf.display().to_string(),
+                "--db".into(),
+                "/proc/none/x.db".into(),
+                "--no-auth".into(),
+            ],
+            "cannot open database",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--workflows".into(),
+                "/nonexistent".into(),
+                "--db".into(),
+                dir.path().join("a.db").display().to_string(),
+                "--no-auth".into(),
+            ],
+            "does not exist",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--workflows".into(),
+                wf.display().to_string(),
+                "--db".into(),
+                dir.path().join("b.db").display().to_string(),
+                "--no-auth".into(),
+                "--listen".into(),
+                "0.0.0.0:0".into(),
+            ],
+            "loopback",
+        ),
+        (
+            vec![
+                "serve".into(),
+                "--workflows".into(),
+                wf.display().to_string(),
+                "--db".into(),
+                dir.path().join("c.db").display().to_string(),
+            ],
+            "--auth-file",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = runway().args(&args).output().await.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// Send SIGINT to a child, as Ctrl-C in a terminal would.
+async fn interrupt(child: &tokio::process::Child) {
+    let pid = child.id().unwrap().to_string();
+    let status = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Read the child's stderr until a line contains `needle`; returns that line.
+async fn read_until(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    needle: &str,
+) -> String {
+    tokio::time::timeout(support::harness::PATIENCE, async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if l.contains(needle) {
+                return l;
+            }
+        }
+        panic!("stderr ended before {needle:?}")
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_leaves_a_task_running_but_cancels_a_blocking_call() {
+    use tokio::io::AsyncBufReadExt;
+    let (dir, p) = setup().await;
+    let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+
+    // a task keeps running; the client says where to find it
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "nap"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = read_until(&mut lines, "task nap-").await;
+    let id = line.trim().strip_prefix("task ").unwrap().to_owned();
+    c.await_status(&id, "working").await;
+    interrupt(&child).await;
+    read_until(&mut lines, "keeps running").await;
+    assert_eq!(child.wait().await.unwrap().code(), Some(130));
+    assert_eq!(c.get(&id).await.result()["status"], "working");
+
+    // a blocking call owns its run: interrupting it cancels the run
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "nap", "--no-task"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // A blocking call has no task id to print: find its Run in the database file. Another
+    // process writes it, so there is no in-process event to wait on.
+    let store_dir = dir.path().to_path_buf();
+    let blocking = tokio::time::timeout(support::harness::PATIENCE, async {
+        loop {
+            if let Some(run) = newest_run(&store_dir, &[&id]).await {
+                return run;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    c.await_status(&blocking, "working").await;
+    interrupt(&child).await;
+    read_until(&mut lines, "cancelled").await;
+    assert_eq!(child.wait().await.unwrap().code(), Some(130));
+    let end = c.await_status(&blocking, "cancelled").await;
+    assert_eq!(end["taskId"], blocking.as_str());
+}
+
+/// The name of a Run in the server's database other than `except` (read-only peek at the file).
+async fn newest_run(dir: &std::path::Path, except: &[&String]) -> Option<String> {
+    let conn = rusqlite::Connection::open_with_flags(
+        dir.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .ok()?;
+    let mut stmt = conn
+        .prepare("SELECT name FROM runs WHERE namespace = 'team-a'")
+        .ok()?;
+    let names: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .ok()?
+        .filter_map(Result::ok)
+        .collect();
+    names
+        .into_iter()
+        .find(|n| n.starts_with("nap-") && !except.contains(&n))
+}
