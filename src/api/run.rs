@@ -216,6 +216,9 @@ pub struct RunStatus {
     /// Answers that were not accepted, with why (ineligible approver, unknown key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
+    /// Cleanups still to perform before `finally` steps run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cleanups: Vec<Cleanup>,
     /// Generation of the spec last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -344,6 +347,31 @@ pub struct StepRecord {
     /// Input keys an `input` step opened, by request name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub input_keys: BTreeMap<String, String>,
+    /// Upstream input requests a `tool` step surfaced: this Run's key → the upstream key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_input_keys: BTreeMap<String, String>,
+    /// The upstream `requestState` of an MRTR `input_required` answer, echoed on the retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_request_state: Option<String>,
+    /// Answers to forward upstream on the next attempt (upstream key → response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub pending_answers: Option<Value>,
+}
+
+/// Work that undoes an interrupted step before `finally` runs: cancel an upstream task,
+/// delete a Job. Best effort; the outcome is noted on the step.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Cleanup {
+    /// Step the cleanup belongs to.
+    pub step: String,
+    /// `tasks/cancel` this upstream task (on the step's server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_upstream_task: Option<String>,
+    /// Delete this Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_job: Option<String>,
 }
 
 /// A failed attempt.

@@ -28,6 +28,8 @@ pub const MAX_RESULT_BYTES: usize = 256 * 1024;
 const DEFAULT_BACKOFF: SignedDuration = SignedDuration::from_secs(1);
 /// Cap of the backoff when a policy gives none.
 const DEFAULT_MAX_BACKOFF: SignedDuration = SignedDuration::from_mins(5);
+/// Time allowed for one cleanup (cancel an upstream task, delete a Job).
+const CLEANUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
 /// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps).
 const MAX_TRANSITIONS: usize = 1024;
 
@@ -95,7 +97,13 @@ pub enum Action {
         arguments: Value,
         /// Upstream task recorded by an earlier attempt, to resume instead of calling again.
         upstream_task_id: Option<String>,
+        /// Answers to forward upstream first (upstream key → `{action, content}`).
+        answers: Option<Value>,
+        /// The upstream MRTR `requestState` to echo with `answers` (no upstream task).
+        request_state: Option<String>,
     },
+    /// Undo an interrupted step (see `api::Cleanup`).
+    Cleanup(crate::api::Cleanup),
     /// A Kubernetes Job.
     Job {
         /// The step as declared.
@@ -164,6 +172,21 @@ pub enum Outcome {
     },
     /// The attempt failed in a way that ends the Run with a protocol-level error.
     Fatal(RunError),
+    /// The attempt is still going and has something to record before it continues (an
+    /// upstream task id, a Job name). The step stays running; the next attempt resumes it.
+    Checkpoint {
+        /// Upstream task created by the call.
+        upstream_task_id: Option<String>,
+        /// Job created for the attempt.
+        job_name: Option<String>,
+    },
+    /// The upstream server asks for input; it is surfaced as this Run's own input requests.
+    NeedsInput {
+        /// Upstream key → `{method, params}`.
+        requests: BTreeMap<String, Value>,
+        /// Upstream MRTR `requestState` to echo with the answers.
+        request_state: Option<String>,
+    },
 }
 
 fn ts(t: Timestamp) -> String {
@@ -245,6 +268,22 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
 /// no longer running) leave the status unchanged.
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
+    if let Action::Cleanup(c) = &effect.action {
+        // Best effort: whatever happened, the cleanup is done; a failure is noted on the step.
+        st.cleanups.retain(|x| x != c);
+        let note = match outcome {
+            Outcome::Succeeded(_) => None,
+            Outcome::Failed { message, .. } => Some(message),
+            Outcome::Fatal(e) => Some(e.message),
+            _ => None,
+        };
+        if let Some(note) = note
+            && let Some(rec) = st.steps.iter_mut().rev().find(|r| r.name == c.step)
+        {
+            rec.message = Some(format!("cleanup failed: {note}"));
+        }
+        return st;
+    }
     let Some(wf) = run.workflow_snapshot() else {
         return st;
     };
@@ -261,8 +300,65 @@ pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> R
         .cloned();
     let rec = &mut st.steps[idx];
     match outcome {
+        Outcome::Checkpoint {
+            upstream_task_id,
+            job_name,
+        } => {
+            if upstream_task_id.is_some() {
+                rec.upstream_task_id = upstream_task_id;
+                rec.upstream_request_state = None;
+            }
+            if job_name.is_some() {
+                rec.job_name = job_name;
+            }
+            rec.pending_answers = None;
+        }
+        Outcome::NeedsInput {
+            requests,
+            request_state,
+        } => {
+            let step_name = rec.name.clone();
+            rec.phase = StepPhase::Waiting;
+            rec.pending_answers = None;
+            rec.upstream_request_state = request_state;
+            rec.upstream_input_keys.clear();
+            for (upstream_key, request) in requests {
+                let key = format!("{step_name}.{upstream_key}");
+                let fresh = (1..)
+                    .map(|n| {
+                        if n == 1 {
+                            key.clone()
+                        } else {
+                            format!("{key}.{n}")
+                        }
+                    })
+                    .find(|k| !run.spec.input_responses.contains_key(k))
+                    .expect("an unbounded range has an unused key");
+                st.input_requests.insert(
+                    fresh.clone(),
+                    crate::api::OpenInputRequest {
+                        step: step_name.clone(),
+                        name: upstream_key.clone(),
+                        method: request
+                            .get("method")
+                            .and_then(Value::as_str)
+                            .unwrap_or("elicitation/create")
+                            .to_owned(),
+                        params: request.get("params").cloned().unwrap_or_else(|| json!({})),
+                        asked_at: Some(ts(now)),
+                    },
+                );
+                st.steps[idx]
+                    .upstream_input_keys
+                    .insert(fresh, upstream_key);
+            }
+            st.phase = RunPhase::Waiting;
+            let keys: Vec<_> = st.input_requests.keys().cloned().collect();
+            st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
+        }
         Outcome::Succeeded(output) => {
             let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+            rec.pending_answers = None;
             rec.phase = StepPhase::Succeeded;
             rec.output = Some(output);
             rec.output_truncated = truncated;
@@ -546,6 +642,7 @@ impl Machine<'_> {
             format!("cancel requested by {who}: {why}"),
         );
         if let Some(i) = self.active() {
+            self.interrupt(wf, i);
             let rec = &mut self.st.steps[i];
             rec.phase = StepPhase::Cancelled;
             rec.finished_at = Some(ts(self.now));
@@ -560,14 +657,50 @@ impl Machine<'_> {
             message: Some(format!("cancelled by {who}: {why}")),
         });
         self.st.phase = RunPhase::Cancelling;
-        if wf.finally.is_empty() {
+        if wf.finally.is_empty() && self.st.cleanups.is_empty() {
             self.finalize();
         }
         Progress::Changed
     }
 
+    /// Queue the cleanup of an interrupted step: its upstream task or its Job.
+    fn interrupt(&mut self, wf: &WorkflowSpec, i: usize) {
+        let rec = &self.st.steps[i];
+        let kind = wf
+            .steps
+            .iter()
+            .chain(&wf.finally)
+            .find(|s| s.name == rec.name)
+            .map(|s| s.kind());
+        let cleanup = match kind {
+            Some(StepKind::Tool(_)) if rec.upstream_task_id.is_some() => {
+                Some(crate::api::Cleanup {
+                    step: rec.name.clone(),
+                    cancel_upstream_task: rec.upstream_task_id.clone(),
+                    delete_job: None,
+                })
+            }
+            Some(StepKind::Job(_)) if rec.job_name.is_some() && rec.phase == StepPhase::Running => {
+                Some(crate::api::Cleanup {
+                    step: rec.name.clone(),
+                    cancel_upstream_task: None,
+                    delete_job: rec.job_name.clone(),
+                })
+            }
+            _ => None,
+        };
+        let keys: Vec<String> = rec.upstream_input_keys.keys().cloned().collect();
+        for k in keys {
+            self.st.input_requests.remove(&k);
+        }
+        if let Some(c) = cleanup {
+            self.st.cleanups.push(c);
+        }
+    }
+
     fn expire(&mut self, wf: &WorkflowSpec) -> Progress {
         if let Some(i) = self.active() {
+            self.interrupt(wf, i);
             let rec = &mut self.st.steps[i];
             rec.phase = StepPhase::Failed;
             rec.finished_at = Some(ts(self.now));
@@ -585,6 +718,15 @@ impl Machine<'_> {
     }
 
     fn advance(&mut self, wf: &WorkflowSpec) -> Progress {
+        if let Some(c) = self.st.cleanups.first().cloned() {
+            return Progress::Stop(Next::Execute(Box::new(Effect {
+                step: c.step.clone(),
+                attempt: 0,
+                deadline: Some(self.now + CLEANUP_TIMEOUT),
+                idempotency_key: idempotency_key(self.run, &c.step),
+                action: Action::Cleanup(c),
+            })));
+        }
         let in_finally = self.st.ending.is_some();
         if let Some(i) = self.active() {
             return self.continue_step(wf, i);
@@ -693,6 +835,7 @@ impl Machine<'_> {
                     Progress::Changed
                 }
             },
+            (StepKind::Tool(_), StepPhase::Waiting) => self.continue_upstream_input(i, &rec),
             (StepKind::Tool(tool), StepPhase::Running) => {
                 match tool
                     .arguments
@@ -709,6 +852,8 @@ impl Machine<'_> {
                             step: tool.clone(),
                             arguments,
                             upstream_task_id: rec.upstream_task_id.clone(),
+                            answers: rec.pending_answers.clone(),
+                            request_state: rec.upstream_request_state.clone(),
                         };
                         self.execute(i, step, &ctx, action)
                     }
@@ -762,6 +907,49 @@ impl Machine<'_> {
                 Progress::Changed
             }
         }
+    }
+
+    /// A `tool` step waits for answers to the input its upstream asked for; once every key is
+    /// answered they are forwarded on the next attempt.
+    fn continue_upstream_input(&mut self, i: usize, rec: &StepRecord) -> Progress {
+        let mut answers = serde_json::Map::new();
+        for (local, upstream) in &rec.upstream_input_keys {
+            match self.run.spec.input_responses.get(local) {
+                Some(r) => {
+                    let mut a = json!({"action": r.action});
+                    if let Some(c) = &r.content {
+                        a["content"] = c.clone();
+                    }
+                    answers.insert(upstream.clone(), a);
+                }
+                None => {
+                    let until = if rec.finally {
+                        None
+                    } else {
+                        parse_ts(self.st.deadline.as_deref())
+                    };
+                    return Progress::Stop(Next::WaitUntil(until));
+                }
+            }
+        }
+        for local in rec.upstream_input_keys.keys() {
+            self.st.input_requests.remove(local);
+        }
+        let r = &mut self.st.steps[i];
+        r.phase = StepPhase::Running;
+        r.pending_answers = Some(Value::Object(answers));
+        r.upstream_input_keys.clear();
+        let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
+        self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
+        if self.st.phase == RunPhase::Waiting {
+            self.st.phase = RunPhase::Running;
+        }
+        let name = r.name.clone();
+        self.event(
+            event_reasons::INPUT_ANSWERED,
+            format!("answers for step {name} forwarded upstream"),
+        );
+        Progress::Changed
     }
 
     fn render_http(&self, http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {

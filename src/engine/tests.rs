@@ -663,3 +663,200 @@ fn job_names_are_deterministic_and_short() {
     assert_eq!(job_name("deploy-abc", "build", 2), "deploy-abc-build-2");
     assert!(job_name(&"r".repeat(80), "step", 1).len() <= 63);
 }
+
+fn tool_wf() -> WorkflowSpec {
+    wf(json!({
+        "steps": [{"name": "up", "tool": {"server": {"url": "http://b/mcp"}, "name": "t", "arguments": {"x": "{{ args.x }}"}}}],
+        "finally": [{"name": "cleanup", "delay": {"duration": "0s"}}]
+    }))
+}
+
+#[test]
+fn a_checkpoint_records_the_upstream_task_and_the_next_attempt_resumes_it() {
+    let w = tool_wf();
+    let mut run = new_run(json!({"x": 5}));
+    let next = settle(&mut run, &w, at(0));
+    let Next::Execute(e) = &next else { panic!() };
+    let Action::Tool {
+        arguments,
+        upstream_task_id,
+        ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!((arguments, upstream_task_id), (&json!({"x": 5}), &None));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(1),
+    );
+    assert_eq!(
+        status(&run).steps[0].upstream_task_id.as_deref(),
+        Some("up-1")
+    );
+    assert_eq!(status(&run).steps[0].phase, StepPhase::Running);
+    let Next::Execute(e) = settle(&mut run, &w, at(1)) else {
+        panic!()
+    };
+    let Action::Tool {
+        upstream_task_id, ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!(upstream_task_id.as_deref(), Some("up-1"));
+    assert_eq!(e.attempt, 1, "resuming is the same attempt");
+}
+
+#[test]
+fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
+    let w = tool_wf();
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(0),
+    );
+    let next = settle(&mut run, &w, at(0));
+    let req = json!({"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {"type": "object"}}});
+    report(
+        &mut run,
+        &next,
+        Outcome::NeedsInput {
+            requests: [("approve".to_string(), req)].into(),
+            request_state: None,
+        },
+        at(1),
+    );
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Waiting);
+    assert_eq!(st.input_requests["up.approve"].params["message"], "ok?");
+    assert_eq!(settle(&mut run, &w, at(2)), Next::WaitUntil(None));
+    answer(
+        &mut run,
+        "up.approve",
+        InputAction::Accept,
+        json!({"ok": true}),
+        "bob",
+        &[],
+    );
+    let Next::Execute(e) = settle(&mut run, &w, at(3)) else {
+        panic!()
+    };
+    let Action::Tool {
+        answers,
+        upstream_task_id,
+        ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!(
+        answers,
+        &Some(json!({"approve": {"action": "accept", "content": {"ok": true}}}))
+    );
+    assert_eq!(upstream_task_id.as_deref(), Some("up-1"));
+    assert_eq!(status(&run).phase, RunPhase::Running);
+    assert!(status(&run).input_requests.is_empty());
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(json!({"done": true})),
+        at(4),
+    );
+    settle(&mut run, &w, at(4));
+    assert_eq!(status(&run).phase, RunPhase::Succeeded);
+}
+
+#[test]
+fn cancelling_cleans_up_the_upstream_task_before_finally() {
+    let w = tool_wf();
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(0),
+    );
+    run.spec.cancel = Some(crate::api::CancelRequest {
+        reason: None,
+        requested_by: None,
+        requested_at: None,
+    });
+    let next = settle(&mut run, &w, at(1));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
+    assert_eq!(status(&run).phase, RunPhase::Cancelling);
+    // a failed cleanup is noted, and the run goes on to finally
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            class: ErrorClass::Connection,
+            message: "down".into(),
+        },
+        at(2),
+    );
+    assert!(status(&run).cleanups.is_empty());
+    assert!(
+        status(&run).steps[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("cleanup failed")
+    );
+    settle(&mut run, &w, at(2));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert_eq!(st.steps[1].name, "cleanup");
+    assert_eq!(st.steps[1].phase, StepPhase::Succeeded);
+}
+
+#[test]
+fn the_deadline_deletes_a_running_job() {
+    let w = wf(
+        json!({"execution": {"timeout": "1m"}, "steps": [{"name": "build", "job": {"template": {"spec": {}}}}]}),
+    );
+    let mut run = new_run(json!({}));
+    let Next::Execute(e) = settle(&mut run, &w, at(0)) else {
+        panic!()
+    };
+    let Action::Job { job_name, .. } = &e.action else {
+        panic!()
+    };
+    assert_eq!(job_name, "wf-abc-build-1");
+    let Next::Execute(e) = settle(&mut run, &w, at(60)) else {
+        panic!()
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!()
+    };
+    assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(Value::Null),
+        at(61),
+    );
+    settle(&mut run, &w, at(61));
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+}

@@ -26,9 +26,12 @@ pub trait Executor: Send + Sync + 'static {
     ) -> Option<Outcome>;
 }
 
-/// The executors of one server, by step kind.
+/// The executors of one server, by step kind. `tool` and `job` executors are plugged in by
+/// the servers that can run them; without one, such a step fails with a clear error.
 pub struct Executors {
     http: http::HttpExecutor,
+    tool: Option<Arc<dyn Executor>>,
+    job: Option<Arc<dyn Executor>>,
 }
 
 impl Executors {
@@ -36,7 +39,21 @@ impl Executors {
     pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
         Self {
             http: http::HttpExecutor::new(secrets),
+            tool: None,
+            job: None,
         }
+    }
+
+    /// Run `tool` steps (and their cleanups) with `e`.
+    pub fn with_tool(mut self, e: Arc<dyn Executor>) -> Self {
+        self.tool = Some(e);
+        self
+    }
+
+    /// Run `job` steps (and their cleanups) with `e`.
+    pub fn with_jobs(mut self, e: Arc<dyn Executor>) -> Self {
+        self.job = Some(e);
+        self
     }
 }
 
@@ -48,10 +65,18 @@ impl Executor for Executors {
         effect: &Effect,
         cancel: CancellationToken,
     ) -> Option<Outcome> {
-        match &effect.action {
-            Action::Http(req) => self.http.execute(run, effect, req, cancel).await,
-            Action::Tool { .. } => Some(unsupported("tool")),
-            Action::Job { .. } => Some(unsupported("job")),
+        let delegate = match &effect.action {
+            Action::Http(req) => return self.http.execute(run, effect, req, cancel).await,
+            Action::Tool { .. } => self.tool.as_ref().ok_or("tool"),
+            Action::Job { .. } => self.job.as_ref().ok_or("job"),
+            Action::Cleanup(c) if c.cancel_upstream_task.is_some() => {
+                self.tool.as_ref().ok_or("tool")
+            }
+            Action::Cleanup(_) => self.job.as_ref().ok_or("job"),
+        };
+        match delegate {
+            Ok(e) => e.execute(run, effect, cancel).await,
+            Err(kind) => Some(unsupported(kind)),
         }
     }
 }
