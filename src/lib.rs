@@ -14,3 +14,4 @@ pub fn install_crypto_provider() {
 pub mod auth;
 pub mod client;
 pub mod server;
+pub mod telemetry;

@@ -4,6 +4,7 @@
 //! SubjectAccessReview behind the same traits.
 
 pub mod file;
+pub mod kube;
 
 use async_trait::async_trait;
 

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
 pub mod process;

@@ -1,0 +1,446 @@
+//! The production store: Runs and Workflows as custom resources. Reads come from reflectors
+//! (one shared watch per kind); writes go to the API server. A get that misses the cache, or
+//! whose cached copy is older than this process's own last write, is answered by a direct GET,
+//! so a task handle resolves the moment it is returned.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent as KubeWatchEvent,
+    WatchParams,
+};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labels_match};
+use crate::api::{Run, Workflow};
+
+/// Field manager of the controller's status writes.
+pub const CONTROLLER_MANAGER: &str = "runway-controller";
+/// Field manager of the MCP endpoint's spec writes (`cancel`, `inputResponses`).
+pub const MCP_MANAGER: &str = "runway-mcp";
+
+type Key = (String, String);
+
+fn map_err(e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(s) => match (s.code, s.reason.as_str()) {
+            (404, _) => StoreError::NotFound,
+            (409, "AlreadyExists") => StoreError::AlreadyExists,
+            (409, _) => StoreError::Conflict,
+            (410, _) => StoreError::Gone,
+            (422, _) | (400, _) => StoreError::Invalid(s.message.clone()),
+            _ => StoreError::Backend(format!("{} {}: {}", s.code, s.reason, s.message)),
+        },
+        other => StoreError::Backend(other.to_string()),
+    }
+}
+
+fn rv_num(run: &Run) -> Option<u64> {
+    run.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// Runs as custom resources.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: Client,
+    runs: Store<Run>,
+    /// This process's latest writes, until the reflector has caught up with them.
+    own: Arc<Mutex<HashMap<Key, (Instant, Run)>>>,
+}
+
+/// How long this process trusts its own write over a reflector that has not seen it yet.
+const OWN_WRITES_TTL: Duration = Duration::from_secs(10);
+
+impl KubeStore {
+    /// Start the Run reflector and wait for its first list.
+    pub async fn start(client: Client) -> Result<Self, StoreError> {
+        let (reader, writer) = reflector::store();
+        let api: Api<Run> = Api::all(client.clone());
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            stream
+                .for_each(|r| async move {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "run watch error; retrying");
+                    }
+                })
+                .await;
+        });
+        reader
+            .wait_until_ready()
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(Self {
+            client,
+            runs: reader,
+            own: Arc::default(),
+        })
+    }
+
+    fn api(&self, ns: &str) -> Api<Run> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    fn remember(&self, run: &Run) {
+        let key = (
+            run.metadata.namespace.clone().unwrap_or_default(),
+            run.metadata.name.clone().unwrap_or_default(),
+        );
+        self.own
+            .lock()
+            .expect("own lock")
+            .insert(key, (Instant::now(), run.clone()));
+    }
+
+    /// Own writes that are still fresh.
+    fn own_writes(&self) -> Vec<Run> {
+        let mut own = self.own.lock().expect("own lock");
+        own.retain(|_, (at, _)| at.elapsed() < OWN_WRITES_TTL);
+        own.values().map(|(_, r)| r.clone()).collect()
+    }
+
+    fn forget(&self, ns: &str, name: &str) {
+        self.own
+            .lock()
+            .expect("own lock")
+            .remove(&(ns.to_owned(), name.to_owned()));
+    }
+}
+
+fn key_of(run: &Run) -> Result<Key, StoreError> {
+    match (&run.metadata.namespace, &run.metadata.name) {
+        (Some(ns), Some(n)) => Ok((ns.clone(), n.clone())),
+        _ => Err(StoreError::Invalid(
+            "metadata.namespace and metadata.name are required".into(),
+        )),
+    }
+}
+
+#[async_trait]
+impl RunStore for KubeStore {
+    async fn create(&self, run: Run) -> Result<Run, StoreError> {
+        let (ns, _) = key_of(&run)?;
+        let created = self
+            .api(&ns)
+            .create(
+                &PostParams {
+                    field_manager: Some(MCP_MANAGER.into()),
+                    ..Default::default()
+                },
+                &run,
+            )
+            .await
+            .map_err(map_err)?;
+        self.remember(&created);
+        Ok(created)
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
+        let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
+        let own = self
+            .own
+            .lock()
+            .expect("own lock")
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
+            .map(|(_, r)| r.clone());
+        match (cached, own) {
+            (Some(c), None) => Ok(Some((*c).clone())),
+            (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
+                (Some(a), Some(b)) if a >= b => {
+                    self.forget(namespace, name);
+                    Ok(Some((*c).clone()))
+                }
+                (Some(_), Some(_)) => Ok(Some(o)),
+                _ => self.api(namespace).get_opt(name).await.map_err(map_err),
+            },
+            // Written here moments ago; the reflector has not seen it yet.
+            (None, Some(o)) => Ok(Some(o)),
+            // Not in the cache (yet, or any more): ask the API server.
+            (None, None) => {
+                let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
+                if got.is_none() {
+                    self.forget(namespace, name);
+                }
+                Ok(got)
+            }
+        }
+    }
+
+    async fn list(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Run>, StoreError> {
+        let mut all: BTreeMap<Key, Run> = BTreeMap::new();
+        for r in self.runs.state() {
+            all.insert(key_of(&r)?, (*r).clone());
+        }
+        // Own writes the reflector has not caught up with yet (newer resourceVersion wins).
+        for r in self.own_writes() {
+            let k = key_of(&r)?;
+            let newer = all
+                .get(&k)
+                .is_none_or(|c| rv_num(c).zip(rv_num(&r)).is_some_and(|(a, b)| b > a));
+            if newer {
+                all.insert(k, r);
+            }
+        }
+        let mut out: Vec<Run> = all
+            .into_values()
+            .filter(|r| namespace.is_none_or(|n| r.metadata.namespace.as_deref() == Some(n)))
+            .filter(|r| labels_match(r.metadata.labels.as_ref(), labels))
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(out)
+    }
+
+    async fn update(&self, run: Run) -> Result<Run, StoreError> {
+        let (ns, name) = key_of(&run)?;
+        // A merge patch of the spec, conditional on the resourceVersion: answers only gain keys
+        // and cancel is set once, so merging is replacing; the CRD's CEL rules police the rest.
+        let mut patch = json!({
+            "metadata": {"labels": run.metadata.labels, "annotations": run.metadata.annotations},
+            "spec": run.spec,
+        });
+        if let Some(rv) = &run.metadata.resource_version {
+            patch["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let pp = PatchParams {
+            field_manager: Some(MCP_MANAGER.into()),
+            ..Default::default()
+        };
+        let updated = self
+            .api(&ns)
+            .patch(&name, &pp, &Patch::Merge(&patch))
+            .await
+            .map_err(map_err)?;
+        self.remember(&updated);
+        Ok(updated)
+    }
+
+    async fn update_status(&self, run: &Run) -> Result<Run, StoreError> {
+        let (ns, name) = key_of(run)?;
+        let mut patch = json!({
+            "apiVersion": "runway.dev/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": name, "namespace": ns},
+            "status": run.status,
+        });
+        if let Some(rv) = &run.metadata.resource_version {
+            patch["metadata"]["resourceVersion"] = json!(rv);
+        }
+        let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
+        let updated = self
+            .api(&ns)
+            .patch_status(&name, &pp, &Patch::Apply(&patch))
+            .await
+            .map_err(map_err)?;
+        self.remember(&updated);
+        Ok(updated)
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
+        self.api(namespace)
+            .delete(name, &DeleteParams::background())
+            .await
+            .map_err(map_err)?;
+        self.forget(namespace, name);
+        Ok(())
+    }
+
+    fn watch(
+        &self,
+        resource_version: Option<String>,
+    ) -> BoxStream<'static, Result<WatchEvent, StoreError>> {
+        let api: Api<Run> = Api::all(self.client.clone());
+        // Follow the watch across server-side timeouts, resuming from the last version seen
+        // (bookmarks included), until the API server says that version is gone.
+        futures::stream::unfold(
+            (api, resource_version, None::<BoxStream<'static, _>>, false),
+            |(api, rv, stream, done)| async move {
+                if done {
+                    return None;
+                }
+                let mut rv = match rv {
+                    Some(rv) => rv,
+                    None => match api.list_metadata(&ListParams::default().limit(1)).await {
+                        Ok(l) => l.metadata.resource_version.unwrap_or_default(),
+                        Err(e) => return Some((Err(map_err(e)), (api, None, None, true))),
+                    },
+                };
+                let mut stream = match stream {
+                    Some(s) => s,
+                    None => match api.watch(&WatchParams::default().timeout(290), &rv).await {
+                        Ok(s) => s.map_err(map_err).boxed(),
+                        Err(e) => return Some((Err(map_err(e)), (api, Some(rv), None, true))),
+                    },
+                };
+                loop {
+                    match stream.next().await {
+                        None => match api.watch(&WatchParams::default().timeout(290), &rv).await {
+                            Ok(s) => stream = s.map_err(map_err).boxed(),
+                            Err(e) => return Some((Err(map_err(e)), (api, Some(rv), None, true))),
+                        },
+                        Some(Err(e)) => return Some((Err(e), (api, Some(rv), None, true))),
+                        Some(Ok(ev)) => {
+                            let out = match ev {
+                                KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
+                                    rv = r.metadata.resource_version.clone().unwrap_or(rv);
+                                    WatchEvent::Applied(r)
+                                }
+                                KubeWatchEvent::Deleted(r) => {
+                                    rv = r.metadata.resource_version.clone().unwrap_or(rv);
+                                    WatchEvent::Deleted(r)
+                                }
+                                KubeWatchEvent::Bookmark(b) => {
+                                    rv = b.metadata.resource_version;
+                                    continue;
+                                }
+                                KubeWatchEvent::Error(s) if s.code == 410 => {
+                                    return Some((
+                                        Err(StoreError::Gone),
+                                        (api, Some(rv), None, true),
+                                    ));
+                                }
+                                KubeWatchEvent::Error(s) => {
+                                    return Some((
+                                        Err(StoreError::Backend(s.message.clone())),
+                                        (api, Some(rv), None, true),
+                                    ));
+                                }
+                            };
+                            return Some((Ok(out), (api, Some(rv), Some(stream), false)));
+                        }
+                    }
+                }
+            },
+        )
+        .boxed()
+    }
+
+    async fn resource_version(&self) -> Result<String, StoreError> {
+        let api: Api<Run> = Api::all(self.client.clone());
+        let l = api
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(map_err)?;
+        Ok(l.metadata.resource_version.unwrap_or_default())
+    }
+}
+
+/// Workflows from the cluster, read through a reflector.
+#[derive(Clone)]
+pub struct KubeWorkflows {
+    workflows: Store<Workflow>,
+    changes: watch::Sender<u64>,
+}
+
+impl KubeWorkflows {
+    /// Start the Workflow reflector and wait for its first list.
+    pub async fn start(client: Client) -> Result<Self, StoreError> {
+        let (reader, writer) = reflector::store();
+        let api: Api<Workflow> = Api::all(client);
+        let (changes, _) = watch::channel(0u64);
+        let tx = changes.clone();
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            stream
+                .for_each(|r| {
+                    let tx = tx.clone();
+                    async move {
+                        match r {
+                            Ok(_) => tx.send_modify(|v| *v += 1),
+                            Err(e) => tracing::warn!(error = %e, "workflow watch error; retrying"),
+                        }
+                    }
+                })
+                .await;
+        });
+        reader
+            .wait_until_ready()
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(Self {
+            workflows: reader,
+            changes,
+        })
+    }
+
+    /// Every Workflow in the cache.
+    pub fn all(&self) -> Vec<Arc<Workflow>> {
+        self.workflows.state()
+    }
+}
+
+#[async_trait]
+impl WorkflowSource for KubeWorkflows {
+    async fn get(&self, namespace: &str, name: &str) -> Option<Workflow> {
+        self.workflows
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|w| (*w).clone())
+    }
+
+    async fn list(&self, namespace: &str) -> Vec<Workflow> {
+        let mut out: Vec<Workflow> = self
+            .workflows
+            .state()
+            .iter()
+            .filter(|w| w.metadata.namespace.as_deref() == Some(namespace))
+            .map(|w| (**w).clone())
+            .collect();
+        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        out
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+/// Values of Secrets in the Run's namespace.
+#[derive(Clone)]
+pub struct KubeSecrets {
+    client: Client,
+}
+
+impl KubeSecrets {
+    /// Secrets through `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+#[async_trait]
+impl SecretSource for KubeSecrets {
+    async fn get(&self, namespace: &str, name: &str, key: &str) -> Result<String, StoreError> {
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), namespace);
+        let secret = api.get(name).await.map_err(map_err)?;
+        let bytes = secret
+            .data
+            .and_then(|d| d.get(key).cloned())
+            .ok_or(StoreError::NotFound)?;
+        String::from_utf8(bytes.0)
+            .map_err(|_| StoreError::Invalid(format!("secret {name}/{key} is not UTF-8")))
+    }
+}
+
+/// How long a reflector may take to list at start before startup fails.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);

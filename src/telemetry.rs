@@ -1,0 +1,217 @@
+//! Metrics (Prometheus text format) and their names, in one place. `Metrics` is cheap to clone;
+//! every component records into the same registry, which `/metrics` encodes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Prefix of every metric name.
+pub const PREFIX: &str = "runway";
+
+/// Label set of per-phase metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// Run phase.
+    pub phase: String,
+}
+
+/// Label set of step metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// Step kind (`http`, `tool`, `job`, `cleanup`).
+    pub kind: String,
+}
+
+/// Label set of MCP request metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// JSON-RPC method.
+    pub method: String,
+    /// HTTP status of the answer.
+    pub status: String,
+}
+
+/// Label set of auth cache metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `token` or `access`.
+    pub cache: String,
+    /// `hit` or `miss`.
+    pub result: String,
+}
+
+struct Inner {
+    registry: Mutex<Registry>,
+    runs: Family<PhaseLabels, Gauge>,
+    steps: Family<StepLabels, Histogram>,
+    requests: Family<RequestLabels, Counter>,
+    reconcile_errors: Counter,
+    queue_depth: Gauge,
+    auth_cache: Family<CacheLabels, Counter>,
+}
+
+/// The process's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every Runway metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let runs = Family::<PhaseLabels, Gauge>::default();
+        registry.register("runs", "Runs by phase", runs.clone());
+        let steps = Family::<StepLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 16))
+        });
+        registry.register(
+            "step_duration_seconds",
+            "Duration of step attempts by kind",
+            steps.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "mcp_requests",
+            "MCP requests by method and HTTP status",
+            requests.clone(),
+        );
+        let reconcile_errors = Counter::default();
+        registry.register(
+            "reconcile_errors",
+            "Store errors while reconciling Runs",
+            reconcile_errors.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "queue_depth",
+            "Run keys waiting in the controller queue",
+            queue_depth.clone(),
+        );
+        let auth_cache = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "auth_cache_requests",
+            "Authentication and authorization cache lookups",
+            auth_cache.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                registry: Mutex::new(registry),
+                runs,
+                steps,
+                requests,
+                reconcile_errors,
+                queue_depth,
+                auth_cache,
+            }),
+        }
+    }
+
+    /// Set the number of Runs per phase (all phases given are replaced).
+    pub fn set_runs(&self, counts: &[(&str, i64)]) {
+        for (phase, n) in counts {
+            self.inner
+                .runs
+                .get_or_create(&PhaseLabels {
+                    phase: (*phase).to_owned(),
+                })
+                .set(*n);
+        }
+    }
+
+    /// Record one step attempt.
+    pub fn step(&self, kind: &str, started: Instant) {
+        self.inner
+            .steps
+            .get_or_create(&StepLabels {
+                kind: kind.to_owned(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Count one MCP request.
+    pub fn request(&self, method: &str, status: u16) {
+        self.inner
+            .requests
+            .get_or_create(&RequestLabels {
+                method: method.to_owned(),
+                status: status.to_string(),
+            })
+            .inc();
+    }
+
+    /// Count one reconcile error.
+    pub fn reconcile_error(&self) {
+        self.inner.reconcile_errors.inc();
+    }
+
+    /// Set the controller queue depth.
+    pub fn set_queue_depth(&self, n: usize) {
+        self.inner.queue_depth.set(n as i64);
+    }
+
+    /// Count one auth cache lookup.
+    pub fn auth_cache(&self, cache: &str, hit: bool) {
+        let result = if hit { "hit" } else { "miss" };
+        self.inner
+            .auth_cache
+            .get_or_create(&CacheLabels {
+                cache: cache.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.inner.registry.lock().expect("registry lock");
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("encoding to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_family_with_the_prefix() {
+        let m = Metrics::new();
+        m.request("tools/call", 200);
+        m.auth_cache("token", true);
+        m.set_runs(&[("Running", 3)]);
+        m.reconcile_error();
+        m.step("http", Instant::now());
+        let text = m.encode();
+        for needle in [
+            "runway_mcp_requests_total{method=\"tools/call\",status=\"200\"} 1",
+            "runway_auth_cache_requests_total{cache=\"token\",result=\"hit\"} 1",
+            "runway_runs{phase=\"Running\"} 3",
+            "runway_reconcile_errors_total 1",
+            "runway_step_duration_seconds_count{kind=\"http\"} 1",
+            "runway_queue_depth 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

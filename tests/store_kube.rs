@@ -1,0 +1,155 @@
+//! The store contract against `KubeStore`, over an in-memory API server; plus the exact
+//! requests the kube layer sends.
+
+mod support;
+
+use runway::api::{RunPhase, RunStatus};
+use runway::store::RunStore;
+use runway::store::kube::KubeStore;
+use support::contract;
+use support::fakeapi::FakeApi;
+
+async fn store() -> (FakeApi, KubeStore) {
+    let api = FakeApi::start().await;
+    let s = KubeStore::start(api.client()).await.unwrap();
+    (api, s)
+}
+
+#[tokio::test]
+async fn create_get_list() {
+    let (_a, s) = store().await;
+    contract::create_get_list(&s).await;
+}
+
+#[tokio::test]
+async fn conditional_updates() {
+    let (_a, s) = store().await;
+    contract::conditional_updates(&s).await;
+}
+
+#[tokio::test]
+async fn spec_transition_rules() {
+    let (_a, s) = store().await;
+    contract::spec_transition_rules(&s).await;
+}
+
+#[tokio::test]
+async fn delete() {
+    let (_a, s) = store().await;
+    contract::delete(&s).await;
+}
+
+#[tokio::test]
+async fn watch_and_resume() {
+    let (_a, s) = store().await;
+    contract::watch_and_resume(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_creates_of_one_name() {
+    let (_a, s) = store().await;
+    contract::concurrent_creates_of_one_name(&s).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_answers_first_wins() {
+    let (_a, s) = store().await;
+    contract::concurrent_answers_first_wins(&s).await;
+}
+
+#[tokio::test]
+async fn status_is_written_by_server_side_apply_with_one_field_manager() {
+    let (api, s) = store().await;
+    let created = s.create(contract::run("ns", "ssa", "wf")).await.unwrap();
+    let mut r = created.clone();
+    r.status = Some(RunStatus {
+        phase: RunPhase::Running,
+        ..Default::default()
+    });
+    s.update_status(&r).await.unwrap();
+    let patches = api.requests("PATCH", "/namespaces/ns/runs/ssa/status");
+    assert_eq!(patches.len(), 1);
+    let p = &patches[0];
+    assert_eq!(
+        p.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert_eq!(
+        p.query.get("fieldManager").map(String::as_str),
+        Some("runway-controller")
+    );
+    assert_eq!(p.query.get("force").map(String::as_str), Some("true"));
+    assert_eq!(p.body["status"]["phase"], "Running");
+    assert_eq!(p.body["kind"], "Run");
+    assert_eq!(
+        p.body["metadata"]["resourceVersion"],
+        created.metadata.resource_version.clone().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn answers_are_a_conditional_merge_patch_and_a_stale_one_conflicts() {
+    let (api, s) = store().await;
+    let created = s.create(contract::run("ns", "ans", "wf")).await.unwrap();
+    let mut answered = created.clone();
+    answered.spec.input_responses.insert(
+        "k".into(),
+        runway::api::InputResponse {
+            action: runway::api::InputAction::Accept,
+            content: None,
+            answered_by: Some("bob".into()),
+            answered_by_groups: vec![],
+            answered_at: None,
+        },
+    );
+    s.update(answered.clone()).await.unwrap();
+    let p = api
+        .requests("PATCH", "/namespaces/ns/runs/ans")
+        .pop()
+        .unwrap();
+    assert_eq!(
+        p.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert_eq!(
+        p.query.get("fieldManager").map(String::as_str),
+        Some("runway-mcp")
+    );
+    assert_eq!(
+        p.body["metadata"]["resourceVersion"],
+        created.metadata.resource_version.clone().unwrap()
+    );
+    assert_eq!(p.body["spec"]["inputResponses"]["k"]["answeredBy"], "bob");
+    // the same patch again, from the stale version: 409 → Conflict
+    assert_eq!(
+        s.update(answered).await.unwrap_err(),
+        runway::store::StoreError::Conflict
+    );
+}
+
+#[tokio::test]
+async fn a_get_that_misses_the_cache_asks_the_api_server() {
+    let (api, s) = store().await;
+    // written behind the reflector's back, and read at once
+    api.put(
+        "runway.dev/v1alpha1/runs",
+        serde_json::json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": "fresh", "namespace": "ns"}, "spec": {"workflowRef": {"name": "wf"}}}),
+    );
+    let before = api.requests("GET", "/namespaces/ns/runs/fresh").len();
+    let got = s.get("ns", "fresh").await.unwrap();
+    assert!(got.is_some());
+    // either the reflector had it already, or a direct GET was made; a create never needs one
+    let created = s.create(contract::run("ns", "mine", "wf")).await.unwrap();
+    let direct_before = api.requests("GET", "/namespaces/ns/runs/mine").len();
+    assert_eq!(s.get("ns", "mine").await.unwrap().unwrap(), created);
+    assert_eq!(
+        api.requests("GET", "/namespaces/ns/runs/mine").len(),
+        direct_before,
+        "own writes are served locally"
+    );
+    assert!(api.requests("GET", "/namespaces/ns/runs/fresh").len() >= before);
+    // a name nobody created: a direct GET answers 404 → None
+    assert!(s.get("ns", "ghost").await.unwrap().is_none());
+    assert_eq!(api.requests("GET", "/namespaces/ns/runs/ghost").len(), 1);
+}

@@ -1,0 +1,472 @@
+//! A small in-memory Kubernetes API server: enough of the REST semantics (list, watch with
+//! resume and bookmarks, create, get, merge/apply patch, status subresource, delete, 404, 409 on
+//! a stale resourceVersion, 422 from the Run CRD's CEL rules) for the kube layer to be tested for
+//! real, and a log of every request so tests can assert exactly what was sent.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    pub content_type: Option<String>,
+    pub body: Value,
+}
+
+type Responder = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    rv: u64,
+    /// (collection path, namespace, name) → object
+    objects: BTreeMap<(String, String, String), Value>,
+    history: Vec<(u64, String, String, Value)>, // (rv, collection, type, object)
+    log: Vec<Recorded>,
+    /// resource → responder for create-only review APIs
+    reviews: BTreeMap<String, Responder>,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    inner: Arc<Mutex<Inner>>,
+    events: broadcast::Sender<(u64, String, String, Value)>,
+    pub addr: SocketAddr,
+}
+
+/// `(collection, namespace, name, subresource)` of an API path; collection is e.g.
+/// `runway.dev/v1alpha1/runs` or `v1/secrets`.
+fn parse(path: &str) -> Option<(String, Option<String>, Option<String>, Option<String>)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (gv, rest) = match parts.as_slice() {
+        ["api", v, rest @ ..] => (v.to_string(), rest.to_vec()),
+        ["apis", g, v, rest @ ..] => (format!("{g}/{v}"), rest.to_vec()),
+        _ => return None,
+    };
+    let (ns, rest) = match rest.as_slice() {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest.to_vec()),
+        _ => (None, rest),
+    };
+    match rest.as_slice() {
+        [res] => Some((format!("{gv}/{res}"), ns, None, None)),
+        [res, name] => Some((format!("{gv}/{res}"), ns, Some(name.to_string()), None)),
+        [res, name, sub] => Some((
+            format!("{gv}/{res}"),
+            ns,
+            Some(name.to_string()),
+            Some(sub.to_string()),
+        )),
+        _ => None,
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (
+        StatusCode::from_u16(code).unwrap(),
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn ok(v: Value) -> Response {
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+fn labels_match(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(sel) = selector else { return true };
+    sel.split(',')
+        .filter(|s| !s.is_empty())
+        .all(|pair| match pair.split_once('=') {
+            Some((k, v)) => obj["metadata"]["labels"][k] == v,
+            None => true,
+        })
+}
+
+impl FakeApi {
+    pub async fn start() -> Self {
+        let (events, _) = broadcast::channel(4096);
+        let mut me = Self {
+            inner: Arc::default(),
+            events,
+            addr: "127.0.0.1:0".parse().unwrap(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        me.addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(handle).with_state(me.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        me
+    }
+
+    /// A kube client for this server.
+    pub fn client(&self) -> kube::Client {
+        runway::install_crypto_provider();
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    /// Answer POSTs to `collection` (e.g. `authentication.k8s.io/v1/tokenreviews`) with `f(body)`.
+    pub fn on_review(&self, collection: &str, f: impl Fn(&Value) -> Value + Send + Sync + 'static) {
+        self.inner
+            .lock()
+            .unwrap()
+            .reviews
+            .insert(collection.into(), Arc::new(f));
+    }
+
+    /// Requests seen so far.
+    pub fn log(&self) -> Vec<Recorded> {
+        self.inner.lock().unwrap().log.clone()
+    }
+
+    /// Requests whose method and path match.
+    pub fn requests(&self, method: &str, path_contains: &str) -> Vec<Recorded> {
+        self.log()
+            .into_iter()
+            .filter(|r| r.method == method && r.path.contains(path_contains))
+            .collect()
+    }
+
+    /// Put an object directly (as kubectl apply would), returning it with metadata filled in.
+    pub fn put(&self, collection: &str, obj: Value) -> Value {
+        let mut inner = self.inner.lock().unwrap();
+        self.put_locked(&mut inner, collection, obj)
+    }
+
+    fn put_locked(&self, inner: &mut Inner, collection: &str, mut obj: Value) -> Value {
+        inner.rv += 1;
+        let rv = inner.rv;
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
+        let key = (collection.to_owned(), ns, name);
+        let existed = inner.objects.contains_key(&key);
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(format!("uid-{rv}"));
+        }
+        if obj["metadata"]["generation"].is_null() {
+            obj["metadata"]["generation"] = json!(1);
+        }
+        if obj["metadata"]["creationTimestamp"].is_null() {
+            obj["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        inner.objects.insert(key, obj.clone());
+        let ty = if existed { "MODIFIED" } else { "ADDED" };
+        inner
+            .history
+            .push((rv, collection.to_owned(), ty.into(), obj.clone()));
+        let _ = self
+            .events
+            .send((rv, collection.to_owned(), ty.into(), obj.clone()));
+        obj
+    }
+
+    pub fn get(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+        self.inner
+            .lock()
+            .unwrap()
+            .objects
+            .get(&(collection.into(), ns.into(), name.into()))
+            .cloned()
+    }
+
+    fn delete(&self, collection: &str, ns: &str, name: &str) -> Option<Value> {
+        let mut inner = self.inner.lock().unwrap();
+        let mut obj = inner
+            .objects
+            .remove(&(collection.into(), ns.into(), name.into()))?;
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        inner
+            .history
+            .push((rv, collection.to_owned(), "DELETED".into(), obj.clone()));
+        let _ = self
+            .events
+            .send((rv, collection.to_owned(), "DELETED".into(), obj.clone()));
+        Some(obj)
+    }
+}
+
+async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query: BTreeMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| {
+                    (
+                        k.to_owned(),
+                        v.replace("%2C", ",")
+                            .replace("%3D", "=")
+                            .replace("%3A", ":"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes: Bytes = axum::body::to_bytes(req.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    api.inner.lock().unwrap().log.push(Recorded {
+        method: method.to_string(),
+        path: path.clone(),
+        query: query.clone(),
+        content_type: content_type.clone(),
+        body: body.clone(),
+    });
+    let Some((collection, ns, name, sub)) = parse(&path) else {
+        return status(404, "NotFound", "no such path");
+    };
+    let review = api.inner.lock().unwrap().reviews.get(&collection).cloned();
+    if let (Some(f), &Method::POST) = (review, &method) {
+        let mut out = body.clone();
+        out["status"] = f(&body);
+        return (
+            StatusCode::CREATED,
+            [("content-type", "application/json")],
+            out.to_string(),
+        )
+            .into_response();
+    }
+    let ns_s = ns.clone().unwrap_or_default();
+    match (method, name, sub) {
+        (Method::GET, None, None)
+            if query.get("watch").map(String::as_str) == Some("true")
+                || query.get("watch").map(String::as_str) == Some("1") =>
+        {
+            watch(api, collection, ns, query).await
+        }
+        (Method::GET, None, None) => {
+            let inner = api.inner.lock().unwrap();
+            let items: Vec<Value> = inner
+                .objects
+                .iter()
+                .filter(|((c, n, _), o)| {
+                    *c == collection
+                        && ns.as_ref().is_none_or(|x| x == n)
+                        && labels_match(o, query.get("labelSelector"))
+                })
+                .map(|(_, o)| o.clone())
+                .collect();
+            let limit = query
+                .get("limit")
+                .and_then(|l| l.parse::<usize>().ok())
+                .unwrap_or(usize::MAX);
+            let items: Vec<Value> = items.into_iter().take(limit).collect();
+            ok(
+                json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": inner.rv.to_string()}, "items": items}),
+            )
+        }
+        (Method::GET, Some(name), _) => match api.get(&collection, &ns_s, &name) {
+            Some(o) => ok(o),
+            None => status(
+                404,
+                "NotFound",
+                &format!("{collection} \"{name}\" not found"),
+            ),
+        },
+        (Method::POST, None, None) => {
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let mut inner = api.inner.lock().unwrap();
+            if inner
+                .objects
+                .contains_key(&(collection.clone(), ns_s.clone(), name.clone()))
+            {
+                return status(
+                    409,
+                    "AlreadyExists",
+                    &format!("{collection} \"{name}\" already exists"),
+                );
+            }
+            let mut obj = body.clone();
+            obj["metadata"]["namespace"] = json!(ns_s);
+            if collection.ends_with("/runs") {
+                obj.as_object_mut().unwrap().remove("status");
+            }
+            let created = api.put_locked(&mut inner, &collection, obj);
+            (
+                StatusCode::CREATED,
+                [("content-type", "application/json")],
+                created.to_string(),
+            )
+                .into_response()
+        }
+        (Method::PATCH, Some(name), sub) => {
+            let mut inner = api.inner.lock().unwrap();
+            let Some(current) = inner
+                .objects
+                .get(&(collection.clone(), ns_s.clone(), name.clone()))
+                .cloned()
+            else {
+                return status(
+                    404,
+                    "NotFound",
+                    &format!("{collection} \"{name}\" not found"),
+                );
+            };
+            if let Some(rv) = body["metadata"]["resourceVersion"].as_str()
+                && Some(rv) != current["metadata"]["resourceVersion"].as_str()
+            {
+                return status(
+                    409,
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version",
+                );
+            }
+            let mut next = current.clone();
+            let mut patch = body.clone();
+            if let Some(m) = patch["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            if sub.as_deref() == Some("status") {
+                next["status"] = patch["status"].clone();
+            } else {
+                if let Some(p) = patch.as_object_mut() {
+                    p.remove("status");
+                }
+                merge(&mut next, &patch);
+                if next["spec"] != current["spec"] {
+                    if collection.ends_with("/runs") {
+                        let old: runway::api::Run =
+                            serde_json::from_value(current.clone()).unwrap();
+                        let new: runway::api::Run = match serde_json::from_value(next.clone()) {
+                            Ok(r) => r,
+                            Err(e) => return status(422, "Invalid", &e.to_string()),
+                        };
+                        if let Err(e) = new.validate_cel_update(&old) {
+                            return status(422, "Invalid", &e.to_string());
+                        }
+                    }
+                    next["metadata"]["generation"] =
+                        json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
+                }
+            }
+            ok(api.put_locked(&mut inner, &collection, next))
+        }
+        (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {
+            Some(o) => ok(o),
+            None => status(
+                404,
+                "NotFound",
+                &format!("{collection} \"{name}\" not found"),
+            ),
+        },
+        _ => status(405, "MethodNotAllowed", "not supported by the fake"),
+    }
+}
+
+async fn watch(
+    api: FakeApi,
+    collection: String,
+    ns: Option<String>,
+    query: BTreeMap<String, String>,
+) -> Response {
+    let from: u64 = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let rx = api.events.subscribe();
+    let (replay, current) = {
+        let inner = api.inner.lock().unwrap();
+        let replay: Vec<_> = inner
+            .history
+            .iter()
+            .filter(|(rv, c, _, _)| *rv > from && *c == collection)
+            .cloned()
+            .collect();
+        (replay, inner.rv)
+    };
+    let matches = move |c: &str, o: &Value| {
+        c == collection
+            && ns
+                .as_ref()
+                .is_none_or(|n| o["metadata"]["namespace"] == n.as_str())
+    };
+    let line = |ty: &str, o: &Value| {
+        Ok::<_, Infallible>(Bytes::from(format!(
+            "{}\n",
+            json!({"type": ty, "object": o})
+        )))
+    };
+    let m2 = matches.clone();
+    let head = futures::stream::iter(
+        replay
+            .into_iter()
+            .filter(move |(_, c, _, o)| m2(c, o))
+            .map(move |(_, _, ty, o)| line(&ty, &o))
+            .chain(std::iter::once(line(
+                "BOOKMARK",
+                &json!({"metadata": {"resourceVersion": current.to_string()}}),
+            ))),
+    );
+    use futures::StreamExt;
+    let live = tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |e| {
+        let matches = matches.clone();
+        async move {
+            match e {
+                Ok((rv, c, ty, o)) if rv > current && matches(&c, &o) => Some(line(&ty, &o)),
+                _ => None,
+            }
+        }
+    });
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(300);
+    let body = head
+        .chain(live)
+        .take_until(tokio::time::sleep(std::time::Duration::from_secs(timeout)));
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(body))
+        .unwrap()
+}
