@@ -27,11 +27,13 @@ unit:
 ## Regenerate crds/ (and the chart's copy) from the Rust types.
 crds: build
 	$(RUNWAY) crds --dir crds
+	cp crds/*.yaml charts/runway/crds/
 
-## Fail when crds/ differs from what the code generates.
+## Fail when crds/ (or the chart's copy) differs from what the code generates.
 crds-check: build
 	@tmp=$$(mktemp -d); $(RUNWAY) crds --dir $$tmp; \
 	if ! diff -ru crds $$tmp; then echo "crds/ is stale: run make crds" >&2; rm -rf $$tmp; exit 1; fi; \
+	if ! diff -ru crds charts/runway/crds; then echo "charts/runway/crds/ is stale: run make crds" >&2; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp
 
 ## The official MCP conformance suite against `runway serve` (installs Node and the suite).
