@@ -36,6 +36,19 @@ crds-check: build
 	if ! diff -ru crds charts/runway/crds; then echo "charts/runway/crds/ is stale: run make crds" >&2; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp
 
+## Lint, render and validate the Helm chart; test its RBAC, security context and admission
+## policy (tests/chart/). Installs the pinned Python packages into .cache/chart-venv.
+CHART_VENV := .cache/chart-venv
+.PHONY: chart-check
+chart-check: $(CHART_VENV)/.installed
+	$(CHART_VENV)/bin/python tests/chart/check.py
+	$(CHART_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/chart
+
+$(CHART_VENV)/.installed: tests/chart/requirements.txt
+	python3 -m venv $(CHART_VENV)
+	$(CHART_VENV)/bin/pip install -q --disable-pip-version-check -r tests/chart/requirements.txt
+	touch $@
+
 ## The official MCP conformance suite against `runway serve` (installs Node and the suite).
 conformance: build
 	tests/conformance/run.sh

@@ -1,0 +1,368 @@
+"""What the rendered chart must be: least-privilege RBAC, a locked-down Deployment, the flags the
+operator takes, values.schema.json covering every value, and manifests of the right shape."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+import check
+from check import NAMESPACE, find, one, render
+
+# The operator's documented permissions (docs/security.md): (apiGroup, resource) -> verbs.
+OPERATOR_CLUSTER_RULES = {
+    ("runway.dev", "runs"): {"get", "list", "watch", "create", "update", "patch", "delete"},
+    ("runway.dev", "runs/status"): {"get", "update", "patch"},
+    ("runway.dev", "workflows"): {"get", "list", "watch"},
+    ("runway.dev", "workflows/status"): {"get", "update", "patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "create", "delete"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "secrets"): {"get"},
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+}
+LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+VALUE_SETS = check.value_sets()
+
+
+@pytest.fixture(scope="module", params=list(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    values = VALUE_SETS[request.param]
+    return values, render(values)
+
+
+def grants(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """A role's rules flattened to (apiGroup, resource) -> verbs; wildcards fail the caller's checks."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role.get("rules", []):
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def no_wildcards(g: dict[tuple[str, str], set[str]]) -> None:
+    for (group, resource), verbs in g.items():
+        assert "*" not in (group, resource) and "*" not in verbs, (group, resource, verbs)
+
+
+# --- lint, render, shapes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("label", list(VALUE_SETS))
+def test_chart_lints_renders_and_every_manifest_has_a_valid_shape(label: str) -> None:
+    objects = check.check_values(label, VALUE_SETS[label])
+    assert objects
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    assert check.check_crds() == 2
+
+
+def test_examples_match_the_crd_schemas() -> None:
+    assert check.check_examples() >= 7
+
+
+def test_shape_validation_catches_misspelt_fields() -> None:
+    deploy = copy.deepcopy(one(render(), "Deployment"))
+    deploy["spec"]["template"]["spec"]["containers"][0]["securityContex"] = {}
+    assert any("securityContex" in e for e in check.validate_object(deploy))
+    assert check.validate_object({"apiVersion": "v1", "kind": "Nonsense", "metadata": {"name": "x"}})
+    wf = {
+        "apiVersion": "runway.dev/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "x"},
+        "spec": {"steps": [{"name": "a", "delay": {"duration": "1s"}, "dealy": {}}]},
+    }
+    assert any("dealy" in e for e in check.validate_runway_object(wf))
+    job = {
+        "apiVersion": "runway.dev/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "x"},
+        "spec": {"steps": [{"name": "a", "job": {"template": {"spec": {"containers": [{"name": "c"}]}}}}]},
+    }
+    assert any("image" in e for e in check.validate_runway_object(job))
+
+
+# --- RBAC ---------------------------------------------------------------------------------------------
+
+
+def test_operator_cluster_role_grants_exactly_the_documented_rules(rendered: Any) -> None:
+    _, objects = rendered
+    operator_roles = [r for r in find(objects, "ClusterRole") if r["metadata"]["name"].endswith("-operator")]
+    assert len(operator_roles) == 1
+    role = operator_roles[0]
+    g = grants(role)
+    no_wildcards(g)
+    assert g == OPERATOR_CLUSTER_RULES
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert [s["kind"] for s in binding["subjects"]] == ["ServiceAccount"]
+
+
+def test_lease_role_is_namespaced_and_minimal(rendered: Any) -> None:
+    _, objects = rendered
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert grants(role) == LEASE_RULES
+    assert one(objects, "RoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_no_other_role_grants_the_operator_anything() -> None:
+    objects = render()
+    bound = {b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")}
+    assert bound == {"runway-operator", "runway-leader-election"}
+
+
+def test_tenant_roles_and_their_aggregation() -> None:
+    objects = render()
+    roles = {r["metadata"]["name"]: r for r in find(objects, "ClusterRole")}
+    assert grants(roles["runway-caller"]) == {("runway.dev", "workflows"): {"list"}, ("runway.dev", "runs"): {"create", "get"}}
+    assert grants(roles["runway-approver"]) == {("runway.dev", "runs"): {"update"}}
+    assert grants(roles["runway-viewer"]) == {
+        ("runway.dev", "runs"): {"get", "list", "watch"},
+        ("runway.dev", "workflows"): {"get", "list", "watch"},
+    }
+    agg = "rbac.authorization.k8s.io/aggregate-to-"
+    labels = {n: {k[len(agg):] for k, v in r["metadata"]["labels"].items() if k.startswith(agg) and v == "true"} for n, r in roles.items()}
+    assert labels["runway-caller"] == {"admin", "edit"}
+    assert labels["runway-approver"] == {"admin", "edit"}
+    assert labels["runway-viewer"] == {"admin", "edit", "view"}
+    assert labels["runway-operator"] == set()
+
+    plain = {r["metadata"]["name"]: r for r in find(render({"tenantRoles": {"aggregateToDefaultRoles": False}}), "ClusterRole")}
+    assert all(not any(k.startswith(agg) for k in r["metadata"]["labels"]) for r in plain.values())
+    assert {r["metadata"]["name"] for r in find(render({"tenantRoles": {"create": False}}), "ClusterRole")} == {"runway-operator"}
+
+
+def test_rbac_can_be_left_to_the_cluster_admin() -> None:
+    objects = render({"rbac": {"create": False}})
+    assert not find(objects, "ClusterRoleBinding") and not find(objects, "Role") and not find(objects, "RoleBinding")
+    assert check.cross_check(objects, {"rbac": {"create": False}}) == []
+
+
+# --- Deployment ---------------------------------------------------------------------------------------
+
+
+def test_deployment_security_context(rendered: Any) -> None:
+    _, objects = rendered
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] > 0 and psc["runAsGroup"] > 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["runAsNonRoot"] is True
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not sc.get("privileged")
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    # No writable volume at all: only the read-only state key.
+    assert [v["name"] for v in pod["volumes"]] == ["state-key"]
+    assert all(m["readOnly"] for c in pod["containers"] for m in c["volumeMounts"])
+
+
+def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> None:
+    deploy = one(render(), "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    c = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"mcp": 8080, "metrics": 9090}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["args"] == [
+        "operator",
+        "--listen=0.0.0.0:8080",
+        "--metrics-listen=0.0.0.0:9090",
+        "--lease-name=runway-controller",
+        f"--lease-namespace={NAMESPACE}",
+        "--allowed-host=runway",
+        f"--allowed-host=runway.{NAMESPACE}",
+        f"--allowed-host=runway.{NAMESPACE}.svc",
+        f"--allowed-host=runway.{NAMESPACE}.svc.cluster.local",
+        "--task-access=owner",
+        "--state-key-file=/etc/runway/state/state-key",
+        "--auth-cache-ttl=10s",
+        "--log-format=json",
+    ]
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+
+
+def test_every_option_reaches_the_operator() -> None:
+    values = check.all_options()
+    c = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    args = c["args"]
+    for expected in [
+        "--listen=0.0.0.0:8181",
+        "--metrics-listen=0.0.0.0:9191",
+        "--lease-name=runway-all-controller",
+        "--allowed-host=runway-all.runway-system.svc.corp.local",
+        "--allowed-host=runway.example.com",
+        "--allowed-host=runway.example.com:8443",
+        "--allowed-origin=https://console.example.com",
+        "--task-access=namespace",
+        "--state-key-file=/etc/runway/state/hmac",
+        "--token-audience=runway",
+        "--token-audience=https://kubernetes.default.svc",
+        "--auth-cache-ttl=30s",
+        "--workers=16",
+        "--log-format=text",
+        "--allowed-origin=https://tools.example.com",
+    ]:
+        assert expected in args, expected
+    assert c["image"] == "runway/operator@" + values["image"]["digest"]
+
+
+def test_leader_election_off_for_a_single_replica_and_refused_for_more() -> None:
+    objects = render({"replicaCount": 1, "leaderElection": {"enabled": False}})
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-leader-election" in args and not any(a.startswith("--lease") for a in args)
+    assert not find(objects, "Role") and not find(objects, "PodDisruptionBudget")
+    with pytest.raises(helm.HelmRenderError, match="leaderElection"):
+        render({"replicaCount": 2, "leaderElection": {"enabled": False}})
+
+
+def test_existing_service_account() -> None:
+    values = {"serviceAccount": {"create": False, "name": "platform-runway"}}
+    objects = render(values)
+    assert not find(objects, "ServiceAccount")
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "platform-runway"
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "platform-runway"
+    assert check.cross_check(objects, values) == []
+    with pytest.raises(helm.HelmRenderError, match="serviceAccount.name"):
+        render({"serviceAccount": {"create": False}})
+
+
+# --- the requestState key -------------------------------------------------------------------------------
+
+
+def test_state_key_secret_is_random_and_long_enough() -> None:
+    keys = set()
+    for _ in range(2):
+        secret = one(render(), "Secret")
+        key = base64.b64decode(secret["data"]["state-key"])
+        assert len(key) == 48 and key.isalnum()
+        keys.add(key)
+    assert len(keys) == 2  # a fresh install gets a fresh key; upgrades keep it through `lookup`
+
+
+def test_state_key_secret_template_keeps_the_key_on_upgrade() -> None:
+    # Offline rendering has no cluster to look the Secret up in, so check the template keeps the
+    # looked-up value when there is one.
+    text = (check.CHART / "templates" / "secret.yaml").read_text()
+    assert 'lookup "v1" "Secret" .Release.Namespace $name' in text
+    assert "$value = index $existing.data .Values.stateKey.key" in text
+    assert "randAlphaNum 48" in text
+
+
+def test_existing_state_key_secret() -> None:
+    values = {"stateKey": {"existingSecret": "my-key", "key": "hmac"}}
+    objects = render(values)
+    assert not find(objects, "Secret")
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["secret"]["secretName"] == "my-key"
+    assert "--state-key-file=/etc/runway/state/hmac" in pod["containers"][0]["args"]
+
+
+# --- optional objects ------------------------------------------------------------------------------------
+
+
+def test_optional_objects_are_off_by_default_and_on_with_all_options() -> None:
+    defaults = {o["kind"] for o in render()}
+    everything = {o["kind"] for o in render(check.all_options())}
+    assert "ServiceMonitor" not in defaults and "NetworkPolicy" not in defaults
+    assert {"ServiceMonitor", "NetworkPolicy", "PodDisruptionBudget"} <= everything
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= defaults
+    no_policy = {o["kind"] for o in render({"admissionPolicy": {"enabled": False}})}
+    assert "ValidatingAdmissionPolicy" not in no_policy
+    assert "WARNING" in check.notes({"admissionPolicy": {"enabled": False}})
+
+
+def test_mcp_service_and_metrics_service_are_apart() -> None:
+    objects = render()
+    mcp = one(objects, "Service", "runway")
+    metrics = one(objects, "Service", "runway-metrics")
+    assert [p["targetPort"] for p in mcp["spec"]["ports"]] == ["mcp"]
+    assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
+
+
+# --- values.schema.json ---------------------------------------------------------------------------------
+
+
+# Values that are free-form maps: their keys are the user's, not the chart's.
+FREE_FORM = {"annotations", "labels", "podLabels", "podAnnotations", "nodeSelector", "affinity", "requests", "limits"}
+
+
+def leaf_paths(values: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Paths of the values a user sets: into nested settings objects, not into free-form maps/lists."""
+    if isinstance(values, dict) and values and (not prefix or prefix[-1] not in FREE_FORM):
+        out: set[tuple[str, ...]] = set()
+        for k, v in values.items():
+            out |= leaf_paths(v, (*prefix, k))
+        return out
+    return {prefix}
+
+
+def schema_at(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    node = schema
+    for part in path:
+        props = node.get("properties", {})
+        if part not in props:
+            return None
+        node = props[part]
+    return node
+
+
+def test_schema_describes_every_value() -> None:
+    schema = json.loads((check.CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((check.CHART / "values.yaml").read_text())
+    for path in leaf_paths(defaults) | leaf_paths(check.all_options()):
+        node = schema_at(schema, path)
+        assert node is not None, f"values.schema.json has no entry for {'.'.join(path)}"
+        assert node.get("description"), f"values.schema.json: {'.'.join(path)} has no description"
+
+
+def test_all_options_sets_every_value() -> None:
+    defaults = yaml.safe_load((check.CHART / "values.yaml").read_text())
+    assert leaf_paths(defaults) <= leaf_paths(check.all_options()), leaf_paths(defaults) - leaf_paths(check.all_options())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"mcp": {"taskAccess": "everyone"}},
+        {"logFormat": "xml"},
+        {"replicaCount": 0},
+        {"unknownValue": True},
+        {"mcp": {"port": 70000}},
+        {"auth": {"cacheTTL": "ten seconds"}},
+        {"admissionPolicy": {"validationActions": ["Allow"]}},
+        {"podSecurityContext": {"runAsUser": 0, "runAsGroup": 0}},
+        {"image": {"digest": "latest"}},
+        {"mcp": {"allowedOrigins": ["console.example.com"]}},
+    ],
+)
+def test_schema_refuses_bad_values(bad: dict[str, Any]) -> None:
+    with helm.Chart.load(check.CHART) as chart:
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
+def test_values_file_and_schema_are_in_the_chart() -> None:
+    with helm.Chart.load(check.CHART) as chart:
+        assert chart.schema is not None
+        assert chart.metadata["kubeVersion"] == ">=1.30.0-0"
+    assert Path(check.CHART / "crds").is_dir()
