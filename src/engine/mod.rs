@@ -95,6 +95,8 @@ pub enum Action {
         step: ToolStep,
         /// Rendered arguments.
         arguments: Value,
+        /// Headers for every request to the server: rendered values, or Secret references.
+        headers: Vec<HeaderValue>,
         /// Upstream task recorded by an earlier attempt, to resume instead of calling again.
         upstream_task_id: Option<String>,
         /// Answers to forward upstream first (upstream key → `{action, content}`).
@@ -169,6 +171,19 @@ pub enum Outcome {
         class: ErrorClass,
         /// Why.
         message: String,
+    },
+    /// A `tool` step's upstream call failed. The retry policy applies as for `Failed`; when the
+    /// step fails for good and `error` is set, the Run ends with that protocol-level error.
+    UpstreamFailed {
+        /// Kind of failure.
+        class: ErrorClass,
+        /// Why.
+        message: String,
+        /// The upstream's JSON-RPC error (its code and message), when it answered with one.
+        error: Option<RunError>,
+        /// The upstream call is over (its task failed, was cancelled or is unknown; it answered
+        /// an error or a tool error): a retry calls the tool again instead of following it.
+        call_ended: bool,
     },
     /// The attempt failed in a way that ends the Run with a protocol-level error.
     Fatal(RunError),
@@ -269,18 +284,25 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
     if let Action::Cleanup(c) = &effect.action {
-        // Best effort: whatever happened, the cleanup is done; a failure is noted on the step.
+        // Best effort: whatever happened, the cleanup is done; a failure is noted on the step,
+        // and so is what a cleanup reports it did (a string output).
         st.cleanups.retain(|x| x != c);
         let note = match outcome {
+            Outcome::Succeeded(Value::String(done)) => Some(done),
             Outcome::Succeeded(_) => None,
-            Outcome::Failed { message, .. } => Some(message),
-            Outcome::Fatal(e) => Some(e.message),
+            Outcome::Failed { message, .. } | Outcome::UpstreamFailed { message, .. } => {
+                Some(format!("cleanup failed: {message}"))
+            }
+            Outcome::Fatal(e) => Some(format!("cleanup failed: {}", e.message)),
             _ => None,
         };
         if let Some(note) = note
             && let Some(rec) = st.steps.iter_mut().rev().find(|r| r.name == c.step)
         {
-            rec.message = Some(format!("cleanup failed: {note}"));
+            rec.message = Some(match rec.message.take() {
+                Some(before) => format!("{before}; {note}"),
+                None => note,
+            });
         }
         return st;
     }
@@ -304,8 +326,14 @@ pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> R
             upstream_task_id,
             job_name,
         } => {
-            if upstream_task_id.is_some() {
-                rec.upstream_task_id = upstream_task_id;
+            if let Some(id) = upstream_task_id {
+                if let Action::Tool { step, .. } = &effect.action {
+                    rec.message = Some(format!(
+                        "following upstream task {id} on {}",
+                        step.server.url
+                    ));
+                }
+                rec.upstream_task_id = Some(id);
                 rec.upstream_request_state = None;
             }
             if job_name.is_some() {
@@ -366,53 +394,21 @@ pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> R
             rec.message = None;
         }
         Outcome::Failed { class, message } => {
-            let ctx = context(run, &st);
-            let rec = &mut st.steps[idx];
-            let policy = step.as_ref().and_then(|s| s.retry.clone());
-            let limit = match policy.as_ref().and_then(|p| p.limit.as_ref()) {
-                None => Ok(0),
-                Some(v) => retry_limit(v, &ctx),
-            };
-            let retries_on = policy
-                .as_ref()
-                .map(|p| p.on.clone())
-                .filter(|on| !on.is_empty())
-                .unwrap_or_else(|| {
-                    vec![
-                        ErrorClass::Timeout,
-                        ErrorClass::Connection,
-                        ErrorClass::ServerError,
-                        ErrorClass::TooManyRequests,
-                    ]
-                });
-            rec.attempts.push(AttemptRecord {
-                attempt: rec.attempt,
-                started_at: rec.attempt_started_at.clone(),
-                finished_at: Some(ts(now)),
-                message: message.clone(),
-            });
-            rec.message = Some(message.clone());
-            let limit = match limit {
-                Ok(l) => l,
-                Err(e) => {
-                    let name = rec.name.clone();
-                    fail_step_fatal(&mut st, idx, &name, e, now);
-                    return st;
-                }
-            };
-            if retries_on.contains(&class) && rec.attempt <= limit {
-                let backoff = backoff(policy.as_ref(), rec.attempt, &ctx);
-                rec.phase = StepPhase::Retrying;
-                rec.wake_at = Some(ts(now + backoff));
-            } else {
-                rec.phase = StepPhase::Failed;
-                rec.finished_at = Some(ts(now));
-                let name = rec.name.clone();
-                let is_finally = rec.finally;
-                if !is_finally && st.ending.is_none() {
-                    st.ending = Some(tool_error_ending(format!("step {name} failed: {message}")));
-                }
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+        }
+        Outcome::UpstreamFailed {
+            class,
+            message,
+            error,
+            call_ended,
+        } => {
+            if call_ended {
+                rec.upstream_task_id = None;
+                rec.upstream_request_state = None;
+                rec.pending_answers = None;
             }
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, error, now);
+            cancel_abandoned_upstream_task(&mut st, idx);
         }
         Outcome::Fatal(error) => {
             rec.phase = StepPhase::Failed;
@@ -431,9 +427,75 @@ pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> R
                     error: Some(error),
                 });
             }
+            cancel_abandoned_upstream_task(&mut st, idx);
         }
     }
     st
+}
+
+/// A failed attempt: retry it when the policy says so, else fail the step (and the Run, with a
+/// tool error, or with `error` when the upstream answered a protocol-level one).
+#[allow(clippy::too_many_arguments)]
+fn fail_attempt(
+    run: &Run,
+    st: &mut RunStatus,
+    idx: usize,
+    step: Option<&Step>,
+    class: ErrorClass,
+    message: String,
+    error: Option<RunError>,
+    now: Timestamp,
+) {
+    let ctx = context(run, st);
+    let rec = &mut st.steps[idx];
+    let policy = step.and_then(|s| s.retry.clone());
+    let limit = match policy.as_ref().and_then(|p| p.limit.as_ref()) {
+        None => Ok(0),
+        Some(v) => retry_limit(v, &ctx),
+    };
+    let retries_on = policy
+        .as_ref()
+        .map(|p| p.on.clone())
+        .filter(|on| !on.is_empty())
+        .unwrap_or_else(|| {
+            vec![
+                ErrorClass::Timeout,
+                ErrorClass::Connection,
+                ErrorClass::ServerError,
+                ErrorClass::TooManyRequests,
+            ]
+        });
+    rec.attempts.push(AttemptRecord {
+        attempt: rec.attempt,
+        started_at: rec.attempt_started_at.clone(),
+        finished_at: Some(ts(now)),
+        message: message.clone(),
+    });
+    rec.message = Some(message.clone());
+    let limit = match limit {
+        Ok(l) => l,
+        Err(e) => {
+            let name = rec.name.clone();
+            fail_step_fatal(st, idx, &name, e, now);
+            return;
+        }
+    };
+    if retries_on.contains(&class) && rec.attempt <= limit {
+        let backoff = backoff(policy.as_ref(), rec.attempt, &ctx);
+        rec.phase = StepPhase::Retrying;
+        rec.wake_at = Some(ts(now + backoff));
+    } else {
+        rec.phase = StepPhase::Failed;
+        rec.finished_at = Some(ts(now));
+        let name = rec.name.clone();
+        let is_finally = rec.finally;
+        if !is_finally && st.ending.is_none() {
+            st.ending = Some(match error {
+                Some(e) => upstream_error_ending(&name, e),
+                None => tool_error_ending(format!("step {name} failed: {message}")),
+            });
+        }
+    }
 }
 
 fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
@@ -460,6 +522,39 @@ fn backoff(policy: Option<&crate::api::RetryPolicy>, attempt: u32, ctx: &Value) 
     );
     let factor = 2i32.saturating_pow(attempt.saturating_sub(1).min(30));
     base.checked_mul(factor).unwrap_or(cap).min(cap)
+}
+
+/// A `tool` step that failed for good while its upstream task runs on: cancel that task.
+fn cancel_abandoned_upstream_task(st: &mut RunStatus, idx: usize) {
+    let rec = &st.steps[idx];
+    if rec.phase == StepPhase::Failed
+        && let Some(id) = rec.upstream_task_id.clone()
+    {
+        let step = rec.name.clone();
+        st.cleanups.push(crate::api::Cleanup {
+            step,
+            cancel_upstream_task: Some(id),
+            delete_job: None,
+        });
+    }
+}
+
+/// A protocol-level failure carrying an upstream's JSON-RPC code and message.
+fn upstream_error_ending(step: &str, upstream: RunError) -> Ending {
+    let message = format!("step {step}: upstream error: {}", upstream.message);
+    Ending {
+        phase: RunPhase::Failed,
+        result: None,
+        error: Some(RunError {
+            code: upstream.code,
+            message: message.clone(),
+            data: Some(json!({
+                "step": step,
+                "upstream": upstream,
+            })),
+        }),
+        message: Some(message),
+    }
 }
 
 fn tool_error_ending(message: String) -> Ending {
@@ -836,29 +931,23 @@ impl Machine<'_> {
                 }
             },
             (StepKind::Tool(_), StepPhase::Waiting) => self.continue_upstream_input(i, &rec),
-            (StepKind::Tool(tool), StepPhase::Running) => {
-                match tool
-                    .arguments
-                    .as_ref()
-                    .map(|a| template::render_value(a, &ctx))
-                {
-                    Some(Err(e)) => {
-                        self.fail_fatal(i, e.to_string());
-                        Progress::Changed
-                    }
-                    rendered => {
-                        let arguments = rendered.and_then(Result::ok).unwrap_or_else(|| json!({}));
-                        let action = Action::Tool {
-                            step: tool.clone(),
-                            arguments,
-                            upstream_task_id: rec.upstream_task_id.clone(),
-                            answers: rec.pending_answers.clone(),
-                            request_state: rec.upstream_request_state.clone(),
-                        };
-                        self.execute(i, step, &ctx, action)
-                    }
+            (StepKind::Tool(tool), StepPhase::Running) => match render_tool(tool, &ctx) {
+                Ok((arguments, headers)) => {
+                    let action = Action::Tool {
+                        step: tool.clone(),
+                        arguments,
+                        headers,
+                        upstream_task_id: rec.upstream_task_id.clone(),
+                        answers: rec.pending_answers.clone(),
+                        request_state: rec.upstream_request_state.clone(),
+                    };
+                    self.execute(i, step, &ctx, action)
                 }
-            }
+                Err(e) => {
+                    self.fail_fatal(i, e);
+                    Progress::Changed
+                }
+            },
             (StepKind::Job(job), StepPhase::Running) => {
                 let job_name = rec.job_name.clone().unwrap_or_else(|| {
                     job_name(
@@ -1199,6 +1288,49 @@ fn render_header(h: &Header, ctx: &Value) -> Result<HeaderValue, String> {
         }),
         (None, None) => Err(format!("header {} has no value", h.name)),
     }
+}
+
+/// Render a `tool` step's arguments (an object; `{}` when absent) and server headers.
+fn render_tool(tool: &ToolStep, ctx: &Value) -> Result<(Value, Vec<HeaderValue>), String> {
+    let arguments = match &tool.arguments {
+        None => json!({}),
+        Some(a) => template::render_value(a, ctx).map_err(|e| format!("tool.arguments: {e}"))?,
+    };
+    if !arguments.is_object() {
+        return Err(format!(
+            "tool.arguments must render to an object, not {arguments}"
+        ));
+    }
+    Ok((arguments, tool_headers(tool, ctx)?))
+}
+
+fn tool_headers(tool: &ToolStep, ctx: &Value) -> Result<Vec<HeaderValue>, String> {
+    tool.server
+        .headers
+        .iter()
+        .map(|h| render_header(h, ctx))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("tool.server.{e}"))
+}
+
+/// The server and rendered headers of `tool` step `step` of a started Run, for work that
+/// reaches its upstream outside an attempt (cancelling the upstream task).
+pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderValue>), String> {
+    let wf = run
+        .workflow_snapshot()
+        .ok_or("the run has no workflow snapshot")?;
+    let Some(StepKind::Tool(tool)) = wf
+        .steps
+        .iter()
+        .chain(&wf.finally)
+        .find(|s| s.name == step)
+        .map(Step::kind)
+    else {
+        return Err(format!("step {step} is not a tool step"));
+    };
+    let status = run.status.clone().unwrap_or_default();
+    let ctx = context(run, &status);
+    Ok((tool.clone(), tool_headers(tool, &ctx)?))
 }
 
 /// Deterministic Job name for a run, step and attempt (at most 63 characters).

@@ -860,3 +860,323 @@ fn the_deadline_deletes_a_running_job() {
     settle(&mut run, &w, at(61));
     assert_eq!(status(&run).phase, RunPhase::Failed);
 }
+
+fn upstream_wf(retry: Value) -> WorkflowSpec {
+    wf(json!({
+        "steps": [{"name": "up", "retry": retry, "tool": {
+            "server": {"url": "http://b/mcp", "headers": [
+                {"name": "X-Run", "value": "{{ run.name }}"},
+                {"name": "Authorization", "valueFrom": {"secretKeyRef": {"name": "b", "key": "token"}}}
+            ]},
+            "name": "t", "arguments": {"x": "{{ args.x }}"}}}]
+    }))
+}
+
+fn upstream_failed(class: ErrorClass, error: Option<RunError>, call_ended: bool) -> Outcome {
+    Outcome::UpstreamFailed {
+        class,
+        message: "upstream said no".into(),
+        error,
+        call_ended,
+    }
+}
+
+#[test]
+fn tool_server_headers_are_rendered_and_secrets_left_to_the_executor() {
+    let w = upstream_wf(json!({}));
+    let mut run = new_run(json!({"x": 1}));
+    let Next::Execute(e) = settle(&mut run, &w, at(0)) else {
+        panic!()
+    };
+    let Action::Tool { headers, .. } = &e.action else {
+        panic!()
+    };
+    let expected = vec![
+        HeaderValue::Inline {
+            name: "X-Run".into(),
+            value: "wf-abc".into(),
+        },
+        HeaderValue::Secret {
+            name: "Authorization".into(),
+            secret: "b".into(),
+            key: "token".into(),
+        },
+    ];
+    assert_eq!(headers, &expected);
+    // the cleanup of an upstream task reaches the same server with the same headers
+    let (tool, cleanup_headers) = upstream_server(&run, "up").unwrap();
+    assert_eq!(tool.server.url, "http://b/mcp");
+    assert_eq!(cleanup_headers, expected);
+    assert!(upstream_server(&run, "nope").is_err());
+}
+
+#[test]
+fn tool_arguments_that_do_not_render_to_an_object_fail_the_run() {
+    let w = wf(json!({
+        "steps": [{"name": "up", "tool": {"server": {"url": "http://b/mcp"}, "name": "t",
+                   "arguments": {"x": "{{ args.missing.deeper }}"}}}]
+    }));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("tool.arguments")
+    );
+}
+
+#[test]
+fn an_upstream_jsonrpc_error_is_retried_then_fails_the_run_with_the_upstream_code() {
+    let w = upstream_wf(json!({"limit": 1, "backoff": "1s"}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    let upstream = RunError {
+        code: -32603,
+        message: "database down".into(),
+        data: None,
+    };
+    report(
+        &mut run,
+        &next,
+        upstream_failed(ErrorClass::ServerError, Some(upstream.clone()), false),
+        at(1),
+    );
+    assert_eq!(status(&run).steps[0].phase, StepPhase::Retrying);
+    let next = settle(&mut run, &w, at(2));
+    report(
+        &mut run,
+        &next,
+        upstream_failed(ErrorClass::ServerError, Some(upstream), false),
+        at(3),
+    );
+    settle(&mut run, &w, at(3));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.result.is_none(),
+        "a protocol-level failure, not a tool error"
+    );
+    let err = st.error.as_ref().unwrap();
+    assert_eq!(err.code, -32603);
+    assert!(err.message.contains("step up") && err.message.contains("database down"));
+    assert_eq!(err.data.as_ref().unwrap()["upstream"]["code"], -32603);
+}
+
+#[test]
+fn an_upstream_request_error_is_not_retried_by_default() {
+    let w = upstream_wf(json!({"limit": 3}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    let upstream = RunError {
+        code: -32602,
+        message: "unknown tool".into(),
+        data: None,
+    };
+    report(
+        &mut run,
+        &next,
+        upstream_failed(ErrorClass::ClientError, Some(upstream), true),
+        at(1),
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.steps[0].attempt, 1);
+    assert_eq!(st.error.as_ref().unwrap().code, -32602);
+}
+
+#[test]
+fn an_upstream_tool_error_ends_the_run_as_a_tool_error() {
+    let w = upstream_wf(json!({}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        upstream_failed(ErrorClass::ToolError, None, true),
+        at(1),
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.error.is_none());
+    assert_eq!(st.result.as_ref().unwrap()["isError"], true);
+}
+
+#[test]
+fn a_retry_after_an_ended_upstream_task_calls_again_and_after_a_lost_connection_resumes() {
+    let w = upstream_wf(json!({"limit": 3, "on": ["connection", "toolError"]}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(0),
+    );
+    let rec = &status(&run).steps[0];
+    assert!(rec.message.as_deref().unwrap().contains("up-1"));
+    assert!(rec.message.as_deref().unwrap().contains("http://b/mcp"));
+    // the upstream cannot be reached: the retry follows the same task
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            class: ErrorClass::Connection,
+            message: "refused".into(),
+        },
+        at(1),
+    );
+    let Next::Execute(e) = settle(&mut run, &w, at(3)) else {
+        panic!()
+    };
+    let Action::Tool {
+        upstream_task_id, ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!((upstream_task_id.as_deref(), e.attempt), (Some("up-1"), 2));
+    // the task ended with a tool error: the retry calls the tool again
+    report(
+        &mut run,
+        &Next::Execute(e),
+        upstream_failed(ErrorClass::ToolError, None, true),
+        at(4),
+    );
+    assert!(status(&run).cleanups.is_empty(), "nothing left to cancel");
+    let Next::Execute(e) = settle(&mut run, &w, at(10)) else {
+        panic!()
+    };
+    let Action::Tool {
+        upstream_task_id, ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!((upstream_task_id, e.attempt), (&None, 3));
+}
+
+#[test]
+fn a_step_that_times_out_for_good_cancels_its_upstream_task() {
+    let w = upstream_wf(json!({}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(0),
+    );
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        upstream_failed(ErrorClass::Timeout, None, false),
+        at(5),
+    );
+    let next = settle(&mut run, &w, at(5));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
+    report(
+        &mut run,
+        &next,
+        Outcome::Succeeded(json!("upstream task up-1 cancelled")),
+        at(6),
+    );
+    settle(&mut run, &w, at(6));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    let message = st.steps[0].message.as_deref().unwrap();
+    assert!(message.contains("upstream said no") && message.contains("up-1 cancelled"));
+}
+
+#[test]
+fn mrtr_answers_are_forwarded_with_the_upstream_request_state() {
+    let w = upstream_wf(json!({}));
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    let req = json!({"method": "elicitation/create", "params": {"message": "ok?"}});
+    report(
+        &mut run,
+        &next,
+        Outcome::NeedsInput {
+            requests: [("go".to_string(), req)].into(),
+            request_state: Some("sealed".into()),
+        },
+        at(1),
+    );
+    answer(
+        &mut run,
+        "up.go",
+        InputAction::Accept,
+        json!({}),
+        "bob",
+        &[],
+    );
+    let Next::Execute(e) = settle(&mut run, &w, at(2)) else {
+        panic!()
+    };
+    let Action::Tool {
+        answers,
+        request_state,
+        upstream_task_id,
+        ..
+    } = &e.action
+    else {
+        panic!()
+    };
+    assert_eq!(request_state.as_deref(), Some("sealed"));
+    assert_eq!(upstream_task_id, &None);
+    assert_eq!(answers.as_ref().unwrap()["go"]["action"], "accept");
+}
+
+#[test]
+fn tool_steps_are_validated_at_load() {
+    use super::validate::{Capabilities, spec};
+    let caps = Capabilities { jobs: false };
+    let with = |tool: Value| spec(&wf(json!({"steps": [{"name": "up", "tool": tool}]})), caps);
+    assert!(with(json!({"server": {"url": "http://b/mcp"}, "name": "t"})).is_ok());
+    for (tool, needle) in [
+        (
+            json!({"server": {"url": "not a url"}, "name": "t"}),
+            "tool.server.url",
+        ),
+        (json!({"server": {"url": "ftp://b"}, "name": "t"}), "scheme"),
+        (
+            json!({"server": {"url": "http://b"}, "name": "a b"}),
+            "tool.name",
+        ),
+        (
+            json!({"server": {"url": "http://b", "headers": [{"name": "X", "value": "{{ oops"}]}, "name": "t"}),
+            "tool.server.headers[X]",
+        ),
+        (
+            json!({"server": {"url": "http://b", "headers": [{"name": "bad header", "value": "v"}]}, "name": "t"}),
+            "header name",
+        ),
+        (
+            json!({"server": {"url": "http://b"}, "name": "t", "arguments": {"x": "{{ a b }}"}}),
+            "tool.arguments",
+        ),
+    ] {
+        let err = with(tool.clone()).unwrap_err();
+        assert!(err.message.contains(needle), "{tool}: {err}");
+    }
+}

@@ -173,7 +173,33 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
         }
         StepKind::Tool(t) => {
             url(&f("tool.server.url"), &t.server.url)?;
+            tool_name(&f("tool.name"), &t.name)?;
+            for hd in &t.server.headers {
+                let field = f(&format!("tool.server.headers[{}]", hd.name));
+                if reqwest::header::HeaderName::from_bytes(hd.name.as_bytes()).is_err() {
+                    return Err(invalid(
+                        reasons::INVALID_SPEC,
+                        format!("{field}: not a valid header name"),
+                    ));
+                }
+                match (&hd.value, &hd.value_from) {
+                    (Some(v), None) => text(&field, v)?,
+                    (None, Some(_)) => {}
+                    _ => {
+                        return Err(invalid(
+                            reasons::INVALID_SPEC,
+                            format!("{field}: set exactly one of value, valueFrom"),
+                        ));
+                    }
+                }
+            }
             if let Some(a) = &t.arguments {
+                if !a.is_object() {
+                    return Err(invalid(
+                        reasons::INVALID_SPEC,
+                        format!("{}: must be an object", f("tool.arguments")),
+                    ));
+                }
                 tmpl(&f("tool.arguments"), a)?;
             }
         }
@@ -235,6 +261,21 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// An MCP tool name: `^[A-Za-z0-9_.-]{1,128}$` (the CRD's CEL rule, for callers without CEL).
+fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
+    let ok = (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{field}: {s:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"),
+        ))
+    }
 }
 
 fn url(field: &str, s: &str) -> Result<(), Invalid> {
