@@ -14,6 +14,7 @@ use crate::auth::{Authenticator, Authorizer, NoAuth};
 use crate::controller::{self, Controller, LogEvents};
 use crate::engine::validate::Capabilities;
 use crate::mcp;
+use crate::steps::tool::ToolExecutor;
 use crate::steps::{Executors, StaticSecrets};
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
@@ -144,7 +145,10 @@ impl Server {
 
         let run_store: Arc<dyn RunStore> = Arc::new(store.clone());
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
-        let executor = Arc::new(Executors::new(Arc::new(secrets)));
+        let secrets = Arc::new(secrets);
+        let executor = Arc::new(
+            Executors::new(secrets.clone()).with_tool(Arc::new(ToolExecutor::new(secrets))),
+        );
         let ctl = Controller::new(
             run_store.clone(),
             wf_source.clone(),
