@@ -6,3 +6,4 @@ pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
 pub mod process;
+pub mod upstream;

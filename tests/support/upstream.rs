@@ -1,0 +1,166 @@
+//! For tests of `tool` steps: a recording HTTP proxy in front of an upstream MCP server (it
+//! counts requests by `Mcp-Method`, so tests can wait for "the first tasks/get" instead of
+//! sleeping, and prove that a tool was called once), and the directory of a server whose auth
+//! file carries secrets.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use tokio::sync::watch;
+
+use super::harness::{PATIENCE, TempDir};
+use super::mcp::AUTH;
+
+/// Requests seen, by `Mcp-Method`.
+#[derive(Default)]
+struct Seen {
+    by_method: Mutex<BTreeMap<String, usize>>,
+}
+
+/// A proxy that forwards every request to `target` and counts them.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    seen: Arc<Seen>,
+    changes: watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct ProxyState {
+    target: String,
+    http: reqwest::Client,
+    seen: Arc<Seen>,
+    changes: Arc<watch::Sender<u64>>,
+}
+
+async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
+    let method = req
+        .headers()
+        .get("mcp-method")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let mut out = s
+        .http
+        .request(req.method().clone(), format!("{}{path}", s.target));
+    for (k, v) in req.headers() {
+        if k != "host" && k != "content-length" {
+            out = out.header(k, v);
+        }
+    }
+    let body = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let resp = out.body(body).send().await;
+    *s.seen.by_method.lock().unwrap().entry(method).or_default() += 1;
+    s.changes.send_modify(|n| *n += 1);
+    match resp {
+        Ok(r) => {
+            let mut b = Response::builder().status(r.status().as_u16());
+            for (k, v) in r.headers() {
+                if k != "content-length" && k != "transfer-encoding" {
+                    b = b.header(k, v);
+                }
+            }
+            b.body(Body::from_stream(r.bytes_stream())).unwrap()
+        }
+        Err(_) => Response::builder()
+            .status(StatusCode::BAD_GATEWAY)
+            .body(Body::empty())
+            .unwrap(),
+    }
+}
+
+impl Proxy {
+    /// Forward to `target` (`http://host:port`).
+    pub async fn start(target: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let (tx, changes) = watch::channel(0);
+        let state = ProxyState {
+            target: target.trim_end_matches('/').to_owned(),
+            http: reqwest::Client::new(),
+            seen: seen.clone(),
+            changes: Arc::new(tx),
+        };
+        let app = axum::Router::new().fallback(forward).with_state(state);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            addr,
+            seen,
+            changes,
+            task,
+        }
+    }
+
+    /// Requests with this `Mcp-Method` forwarded so far.
+    pub fn count(&self, method: &str) -> usize {
+        self.seen
+            .by_method
+            .lock()
+            .unwrap()
+            .get(method)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Wait until at least `n` requests with this `Mcp-Method` were forwarded.
+    pub async fn wait_for(&self, method: &str, n: usize) {
+        let mut changes = self.changes.clone();
+        let reached = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if self.count(method) >= n {
+                    return;
+                }
+                changes.changed().await.unwrap();
+            }
+        })
+        .await;
+        assert!(
+            reached.is_ok(),
+            "never saw {n} {method} requests (saw {})",
+            self.count(method)
+        );
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The standard auth file plus a `secrets:` section.
+pub fn auth_with_secrets(secrets: &str) -> String {
+    format!("{AUTH}\nsecrets:\n{secrets}\n")
+}
+
+/// A server directory: `workflows/` with these manifests, and `auth.yaml`.
+pub fn server_dir(manifests: &[(&str, &str)], auth: &str) -> TempDir {
+    let dir = TempDir::new();
+    write_server_dir(dir.path(), manifests, auth);
+    dir
+}
+
+pub fn write_server_dir(dir: &Path, manifests: &[(&str, &str)], auth: &str) {
+    let wf = dir.join("workflows");
+    std::fs::create_dir_all(&wf).unwrap();
+    for (name, yaml) in manifests {
+        std::fs::write(wf.join(name), yaml).unwrap();
+    }
+    std::fs::write(dir.join("auth.yaml"), auth).unwrap();
+}

@@ -1,0 +1,402 @@
+//! `tool` steps between two real servers: server A runs Workflows whose `tool` step calls a
+//! Workflow on server B over HTTP, with B's token from A's auth-file secrets.
+
+mod support;
+
+use runway::api::{Run, RunPhase, StepPhase};
+use runway::store::RunStore;
+use serde_json::json;
+use support::harness::TempDir;
+use support::mcp::{Client, Mcp, Reply};
+use support::process::{Process, free_port};
+use support::upstream::{Proxy, auth_with_secrets, server_dir, write_server_dir};
+
+/// Server B's Workflows (in team-a and team-b).
+const UPSTREAM: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: echo, namespace: NS }
+spec:
+  tool:
+    description: Echoes at once, never as a task.
+    inputSchema: { type: object, properties: { msg: { type: string } } }
+  execution: { mode: sync }
+  steps: []
+  result:
+    content: [ { type: text, text: "echo {{ args.msg }}" } ]
+    structuredContent: { echo: "{{ args.msg }}" }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: slow, namespace: NS }
+spec:
+  tool: { description: Takes a moment. }
+  execution: { mode: task, pollInterval: 100ms }
+  steps:
+    - { name: nap, delay: { duration: 300ms } }
+  result:
+    structuredContent: { slept: "{{ args.msg }}" }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: NS }
+spec:
+  tool: { description: Takes two seconds. }
+  execution: { mode: task, pollInterval: 100ms }
+  steps:
+    - { name: nap, delay: { duration: 2s } }
+  result:
+    structuredContent: { napped: "{{ args.msg }}" }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: forever, namespace: NS }
+spec:
+  tool: { description: Takes an hour. }
+  execution: { mode: task, pollInterval: 100ms }
+  steps:
+    - { name: nap, delay: { duration: 1h } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: approve, namespace: NS }
+spec:
+  tool: { description: Asks for an approval. }
+  execution: { pollInterval: 100ms }
+  steps:
+    - name: approval
+      input:
+        requests:
+          - name: decision
+            message: "Approve {{ args.msg }}?"
+            requestedSchema: { type: object, properties: { ok: { type: boolean } }, required: [ok] }
+  result:
+    structuredContent: { approved: "{{ inputs.decision.ok }}", msg: "{{ args.msg }}" }
+"#;
+
+/// Server A's auth file: B's token as a secret.
+fn auth_a() -> String {
+    auth_with_secrets("  team-a/upstream-b: { authorization: Bearer alice-token }")
+}
+
+/// A Workflow of server A that relays to `tool` on the server at `url`.
+fn relay(name: &str, tool: &str, url: &str, step_extra: &str, tool_extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: {name}, namespace: team-a }}
+spec:
+  tool:
+    description: Relays to {tool} upstream.
+    inputSchema: {{ type: object, properties: {{ msg: {{ type: string }} }}, required: [msg] }}
+  execution: {{ pollInterval: 100ms }}
+  steps:
+    - name: call
+      {step_extra}
+      tool:
+        server:
+          url: {url}
+          headers:
+            - name: Authorization
+              valueFrom: {{ secretKeyRef: {{ name: upstream-b, key: authorization }} }}
+        name: {tool}
+        arguments: {{ msg: "{{{{ args.msg }}}}" }}
+        {tool_extra}
+  result:
+    structuredContent: {{ upstream: "{{{{ steps.call.output }}}}" }}
+"#
+    )
+}
+
+fn endpoint(addr: impl std::fmt::Display) -> String {
+    format!("http://{addr}/namespaces/team-a/mcp")
+}
+
+/// Server B, and server A with one relay Workflow per entry (name, B tool, step extra, tool
+/// extra), calling B at `b_url` (B itself when `None`).
+async fn servers(relays: &[(&str, &str, &str, &str)], b_url: Option<&str>) -> (Mcp, Mcp) {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let url = b_url.map(str::to_owned).unwrap_or_else(|| endpoint(b.addr));
+    let manifests: Vec<(String, String)> = relays
+        .iter()
+        .map(|(name, tool, step, extra)| {
+            (format!("{name}.yaml"), relay(name, tool, &url, step, extra))
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = manifests
+        .iter()
+        .map(|(f, y)| (f.as_str(), y.as_str()))
+        .collect();
+    let a = Mcp::start_in(server_dir(&refs, &auth_a())).await;
+    (a, b)
+}
+
+fn task_id(r: &Reply) -> String {
+    r.result()["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task in {:?}", r.messages))
+        .to_owned()
+}
+
+fn upstream_task(run: &Run) -> Option<String> {
+    run.status.as_ref()?.steps.first()?.upstream_task_id.clone()
+}
+
+async fn b_runs(b: &Mcp, workflow: &str) -> Vec<Run> {
+    b.store()
+        .list(Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.spec.workflow_ref.name == workflow)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_upstream_result_is_the_step_output() {
+    let (a, b) = servers(&[("relay-echo", "echo", "", "")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-echo", json!({"msg": "hi"})).await);
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"echo": "hi"}})
+    );
+    let run = a.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(upstream_task(&run), None, "a plain result has no task");
+    // B's Run was requested by the token A took from its secrets
+    let runs = b_runs(&b, "echo").await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].spec.requested_by.as_ref().unwrap().username,
+        "alice"
+    );
+    assert_eq!(runs[0].phase(), RunPhase::Succeeded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_task_is_recorded_then_followed_to_its_result() {
+    let (a, b) = servers(&[("relay-slow", "slow", "", "")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-slow", json!({"msg": "zz"})).await);
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"slept": "zz"}})
+    );
+    let run = a.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    let upstream = upstream_task(&run).expect("the upstream task id is in status");
+    let runs = b_runs(&b, "slow").await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].metadata.name.as_deref(), Some(upstream.as_str()));
+    assert_eq!(runs[0].phase(), RunPhase::Succeeded);
+    assert_eq!(run.status.unwrap().steps[0].attempt, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_input_is_answered_through_this_servers_tasks_update() {
+    let (a, b) = servers(&[("relay-approve", "approve", "", "")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-approve", json!({"msg": "deploy"})).await);
+    let t = c.await_status(&id, "input_required").await;
+    let request = &t["inputRequests"]["call.approval.decision"];
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Approve deploy?");
+    let upstream = upstream_task(
+        &a.wait(&id, "following", |r| upstream_task(r).is_some())
+            .await,
+    )
+    .unwrap();
+    c.update(
+        &id,
+        json!({"call.approval.decision": {"action": "accept", "content": {"ok": true}}}),
+    )
+    .await;
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"approved": true, "msg": "deploy"}})
+    );
+    // B's task is completed too, answered once, by the principal A calls B as
+    let on_b = b.client("alice-token").get(&upstream).await;
+    assert_eq!(on_b.result()["status"], "completed");
+    let runs = b_runs(&b, "approve").await;
+    assert_eq!(runs.len(), 1);
+    let answer = &runs[0].spec.input_responses["approval.decision"];
+    assert_eq!(answer.content, Some(json!({"ok": true})));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_input_of_a_blocking_call_is_forwarded_with_its_request_state() {
+    let (a, b) = servers(&[("relay-mrtr", "approve", "", "task: never")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-mrtr", json!({"msg": "ship"})).await);
+    let t = c.await_status(&id, "input_required").await;
+    assert!(t["inputRequests"]["call.approval.decision"].is_object());
+    let waiting = a
+        .wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let rec = &waiting.status.as_ref().unwrap().steps[0];
+    assert!(rec.upstream_request_state.is_some());
+    assert_eq!(rec.upstream_task_id, None);
+    c.update(
+        &id,
+        json!({"call.approval.decision": {"action": "accept", "content": {"ok": false}}}),
+    )
+    .await;
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"approved": false, "msg": "ship"}})
+    );
+    let runs = b_runs(&b, "approve").await;
+    assert_eq!(runs.len(), 1, "the retry continued the same upstream Run");
+    assert_eq!(runs[0].phase(), RunPhase::Succeeded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_run_cancels_the_upstream_task() {
+    let (a, b) = servers(&[("relay-forever", "forever", "", "")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-forever", json!({"msg": "x"})).await);
+    let run = a
+        .wait(&id, "following its upstream task", |r| {
+            upstream_task(r).is_some()
+        })
+        .await;
+    let upstream = upstream_task(&run).unwrap();
+    c.cancel(&id).await;
+    c.await_status(&id, "cancelled").await;
+    let on_b = b
+        .wait(&upstream, "cancelled", |r| r.phase() == RunPhase::Cancelled)
+        .await;
+    assert!(on_b.spec.cancel.is_some());
+    let run = a.wait(&id, "cancelled", |r| r.phase().is_terminal()).await;
+    let rec = &run.status.unwrap().steps[0];
+    assert_eq!(rec.phase, StepPhase::Cancelled);
+    let message = rec.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains(&format!("upstream task {upstream} cancelled")),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_retried_then_fails_clearly() {
+    let down = format!("http://127.0.0.1:{}/namespaces/team-a/mcp", free_port());
+    let (a, _b) = servers(
+        &[(
+            "relay-down",
+            "echo",
+            "retry: { limit: 2, backoff: 50ms }",
+            "",
+        )],
+        Some(&down),
+    )
+    .await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-down", json!({"msg": "x"})).await);
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(t["result"]["isError"], true);
+    let text = t["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("step call failed"), "{text}");
+    assert!(text.contains(&down), "{text}");
+    let run = a.wait(&id, "failed", |r| r.phase().is_terminal()).await;
+    let rec = &run.status.unwrap().steps[0];
+    assert_eq!(rec.attempt, 3);
+    assert_eq!(rec.attempts.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_answering_5xx_is_retried_as_a_server_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let unavailable = axum::Router::new()
+        .fallback(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") });
+    let server = tokio::spawn(async move { axum::serve(listener, unavailable).await.unwrap() });
+    let (a, _b) = servers(
+        &[(
+            "relay-503",
+            "echo",
+            "retry: { limit: 1, backoff: 50ms }",
+            "",
+        )],
+        Some(&endpoint(addr)),
+    )
+    .await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-503", json!({"msg": "x"})).await);
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(t["result"]["isError"], true);
+    let text = t["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("503"), "{text}");
+    let run = a.wait(&id, "failed", |r| r.phase().is_terminal()).await;
+    assert_eq!(
+        run.status.unwrap().steps[0].attempts.len(),
+        2,
+        "retried once"
+    );
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_jsonrpc_error_fails_the_run_with_the_upstream_code() {
+    let (a, _b) = servers(
+        &[("relay-missing", "no-such-tool", "retry: { limit: 2 }", "")],
+        None,
+    )
+    .await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-missing", json!({"msg": "x"})).await);
+    let t = c.await_status(&id, "failed").await;
+    assert_eq!(t["error"]["code"], -32602);
+    let message = t["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("step call") && message.contains("no-such-tool"),
+        "{message}"
+    );
+    let run = a.wait(&id, "failed", |r| r.phase().is_terminal()).await;
+    assert_eq!(run.status.unwrap().steps[0].attempt, 1, "not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_server_resumes_the_same_upstream_task() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let dir = TempDir::new();
+    write_server_dir(
+        dir.path(),
+        &[(
+            "relay.yaml",
+            &relay("relay-nap", "nap", &endpoint(proxy.addr), "", ""),
+        )],
+        &auth_a(),
+    );
+    let port = free_port();
+    let p = Process::start(dir.path(), port).await;
+    let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+    let id = task_id(&c.call("relay-nap", json!({"msg": "zz"})).await);
+    // A polls only after the upstream task id is in its status
+    proxy.wait_for("tasks/get", 1).await;
+    p.kill9().await;
+    let polls_before = proxy.count("tasks/get");
+
+    let p = Process::start(dir.path(), port).await;
+    let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"napped": "zz"}})
+    );
+    assert!(proxy.count("tasks/get") > polls_before, "polling resumed");
+    assert_eq!(proxy.count("tools/call"), 1, "the tool was called once");
+    let runs = b_runs(&b, "nap").await;
+    assert_eq!(runs.len(), 1, "B shows exactly one Run");
+    p.kill9().await;
+    let store = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = store.get("team-a", &id).await.unwrap().unwrap();
+    let rec = &run.status.unwrap().steps[0];
+    assert_eq!(rec.attempt, 1);
+    assert_eq!(rec.upstream_task_id, runs[0].metadata.name);
+}
