@@ -1,0 +1,384 @@
+//! The load generator: keep-alive HTTP/1.1 connections (one per client, hyper's bare client so
+//! the generator costs as little CPU as possible on the cores it shares with the server), MCP
+//! request bodies, and closed-loop runs that report throughput and latency percentiles.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Protocol revision spoken.
+pub const VERSION: &str = "2026-07-28";
+/// The Tasks extension.
+pub const TASKS: &str = "io.modelcontextprotocol/tasks";
+
+/// What went wrong with one request.
+pub type Error = String;
+
+/// One keep-alive connection to a server.
+pub struct Conn {
+    host: String,
+    sender: SendRequest<Full<Bytes>>,
+}
+
+impl Conn {
+    /// Open a connection.
+    pub async fn open(addr: SocketAddr) -> Result<Self, Error> {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| format!("handshake {addr}: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Self {
+            host: addr.to_string(),
+            sender,
+        })
+    }
+
+    /// Send an MCP POST and return the response head with its body still streaming.
+    pub async fn start(&mut self, rpc: &Rpc) -> Result<Response<Incoming>, Error> {
+        let mut b = Request::post("/mcp")
+            .header("host", &self.host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", rpc.method);
+        if let Some(n) = &rpc.name {
+            b = b.header("mcp-name", n.as_str());
+        }
+        let req = b
+            .body(Full::new(rpc.body.clone()))
+            .map_err(|e| e.to_string())?;
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        self.sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("{}: {e}", rpc.method))
+    }
+
+    /// Send an MCP POST and read the whole answer.
+    pub async fn send(&mut self, rpc: &Rpc) -> Result<Bytes, Error> {
+        let resp = self.start(rpc).await?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if status != StatusCode::OK {
+            return Err(format!(
+                "{} answered {status}: {}",
+                rpc.method,
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        Ok(body)
+    }
+
+    /// `GET path`, for health checks; the status code.
+    pub async fn get(&mut self, path: &str) -> Result<StatusCode, Error> {
+        let req = Request::get(path)
+            .header("host", &self.host)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        let resp = self
+            .sender
+            .send_request(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        Ok(status)
+    }
+}
+
+/// A prepared JSON-RPC request: method and name headers plus the serialized body.
+#[derive(Clone)]
+pub struct Rpc {
+    method: &'static str,
+    name: Option<String>,
+    body: Bytes,
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+    })
+}
+
+fn rpc(method: &'static str, name: Option<&str>, mut params: Value) -> Rpc {
+    params["_meta"] = meta();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    Rpc {
+        method,
+        name: name.map(str::to_owned),
+        body: Bytes::from(body.to_string()),
+    }
+}
+
+/// `tools/call` of `tool` with `args`, declaring the Tasks extension.
+pub fn call(tool: &str, args: Value) -> Rpc {
+    rpc(
+        "tools/call",
+        Some(tool),
+        json!({"name": tool, "arguments": args}),
+    )
+}
+
+/// `tasks/get` of `task`.
+pub fn get(task: &str) -> Rpc {
+    rpc("tasks/get", Some(task), json!({"taskId": task}))
+}
+
+/// `subscriptions/listen` for `tasks`.
+pub fn listen(tasks: &[String]) -> Rpc {
+    rpc(
+        "subscriptions/listen",
+        None,
+        json!({"notifications": {"taskIds": tasks}}),
+    )
+}
+
+/// The `taskId` of a `CreateTaskResult`.
+pub fn task_id(body: &[u8]) -> Result<String, Error> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    v["result"]["taskId"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no taskId in {v}"))
+}
+
+/// A task's status in a `tasks/get` answer, found without parsing the whole answer (both
+/// servers write compact JSON, and the status precedes any nested result).
+pub fn status_of(body: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\"status\":\"";
+    let at = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let len = body[at..].iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&body[at..at + len]).ok()
+}
+
+/// Whether a status is terminal.
+pub fn terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
+/// JSON-RPC messages of an SSE chunk (`data:` lines).
+pub fn sse_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+/// Latency and throughput of one measured scenario.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Operations finished inside the measuring window.
+    pub ops: u64,
+    /// Measuring window, seconds.
+    pub seconds: f64,
+    /// Operations per second.
+    pub per_sec: f64,
+    /// Median latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile latency, milliseconds.
+    pub p99_ms: f64,
+    /// Mean latency, milliseconds.
+    pub mean_ms: f64,
+    /// Failed operations (any failure ends that client).
+    pub errors: u64,
+    /// Extra requests per operation (tasks/get polls per run), averaged.
+    pub extra_per_op: f64,
+}
+
+/// Percentiles of microsecond samples.
+pub fn percentiles(mut us: Vec<u64>) -> (f64, f64, f64) {
+    if us.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    us.sort_unstable();
+    let at = |q: f64| us[((us.len() as f64 * q).ceil() as usize).clamp(1, us.len()) - 1];
+    let mean = us.iter().sum::<u64>() as f64 / us.len() as f64;
+    (
+        at(0.50) as f64 / 1000.0,
+        at(0.99) as f64 / 1000.0,
+        mean / 1000.0,
+    )
+}
+
+/// One closed-loop operation: takes the connection and returns it with the number of extra
+/// requests it made, or an error.
+pub type Op = Arc<dyn Fn(Conn) -> BoxFuture<'static, (Conn, Result<u64, Error>)> + Send + Sync>;
+
+/// A closed loop: `clients` connections, each running `op` back to back for `warmup` (not
+/// counted) and then `measure`. Bounded by time; a client stops at its first error.
+pub async fn closed_loop(
+    addr: SocketAddr,
+    clients: usize,
+    warmup: Duration,
+    measure: Duration,
+    op: Op,
+) -> Stats {
+    let start = Instant::now();
+    let counted_from = start + warmup;
+    let until = counted_from + measure;
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let op = op.clone();
+        workers.spawn(async move {
+            let mut lat: Vec<u64> = Vec::with_capacity(16 * 1024);
+            let mut extra = 0u64;
+            let mut errors = 0u64;
+            let mut conn = match Conn::open(addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("bench: {e}");
+                    return (lat, extra, 1);
+                }
+            };
+            loop {
+                let t = Instant::now();
+                if t >= until {
+                    break;
+                }
+                let (back, res) = op(conn).await;
+                conn = back;
+                let done = Instant::now();
+                match res {
+                    Ok(n) if t >= counted_from && done <= until => {
+                        lat.push((done - t).as_micros() as u64);
+                        extra += n;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("bench: {e}");
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
+            (lat, extra, errors)
+        });
+    }
+    let mut all = Vec::new();
+    let mut extra = 0;
+    let mut errors = 0;
+    while let Some(r) = workers.join_next().await {
+        let (lat, x, e) = r.expect("a load worker panicked");
+        all.extend(lat);
+        extra += x;
+        errors += e;
+    }
+    let ops = all.len() as u64;
+    let (p50_ms, p99_ms, mean_ms) = percentiles(all);
+    let seconds = measure.as_secs_f64();
+    Stats {
+        clients,
+        ops,
+        seconds,
+        per_sec: ops as f64 / seconds,
+        p50_ms,
+        p99_ms,
+        mean_ms,
+        errors,
+        extra_per_op: if ops == 0 {
+            0.0
+        } else {
+            extra as f64 / ops as f64
+        },
+    }
+}
+
+/// `tasks/get` of one fixed task, checked for a `completed` status.
+pub fn get_op(task: &str) -> Op {
+    let rpc = get(task);
+    Arc::new(move |mut c: Conn| {
+        let rpc = rpc.clone();
+        Box::pin(async move {
+            let res = match c.send(&rpc).await {
+                Ok(b) if status_of(&b) == Some("completed") => Ok(0),
+                Ok(b) => Err(format!(
+                    "unexpected tasks/get answer: {}",
+                    String::from_utf8_lossy(&b)
+                )),
+                Err(e) => Err(e),
+            };
+            (c, res)
+        })
+    })
+}
+
+/// A plain POST of a fixed request, for the HTTP baseline (any 200 answer counts).
+pub fn post_op(rpc: Rpc) -> Op {
+    Arc::new(move |mut c: Conn| {
+        let rpc = rpc.clone();
+        Box::pin(async move {
+            let res = c.send(&rpc).await.map(|_| 0);
+            (c, res)
+        })
+    })
+}
+
+/// `tools/call` → `CreateTaskResult`.
+pub fn create_op(tool: &'static str) -> Op {
+    let rpc = call(tool, json!({}));
+    Arc::new(move |mut c: Conn| {
+        let rpc = rpc.clone();
+        Box::pin(async move {
+            let res = match c.send(&rpc).await {
+                Ok(b) => task_id(&b).map(|_| 0),
+                Err(e) => Err(e),
+            };
+            (c, res)
+        })
+    })
+}
+
+/// End to end: create a task, then poll `tasks/get` every `poll` until it is `completed`.
+/// Returns the number of polls.
+pub fn run_op(tool: &'static str, poll: Duration) -> Op {
+    let create = call(tool, json!({}));
+    Arc::new(move |mut c: Conn| {
+        let create = create.clone();
+        Box::pin(async move {
+            let res = async {
+                let id = task_id(&c.send(&create).await?)?;
+                let get = get(&id);
+                // Bounded: a run that takes longer than this fails the client.
+                for polls in 1..=10_000u64 {
+                    let b = c.send(&get).await?;
+                    match status_of(&b) {
+                        Some("completed") => return Ok(polls),
+                        Some(s) if terminal(s) => return Err(format!("run {id} ended {s}")),
+                        Some(_) => tokio::time::sleep(poll).await,
+                        None => {
+                            return Err(format!("no status in {}", String::from_utf8_lossy(&b)));
+                        }
+                    }
+                }
+                Err(format!("run {id} did not complete"))
+            }
+            .await;
+            (c, res)
+        })
+    })
+}
