@@ -53,5 +53,11 @@ $(CHART_VENV)/.installed: tests/chart/requirements.txt
 conformance: build
 	tests/conformance/run.sh
 
+## Benchmarks against the HTTP, storage and rmcp baselines: release build, a table and
+## target/bench/report.json (see docs/performance.md). `make bench BENCH_ARGS=--quick` for a smoke run.
+.PHONY: bench
+bench:
+	$(CARGO) bench --bench runway -- $(BENCH_ARGS)
+
 clean:
 	$(CARGO) clean
