@@ -13,5 +13,6 @@ pub fn install_crypto_provider() {
 }
 pub mod auth;
 pub mod client;
+pub mod operator;
 pub mod server;
 pub mod telemetry;

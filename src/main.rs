@@ -231,6 +231,39 @@ enum Command {
         #[command(flatten)]
         mcp: McpFlags,
     },
+    /// Run the operator against a cluster (in-cluster config or kubeconfig): Runs and Workflows
+    /// as custom resources, MCP on --listen in every replica, the controller in the elected leader.
+    Operator {
+        /// Address of the MCP endpoint.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        listen: SocketAddr,
+        /// Address of /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:9090")]
+        metrics_listen: SocketAddr,
+        /// Run the controller without leader election (a single replica only).
+        #[arg(long)]
+        no_leader_election: bool,
+        /// Name of the coordination.k8s.io Lease used for leader election.
+        #[arg(long, default_value = "runway-controller")]
+        lease_name: String,
+        /// Namespace of the Lease.
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        lease_namespace: String,
+        /// This replica's identity in the Lease.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
+        #[arg(long = "token-audience")]
+        token_audiences: Vec<String>,
+        /// How long TokenReview and SubjectAccessReview answers are cached, e.g. 10s.
+        #[arg(long, default_value = "10s")]
+        auth_cache_ttl: String,
+        /// Runs reconciled at once.
+        #[arg(long, default_value_t = 32)]
+        workers: usize,
+        #[command(flatten)]
+        mcp: McpFlags,
+    },
     /// Call a tool on an MCP server and print its result (prompting for any input it asks for).
     Call {
         /// Tool name.
@@ -326,6 +359,63 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Operator {
+            listen,
+            metrics_listen,
+            no_leader_election,
+            lease_name,
+            lease_namespace,
+            identity,
+            token_audiences,
+            auth_cache_ttl,
+            workers,
+            mcp,
+        } => {
+            let mcp = match mcp.config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("runway: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let ttl = match runway::engine::duration::parse(&auth_cache_ttl) {
+                Ok(d) => std::time::Duration::try_from(d).unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("runway: --auth-cache-ttl: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let identity = identity.unwrap_or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
+            });
+            let opts = runway::operator::Options {
+                listen,
+                metrics_listen,
+                leader_election: !no_leader_election,
+                lease_name,
+                lease_namespace,
+                identity,
+                audiences: token_audiences,
+                auth_cache_ttl: ttl,
+                workers,
+                mcp,
+            };
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                token.cancel();
+            });
+            match runway::operator::run(opts, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("runway: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Serve {
             workflows,
             db,

@@ -156,6 +156,7 @@ impl Server {
             Arc::new(LogEvents),
             controller::Config {
                 workers: opts.workers,
+                metrics: opts.mcp.metrics.clone(),
             },
         );
         let token = shutdown.clone();
@@ -176,9 +177,21 @@ impl Server {
             shutdown.clone(),
         )
         .map_err(StartError::Mcp)?;
+        let metrics = opts.mcp.metrics.clone();
+        let counted = store.clone();
         let app = mcp::router(state)
             .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(|| async { "ok" }));
+            .route("/readyz", get(|| async { "ok" }))
+            .route(
+                "/metrics",
+                get(move || {
+                    let (metrics, counted) = (metrics.clone(), counted.clone());
+                    async move {
+                        crate::operator::count_runs(&counted, &metrics).await;
+                        metrics.encode()
+                    }
+                }),
+            );
         let token = shutdown.clone();
         tasks.spawn(async move {
             let served = axum::serve(listener, app)

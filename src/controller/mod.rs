@@ -62,11 +62,16 @@ impl EventSink for LogEvents {
 pub struct Config {
     /// Runs reconciled at once.
     pub workers: usize,
+    /// Where reconcile errors, queue depth and step durations are recorded.
+    pub metrics: crate::telemetry::Metrics,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { workers: 32 }
+        Self {
+            workers: 32,
+            metrics: Default::default(),
+        }
     }
 }
 
@@ -131,6 +136,7 @@ impl Controller {
             tasks.spawn(async move {
                 loop {
                     let key = me.queue.pop().await;
+                    me.config.metrics.set_queue_depth(me.queue.len());
                     me.reconcile(&key).await;
                     me.queue.done(&key);
                 }
@@ -267,7 +273,15 @@ impl Controller {
         {
             token.cancel();
         }
+        let started = std::time::Instant::now();
         let outcome = self.executor.execute(run, effect, token).await;
+        let kind = match &effect.action {
+            crate::engine::Action::Http(_) => "http",
+            crate::engine::Action::Tool { .. } => "tool",
+            crate::engine::Action::Job { .. } => "job",
+            crate::engine::Action::Cleanup(_) => "cleanup",
+        };
+        self.config.metrics.step(kind, started);
         self.inflight.lock().expect("inflight lock").remove(k);
         let Some(outcome) = outcome else { return true };
         self.record(k, effect, outcome).await
@@ -304,6 +318,7 @@ impl Controller {
     }
 
     fn retry_later(&self, k: &Key, e: StoreError) {
+        self.config.metrics.reconcile_error();
         tracing::error!(namespace = %k.0, run = %k.1, error = %e, "store error; will retry");
         self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
     }

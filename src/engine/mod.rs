@@ -899,11 +899,16 @@ impl Machine<'_> {
             (_, StepPhase::Retrying) => {
                 let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
                 if self.now >= wake {
+                    let run_name = self.run.metadata.name.clone().unwrap_or_default();
                     let r = &mut self.st.steps[i];
                     r.phase = StepPhase::Running;
                     r.attempt += 1;
                     r.attempt_started_at = Some(ts(self.now));
                     r.wake_at = None;
+                    if matches!(step.kind(), StepKind::Job(_)) {
+                        // Each attempt is a new Job; the failed one stays for inspection.
+                        r.job_name = Some(job_name(&run_name, &r.name, r.attempt));
+                    }
                     self.event(
                         event_reasons::STEP_STARTED,
                         format!("step {} attempt {} started", rec.name, rec.attempt + 1),

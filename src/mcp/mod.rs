@@ -72,6 +72,8 @@ pub struct Config {
     pub keep_alive: Duration,
     /// How long a `requestState` stays valid.
     pub state_ttl: Duration,
+    /// Where request counts are recorded.
+    pub metrics: crate::telemetry::Metrics,
 }
 
 impl Config {
@@ -86,6 +88,7 @@ impl Config {
             state_key: key,
             keep_alive: Duration::from_secs(1),
             state_ttl: Duration::from_secs(3600),
+            metrics: Default::default(),
         }
     }
 }
@@ -412,10 +415,14 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
             return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
         }
     }
-    if method == listen::METHOD {
-        return listen::serve(state, tenant, &parts.headers, msg).await;
-    }
-    parts.extensions.insert(tenant);
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let metrics = state.config.metrics.clone();
+    let resp = if method == listen::METHOD {
+        listen::serve(state, tenant, &parts.headers, msg).await
+    } else {
+        parts.extensions.insert(tenant);
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await
+    };
+    metrics.request(&method, resp.status().as_u16());
+    resp
 }

@@ -2,6 +2,7 @@
 //! honours the attempt deadline and stops promptly when the Run is cancelled.
 
 pub mod http;
+pub mod job;
 pub mod tool;
 
 use std::sync::Arc;

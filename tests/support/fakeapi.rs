@@ -47,7 +47,10 @@ pub struct FakeApi {
 
 /// `(collection, namespace, name, subresource)` of an API path; collection is e.g.
 /// `runway.dev/v1alpha1/runs` or `v1/secrets`.
-fn parse(path: &str) -> Option<(String, Option<String>, Option<String>, Option<String>)> {
+/// `(collection, namespace, name, subresource)`.
+type ApiPath = (String, Option<String>, Option<String>, Option<String>);
+
+fn parse(path: &str) -> Option<ApiPath> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (gv, rest) = match parts.as_slice() {
         ["api", v, rest @ ..] => (v.to_string(), rest.to_vec()),
@@ -106,6 +109,17 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
+fn fields_match(obj: &Value, selector: Option<&String>) -> bool {
+    let Some(sel) = selector else { return true };
+    sel.split(',')
+        .filter(|s| !s.is_empty())
+        .all(|pair| match pair.split_once('=') {
+            Some(("metadata.name", v)) => obj["metadata"]["name"] == v,
+            Some(("metadata.namespace", v)) => obj["metadata"]["namespace"] == v,
+            _ => true,
+        })
+}
+
 fn labels_match(obj: &Value, selector: Option<&String>) -> bool {
     let Some(sel) = selector else { return true };
     sel.split(',')
@@ -147,6 +161,28 @@ impl FakeApi {
             .insert(collection.into(), Arc::new(f));
     }
 
+    /// Wait until `pred` holds, re-checking after every change the server makes.
+    pub async fn wait_until(&self, what: &str, pred: impl Fn(&FakeApi) -> bool) {
+        let mut rx = self.events.subscribe();
+        let ok = tokio::time::timeout(super::harness::PATIENCE, async {
+            loop {
+                if pred(self) {
+                    return;
+                }
+                let _ = rx.recv().await;
+            }
+        })
+        .await;
+        assert!(
+            ok.is_ok(),
+            "timed out waiting for {what}; requests: {:#?}",
+            self.log()
+                .iter()
+                .map(|r| format!("{} {}", r.method, r.path))
+                .collect::<Vec<_>>()
+        );
+    }
+
     /// Requests seen so far.
     pub fn log(&self) -> Vec<Recorded> {
         self.inner.lock().unwrap().log.clone()
@@ -173,6 +209,13 @@ impl FakeApi {
             .as_str()
             .unwrap_or("")
             .to_owned();
+        if obj["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            let prefix = obj["metadata"]["generateName"]
+                .as_str()
+                .unwrap_or("object-")
+                .to_owned();
+            obj["metadata"]["name"] = json!(format!("{prefix}{rv}"));
+        }
         let name = obj["metadata"]["name"].as_str().unwrap().to_owned();
         let key = (collection.to_owned(), ns, name);
         let existed = inner.objects.contains_key(&key);
@@ -230,17 +273,10 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
     let query: BTreeMap<String, String> = req
         .uri()
         .query()
-        .map(|q| {
-            q.split('&')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| {
-                    (
-                        k.to_owned(),
-                        v.replace("%2C", ",")
-                            .replace("%3D", "=")
-                            .replace("%3A", ":"),
-                    )
-                })
+        .and_then(|q| reqwest::Url::parse(&format!("http://fake/?{q}")).ok())
+        .map(|u| {
+            u.query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
                 .collect()
         })
         .unwrap_or_default();
@@ -291,6 +327,7 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
                     *c == collection
                         && ns.as_ref().is_none_or(|x| x == n)
                         && labels_match(o, query.get("labelSelector"))
+                        && fields_match(o, query.get("fieldSelector"))
                 })
                 .map(|(_, o)| o.clone())
                 .collect();
@@ -364,7 +401,7 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             }
             let mut next = current.clone();
             let mut patch = body.clone();
-            if let Some(m) = patch["metadata"].as_object_mut() {
+            if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("resourceVersion");
             }
             if sub.as_deref() == Some("status") {
@@ -425,11 +462,17 @@ async fn watch(
             .collect();
         (replay, inner.rv)
     };
+    let (labels, fields) = (
+        query.get("labelSelector").cloned(),
+        query.get("fieldSelector").cloned(),
+    );
     let matches = move |c: &str, o: &Value| {
         c == collection
             && ns
                 .as_ref()
                 .is_none_or(|n| o["metadata"]["namespace"] == n.as_str())
+            && labels_match(o, labels.as_ref())
+            && fields_match(o, fields.as_ref())
     };
     let line = |ty: &str, o: &Value| {
         Ok::<_, Infallible>(Bytes::from(format!(

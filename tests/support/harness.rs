@@ -76,7 +76,10 @@ impl Harness {
             Arc::new(workflows.clone()),
             Arc::new(Executors::new(Arc::new(StaticSecrets::default()))),
             Arc::new(LogEvents),
-            Config { workers: 8 },
+            Config {
+                workers: 8,
+                ..Default::default()
+            },
         );
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();

@@ -1,0 +1,388 @@
+//! `runway operator`: the Kubernetes form of Runway. Every replica serves MCP; one elected
+//! leader (a coordination.k8s.io Lease) runs the Run controller and the Workflow validator.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action as ControllerAction, Controller as KubeController};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{Run, Workflow, WorkflowStatus, conditions, reasons};
+use crate::auth::kube::KubeAuth;
+use crate::controller::{self, Controller, EventSink};
+use crate::engine::Event;
+use crate::engine::validate::{self, Capabilities};
+use crate::mcp;
+use crate::steps::job::JobExecutor;
+use crate::steps::{Executors, tool::ToolExecutor};
+use crate::store::RunStore;
+use crate::store::kube::{CONTROLLER_MANAGER, KubeSecrets, KubeStore, KubeWorkflows};
+use crate::telemetry::Metrics;
+
+/// Settings of the operator.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// MCP endpoint address.
+    pub listen: SocketAddr,
+    /// Address of `/metrics`, `/healthz`, `/readyz`.
+    pub metrics_listen: SocketAddr,
+    /// Run the controller only while holding the Lease.
+    pub leader_election: bool,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace.
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// TokenReview audiences.
+    pub audiences: Vec<String>,
+    /// How long authentication and authorization answers are cached.
+    pub auth_cache_ttl: Duration,
+    /// Runs reconciled at once.
+    pub workers: usize,
+    /// MCP endpoint settings.
+    pub mcp: mcp::Config,
+}
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No cluster configuration (in-cluster or kubeconfig).
+    #[error("cannot configure a Kubernetes client: {0}")]
+    Config(String),
+    /// The API server could not be used at start.
+    #[error("cannot start: {0}")]
+    Start(String),
+    /// An address cannot be bound.
+    #[error("cannot listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+}
+
+/// Kubernetes Events for engine transitions, through kube's `Recorder`.
+pub struct KubeEvents {
+    recorder: Recorder,
+}
+
+impl KubeEvents {
+    /// Events reported as `runway-controller` by `instance`.
+    pub fn new(client: Client, instance: String) -> Self {
+        let reporter = Reporter {
+            controller: CONTROLLER_MANAGER.into(),
+            instance: Some(instance),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+}
+
+impl EventSink for KubeEvents {
+    fn record(&self, run: &Run, event: &Event) {
+        controller::LogEvents.record(run, event);
+        let recorder = self.recorder.clone();
+        let reference = run.object_ref(&());
+        let ev = KubeEvent {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.into(),
+            note: Some(event.message.chars().take(1000).collect()),
+            action: event.reason.into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::warn!(error = %e, "cannot record event");
+            }
+        });
+    }
+}
+
+/// What the Workflow validator needs.
+struct WorkflowContext {
+    client: Client,
+    workflows: KubeWorkflows,
+}
+
+/// The `Ready` condition a Workflow should have, given the others of its namespace.
+pub fn workflow_status(
+    wf: &Workflow,
+    all: &[Arc<Workflow>],
+    now: jiff::Timestamp,
+) -> WorkflowStatus {
+    let caps = Capabilities { jobs: true };
+    let (ok, reason, message) = match validate::workflow(wf, caps) {
+        Err(e) => (false, e.reason, e.message),
+        Ok(()) => {
+            let clash = all.iter().find(|o| {
+                o.metadata.namespace == wf.metadata.namespace
+                    && o.metadata.name < wf.metadata.name
+                    && o.tool_name() == wf.tool_name()
+                    && validate::workflow(o, caps).is_ok()
+            });
+            match clash {
+                Some(o) => (
+                    false,
+                    reasons::DUPLICATE_TOOL,
+                    format!(
+                        "tool name {} is already offered by workflow {}",
+                        wf.tool_name(),
+                        o.name_any()
+                    ),
+                ),
+                None => (true, reasons::VALID, "workflow is valid".to_owned()),
+            }
+        }
+    };
+    let previous = wf.status.as_ref().and_then(|s| s.conditions.first());
+    let same = previous.is_some_and(|p| {
+        p.status == if ok { "True" } else { "False" } && p.reason == reason && p.message == message
+    });
+    let last_transition_time = match (same, previous) {
+        (true, Some(p)) => p.last_transition_time.clone(),
+        _ => crate::api::kube_time(now),
+    };
+    WorkflowStatus {
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: conditions::READY.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time,
+            observed_generation: wf.metadata.generation,
+        }],
+        observed_generation: wf.metadata.generation,
+    }
+}
+
+async fn reconcile_workflow(
+    wf: Arc<Workflow>,
+    ctx: Arc<WorkflowContext>,
+) -> Result<ControllerAction, kube::Error> {
+    let status = workflow_status(&wf, &ctx.workflows.all(), jiff::Timestamp::now());
+    if wf.status.as_ref() != Some(&status) {
+        let api: Api<Workflow> =
+            Api::namespaced(ctx.client.clone(), &wf.namespace().unwrap_or_default());
+        let patch =
+            json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow", "status": status});
+        api.patch_status(
+            &wf.name_any(),
+            &PatchParams::apply(CONTROLLER_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        tracing::info!(namespace = ?wf.namespace(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
+    }
+    Ok(ControllerAction::await_change())
+}
+
+fn workflow_error(_: Arc<Workflow>, e: &kube::Error, _: Arc<WorkflowContext>) -> ControllerAction {
+    tracing::warn!(error = %e, "cannot write workflow status");
+    ControllerAction::requeue(Duration::from_secs(5))
+}
+
+/// Run the leader's work until `stop`: the Run controller and the Workflow validator.
+async fn lead(
+    client: Client,
+    store: KubeStore,
+    workflows: KubeWorkflows,
+    opts: &Options,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())))
+        .with_tool(Arc::new(ToolExecutor::new(Arc::new(KubeSecrets::new(
+            client.clone(),
+        )))))
+        .with_jobs(Arc::new(JobExecutor::new(client.clone())));
+    let ctl = Controller::new(
+        Arc::new(store),
+        Arc::new(workflows.clone()),
+        Arc::new(executors),
+        Arc::new(KubeEvents::new(client.clone(), opts.identity.clone())),
+        controller::Config {
+            workers: opts.workers,
+            metrics,
+        },
+    );
+    let ctx = Arc::new(WorkflowContext {
+        client: client.clone(),
+        workflows: workflows.clone(),
+    });
+    let api: Api<Workflow> = Api::all(client);
+    let validator = KubeController::new(api, watcher::Config::default())
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile_workflow, workflow_error, ctx)
+        .for_each(|_| async {});
+    tokio::join!(ctl.run(stop.clone()), validator);
+}
+
+/// Start the operator with the in-cluster configuration or kubeconfig, and run until `shutdown`.
+pub async fn run(opts: Options, shutdown: CancellationToken) -> Result<(), OperatorError> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| OperatorError::Config(e.to_string()))?;
+    run_with(client, opts, shutdown).await
+}
+
+/// Start the operator with `client`, and run until `shutdown`.
+pub async fn run_with(
+    client: Client,
+    opts: Options,
+    shutdown: CancellationToken,
+) -> Result<(), OperatorError> {
+    let metrics = Metrics::new();
+    let store = KubeStore::start(client.clone())
+        .await
+        .map_err(|e| OperatorError::Start(e.to_string()))?;
+    let workflows = KubeWorkflows::start(client.clone())
+        .await
+        .map_err(|e| OperatorError::Start(e.to_string()))?;
+    let auth = Arc::new(KubeAuth::new(
+        client.clone(),
+        opts.audiences.clone(),
+        opts.auth_cache_ttl,
+        metrics.clone(),
+    ));
+    let mut mcp_config = opts.mcp.clone();
+    mcp_config.metrics = metrics.clone();
+    let state = mcp::McpState::new(
+        Arc::new(store.clone()),
+        Arc::new(workflows.clone()),
+        auth.clone(),
+        auth,
+        mcp_config,
+        shutdown.clone(),
+    )
+    .map_err(OperatorError::Start)?;
+    let mcp_listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| OperatorError::Listen(opts.listen, e))?;
+    let metrics_listener = tokio::net::TcpListener::bind(opts.metrics_listen)
+        .await
+        .map_err(|e| OperatorError::Listen(opts.metrics_listen, e))?;
+    let mut tasks = tokio::task::JoinSet::new();
+    let token = shutdown.clone();
+    tasks.spawn(async move {
+        let app = mcp::router(state);
+        let _ = axum::serve(mcp_listener, app)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+    });
+    let token = shutdown.clone();
+    let counting = store.clone();
+    let m = metrics.clone();
+    tasks.spawn(async move {
+        let app = Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(|| async { "ok" }))
+            .route(
+                "/metrics",
+                get(move || {
+                    let m = m.clone();
+                    let counting = counting.clone();
+                    async move {
+                        count_runs(&counting, &m).await;
+                        m.encode()
+                    }
+                }),
+            );
+        let _ = axum::serve(metrics_listener, app)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await;
+    });
+    tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
+
+    if !opts.leader_election {
+        lead(client, store, workflows, &opts, metrics, shutdown.clone()).await;
+    } else {
+        let manager =
+            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
+                .with_namespace(&opts.lease_namespace)
+                .with_identity(&opts.identity)
+                .build()
+                .await
+                .map_err(|e| OperatorError::Start(format!("lease {}: {e}", opts.lease_name)))?;
+        let (mut leader, lease_task) = manager.watch().await;
+        loop {
+            while !*leader.borrow_and_update() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    r = leader.changed() => if r.is_err() { break },
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
+            }
+            tracing::info!(identity = %opts.identity, "acquired the lease; running the controller");
+            let stop = shutdown.child_token();
+            let until_lost = {
+                let stop = stop.clone();
+                let mut leader = leader.clone();
+                async move {
+                    while *leader.borrow_and_update() {
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            r = leader.changed() => if r.is_err() { break },
+                        }
+                    }
+                    tracing::warn!("lost the lease; stopping the controller");
+                    stop.cancel();
+                }
+            };
+            tokio::join!(
+                lead(
+                    client.clone(),
+                    store.clone(),
+                    workflows.clone(),
+                    &opts,
+                    metrics.clone(),
+                    stop.clone()
+                ),
+                until_lost
+            );
+            if shutdown.is_cancelled() {
+                break;
+            }
+        }
+        drop(leader);
+        let _ = lease_task.await;
+    }
+    shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Update the per-phase Run gauge from the store's cache.
+pub async fn count_runs(store: &dyn RunStore, metrics: &Metrics) {
+    let Ok(runs) = store.list(None, &Default::default()).await else {
+        return;
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    for p in [
+        "Pending",
+        "Running",
+        "Waiting",
+        "Cancelling",
+        "Succeeded",
+        "Failed",
+        "Cancelled",
+    ] {
+        counts.insert(p, 0i64);
+    }
+    for r in runs {
+        *counts.entry(r.phase().as_str()).or_default() += 1;
+    }
+    metrics.set_runs(&counts.into_iter().collect::<Vec<_>>());
+}

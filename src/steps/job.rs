@@ -1,0 +1,242 @@
+//! `job` steps (Kubernetes store only): one `batch/v1` Job per attempt, named
+//! deterministically and owned by the Run, so a restarted controller finds it instead of
+//! creating a second one. Output is the first container's termination message.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, Resource};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Executor;
+use crate::api::{ErrorClass, JobStep, Run, RunError};
+use crate::engine::{Action, Effect, Outcome};
+use crate::mcp::codes;
+
+/// Label naming the Run that owns a Job.
+pub const RUN_LABEL: &str = "runway.dev/run";
+/// Label naming the step a Job runs.
+pub const STEP_LABEL: &str = "runway.dev/step";
+/// Label the Job controller puts on its pods.
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
+/// Runs `job` steps and deletes Jobs on cleanup.
+pub struct JobExecutor {
+    client: Client,
+}
+
+impl JobExecutor {
+    /// Jobs through `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// The Job for one attempt of a step.
+pub fn build_job(
+    run: &Run,
+    step_name: &str,
+    job_name: &str,
+    step: &JobStep,
+    active_deadline: Option<i64>,
+) -> Result<Job, String> {
+    let mut template = step.template.clone();
+    if !template.is_object() || !template.get("spec").is_some_and(Value::is_object) {
+        return Err("job.template needs a pod spec".into());
+    }
+    if template["spec"].get("restartPolicy").is_none() {
+        template["spec"]["restartPolicy"] = json!("Never");
+    }
+    let run_name = run.metadata.name.clone().unwrap_or_default();
+    let owner = json!({
+        "apiVersion": Run::api_version(&()),
+        "kind": Run::kind(&()),
+        "name": run_name,
+        "uid": run.metadata.uid.clone().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    let mut spec = json!({
+        "backoffLimit": step.backoff_limit.unwrap_or(0),
+        "template": template,
+    });
+    if let Some(secs) = active_deadline {
+        spec["activeDeadlineSeconds"] = json!(secs.max(1));
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name,
+            "namespace": run.metadata.namespace,
+            "labels": {RUN_LABEL: run_name, STEP_LABEL: step_name},
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }))
+    .map_err(|e| format!("job.template: {e}"))
+}
+
+fn finished(job: &Job) -> Option<bool> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    conditions
+        .iter()
+        .find_map(|c| match (c.type_.as_str(), c.status.as_str()) {
+            ("Complete", "True") => Some(true),
+            ("Failed", "True") => Some(false),
+            _ => None,
+        })
+}
+
+fn fatal(message: String) -> Outcome {
+    Outcome::Fatal(RunError {
+        code: codes::INTERNAL_ERROR,
+        message,
+        data: None,
+    })
+}
+
+impl JobExecutor {
+    async fn output(&self, ns: &str, job: &str) -> Value {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let list = pods
+            .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}")))
+            .await;
+        let message = list.ok().and_then(|l| {
+            l.items.into_iter().find_map(|p| {
+                p.status?
+                    .container_statuses?
+                    .into_iter()
+                    .find_map(|c| c.state?.terminated?.message)
+            })
+        });
+        match message {
+            Some(m) => serde_json::from_str(&m).unwrap_or(Value::String(m)),
+            None => Value::Null,
+        }
+    }
+
+    async fn run_job(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        step: &JobStep,
+        job_name: &str,
+        cancel: CancellationToken,
+    ) -> Option<Outcome> {
+        let ns = run.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
+        let left = effect
+            .deadline
+            .map(|d| d.duration_since(jiff::Timestamp::now()).as_secs());
+        let existing = match api.get_opt(job_name).await {
+            Ok(j) => j,
+            Err(e) => {
+                return Some(Outcome::Failed {
+                    class: ErrorClass::Connection,
+                    message: e.to_string(),
+                });
+            }
+        };
+        if existing.is_none() {
+            let job = match build_job(run, &effect.step, job_name, step, left) {
+                Ok(j) => j,
+                Err(e) => return Some(fatal(e)),
+            };
+            match api.create(&PostParams::default(), &job).await {
+                Ok(_) => {}
+                // Created by an earlier controller between our read and our create: follow it.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+                    return Some(fatal(format!("job rejected: {}", s.message)));
+                }
+                Err(e) => {
+                    return Some(Outcome::Failed {
+                        class: ErrorClass::Connection,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        let wait = await_condition(api, job_name, |j: Option<&Job>| {
+            j.and_then(finished).is_some()
+        });
+        let timeout = left
+            .map(|s| Duration::from_secs(s.max(0) as u64))
+            .unwrap_or(Duration::MAX);
+        let done = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            r = tokio::time::timeout(timeout, wait) => r,
+        };
+        match done {
+            Err(_) => Some(Outcome::Failed {
+                class: ErrorClass::Timeout,
+                message: format!("job {job_name} timed out"),
+            }),
+            Ok(Err(e)) => Some(Outcome::Failed {
+                class: ErrorClass::Connection,
+                message: e.to_string(),
+            }),
+            Ok(Ok(job)) => {
+                let output = self.output(&ns, job_name).await;
+                match job.as_ref().and_then(finished) {
+                    Some(true) => Some(Outcome::Succeeded(output)),
+                    _ => {
+                        let why = job
+                            .and_then(|j| {
+                                j.status?
+                                    .conditions?
+                                    .into_iter()
+                                    .find(|c| c.type_ == "Failed")
+                            })
+                            .and_then(|c| c.message)
+                            .unwrap_or_else(|| "failed".into());
+                        Some(Outcome::Failed {
+                            class: ErrorClass::ServerError,
+                            message: format!("job {job_name}: {why}"),
+                        })
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for JobExecutor {
+    async fn execute(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        cancel: CancellationToken,
+    ) -> Option<Outcome> {
+        match &effect.action {
+            Action::Job { step, job_name } => {
+                self.run_job(run, effect, step, job_name, cancel).await
+            }
+            Action::Cleanup(c) => {
+                let Some(name) = &c.delete_job else {
+                    return Some(Outcome::Succeeded(Value::Null));
+                };
+                let ns = run.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
+                match api.delete(name, &DeleteParams::background()).await {
+                    Ok(_) => Some(Outcome::Succeeded(json!({"deleted": name}))),
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        Some(Outcome::Succeeded(json!({"deleted": name})))
+                    }
+                    Err(e) => Some(Outcome::Failed {
+                        class: ErrorClass::Connection,
+                        message: e.to_string(),
+                    }),
+                }
+            }
+            _ => Some(fatal("not a job action".into())),
+        }
+    }
+}

@@ -1,0 +1,399 @@
+//! The Kubernetes wiring against an in-memory API server, asserting the requests sent:
+//! TokenReview and SubjectAccessReview (and their caches), Jobs, Events, the Lease, Workflow
+//! status, garbage collection — and the whole operator serving MCP on top.
+
+mod support;
+
+use std::time::Duration;
+
+use runway::auth::kube::KubeAuth;
+use runway::auth::{Authenticator, Authorizer, Resource, Verb};
+use runway::engine::{Action, Effect, Outcome};
+use runway::steps::Executor;
+use runway::steps::job::JobExecutor;
+use runway::telemetry::Metrics;
+use serde_json::{Value, json};
+use support::fakeapi::FakeApi;
+use support::mcp::Client;
+use support::process::free_port;
+use tokio_util::sync::CancellationToken;
+
+const TOKENS: &str = "authentication.k8s.io/v1/tokenreviews";
+const ACCESS: &str = "authorization.k8s.io/v1/subjectaccessreviews";
+const RUNS: &str = "runway.dev/v1alpha1/runs";
+const JOBS: &str = "batch/v1/jobs";
+
+fn reviews(api: &FakeApi) {
+    api.on_review(TOKENS, |body| match body["spec"]["token"].as_str() {
+        Some("agent-token") => json!({"authenticated": true, "user": {
+            "username": "system:serviceaccount:team-a:agent", "uid": "u-1", "groups": ["system:serviceaccounts"]}}),
+        _ => json!({"authenticated": false, "error": "invalid token"}),
+    });
+    api.on_review(ACCESS, |body| {
+        let attrs = &body["spec"]["resourceAttributes"];
+        let allowed = attrs["namespace"] == "team-a" && attrs["group"] == "runway.dev";
+        json!({"allowed": allowed})
+    });
+}
+
+#[tokio::test]
+async fn token_and_access_reviews_are_sent_and_cached() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    let metrics = Metrics::new();
+    let auth = KubeAuth::new(
+        api.client(),
+        vec!["runway".into()],
+        Duration::from_secs(60),
+        metrics.clone(),
+    );
+    let id = auth.authenticate(Some("agent-token")).await.unwrap();
+    assert_eq!(id.principal.username, "system:serviceaccount:team-a:agent");
+    assert_eq!(
+        id.namespace.as_deref(),
+        Some("team-a"),
+        "a ServiceAccount's /mcp is its own namespace"
+    );
+    auth.authenticate(Some("agent-token")).await.unwrap();
+    let sent = api.requests("POST", "tokenreviews");
+    assert_eq!(sent.len(), 1, "the second authentication is cached");
+    assert_eq!(
+        sent[0].body["spec"],
+        json!({"token": "agent-token", "audiences": ["runway"]})
+    );
+    assert!(auth.authenticate(Some("wrong")).await.is_err());
+    assert!(auth.authenticate(None).await.is_err());
+
+    assert!(
+        auth.allowed(&id.principal, Verb::Create, Resource::Runs, "team-a")
+            .await
+            .unwrap()
+    );
+    assert!(
+        auth.allowed(&id.principal, Verb::Create, Resource::Runs, "team-a")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !auth
+            .allowed(&id.principal, Verb::Create, Resource::Runs, "team-b")
+            .await
+            .unwrap()
+    );
+    let sars = api.requests("POST", "subjectaccessreviews");
+    assert_eq!(sars.len(), 2, "one review per distinct question");
+    assert_eq!(
+        sars[0].body["spec"],
+        json!({"user": "system:serviceaccount:team-a:agent", "uid": "u-1", "groups": ["system:serviceaccounts"],
+               "resourceAttributes": {"group": "runway.dev", "resource": "runs", "verb": "create", "namespace": "team-a"}})
+    );
+    let text = metrics.encode();
+    assert!(
+        text.contains("runway_auth_cache_requests_total{cache=\"token\",result=\"hit\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("runway_auth_cache_requests_total{cache=\"access\",result=\"hit\"} 1"),
+        "{text}"
+    );
+}
+
+fn a_run(api: &FakeApi) -> runway::api::Run {
+    let v = api.put(RUNS, json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "deploy-abc", "namespace": "team-a"}, "spec": {"workflowRef": {"name": "deploy"}}}));
+    serde_json::from_value(v).unwrap()
+}
+
+fn job_effect(deadline_secs: i64) -> Effect {
+    Effect {
+        step: "build".into(),
+        attempt: 1,
+        deadline: Some(jiff::Timestamp::now() + jiff::SignedDuration::from_secs(deadline_secs)),
+        idempotency_key: "uid/build".into(),
+        action: Action::Job {
+            step: serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}})).unwrap(),
+            job_name: "deploy-abc-build-1".into(),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_cleanup() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let effect = job_effect(120);
+    let exec = JobExecutor::new(api.client());
+    let pending = {
+        let (run, effect) = (run.clone(), effect.clone());
+        tokio::spawn(async move { exec.execute(&run, &effect, CancellationToken::new()).await })
+    };
+    api.wait_until("job created", |a| {
+        a.get(JOBS, "team-a", "deploy-abc-build-1").is_some()
+    })
+    .await;
+    let job = api
+        .requests("POST", "/namespaces/team-a/jobs")
+        .pop()
+        .unwrap()
+        .body;
+    assert_eq!(
+        job["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "runway.dev/v1alpha1", "kind": "Run", "name": "deploy-abc",
+                "uid": run.metadata.uid.clone().unwrap(), "controller": true, "blockOwnerDeletion": true}])
+    );
+    assert_eq!(
+        job["metadata"]["labels"],
+        json!({"runway.dev/run": "deploy-abc", "runway.dev/step": "build"})
+    );
+    assert_eq!(job["spec"]["backoffLimit"], 0);
+    let deadline = job["spec"]["activeDeadlineSeconds"].as_i64().unwrap();
+    assert!((100..=120).contains(&deadline), "{deadline}");
+    assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+
+    // the container finishes with a JSON termination message; the Job completes
+    api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-x", "namespace": "team-a",
+        "labels": {"batch.kubernetes.io/job-name": "deploy-abc-build-1"}},
+        "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"api:v2\"}"}}}]}}));
+    let mut done = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
+    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+    api.put(JOBS, done);
+    let outcome = pending.await.unwrap();
+    assert_eq!(
+        outcome,
+        Some(Outcome::Succeeded(json!({"image": "api:v2"})))
+    );
+
+    // a restarted controller runs the same attempt again: it finds the Job, creates none
+    let again = JobExecutor::new(api.client())
+        .execute(&run, &effect, CancellationToken::new())
+        .await;
+    assert_eq!(again, Some(Outcome::Succeeded(json!({"image": "api:v2"}))));
+    assert_eq!(api.requests("POST", "/namespaces/team-a/jobs").len(), 1);
+
+    // cleanup deletes it with background propagation
+    let cleanup = Effect {
+        action: Action::Cleanup(runway::api::Cleanup {
+            step: "build".into(),
+            cancel_upstream_task: None,
+            delete_job: Some("deploy-abc-build-1".into()),
+        }),
+        ..effect.clone()
+    };
+    let out = JobExecutor::new(api.client())
+        .execute(&run, &cleanup, CancellationToken::new())
+        .await;
+    assert!(matches!(out, Some(Outcome::Succeeded(_))));
+    let del = api
+        .requests("DELETE", "/namespaces/team-a/jobs/deploy-abc-build-1")
+        .pop()
+        .unwrap();
+    assert_eq!(del.body["propagationPolicy"], "Background");
+    assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_fails_the_attempt_and_cancellation_abandons_the_wait() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let exec = std::sync::Arc::new(JobExecutor::new(api.client()));
+    let effect = job_effect(60);
+    let pending = {
+        let (run, effect, exec) = (run.clone(), effect.clone(), exec.clone());
+        tokio::spawn(async move { exec.execute(&run, &effect, CancellationToken::new()).await })
+    };
+    api.wait_until("job created", |a| {
+        a.get(JOBS, "team-a", "deploy-abc-build-1").is_some()
+    })
+    .await;
+    let mut failed = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
+    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]});
+    api.put(JOBS, failed);
+    let Some(Outcome::Failed { message, .. }) = pending.await.unwrap() else {
+        panic!()
+    };
+    assert!(message.contains("BackoffLimitExceeded"), "{message}");
+
+    let token = CancellationToken::new();
+    let second = Effect {
+        action: Action::Job {
+            step: serde_json::from_value(json!({"template": {"spec": {}}})).unwrap(),
+            job_name: "deploy-abc-build-2".into(),
+        },
+        ..effect
+    };
+    let pending = {
+        let (run, exec, token) = (run.clone(), exec.clone(), token.clone());
+        tokio::spawn(async move { exec.execute(&run, &second, token).await })
+    };
+    api.wait_until("second job created", |a| {
+        a.get(JOBS, "team-a", "deploy-abc-build-2").is_some()
+    })
+    .await;
+    token.cancel();
+    assert_eq!(
+        pending.await.unwrap(),
+        None,
+        "a cancelled wait reports nothing; the engine queues the delete"
+    );
+}
+
+fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
+    let mut mcp = runway::mcp::Config::new();
+    mcp.state_key = b"0123456789abcdef0123456789abcdef-op".to_vec();
+    runway::operator::Options {
+        listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        metrics_listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+        leader_election: true,
+        lease_name: "runway-controller".into(),
+        lease_namespace: lease_ns.into(),
+        identity: "runway-0".into(),
+        audiences: vec![],
+        auth_cache_ttl: Duration::from_secs(10),
+        workers: 4,
+        mcp,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_collects_runs() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "quick", "namespace": "team-a"},
+        "spec": {"execution": {"ttlAfterFinished": "1s"}, "steps": [], "result": {"content": [{"type": "text", "text": "hi {{ args.who }}"}]}}}));
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "broken", "namespace": "team-a"}, "spec": {"steps": [{"name": "a", "delay": {"duration": "soon"}}]}}));
+    let opts = kubeconfig_free_options("runway");
+    let (mcp_addr, metrics_addr) = (opts.listen, opts.metrics_listen);
+    let shutdown = CancellationToken::new();
+    let op = tokio::spawn(runway::operator::run_with(
+        api.client(),
+        opts,
+        shutdown.clone(),
+    ));
+
+    // the leader holds the Lease and writes Ready conditions
+    api.wait_until("lease held", |a| {
+        a.get(
+            "coordination.k8s.io/v1/leases",
+            "runway",
+            "runway-controller",
+        )
+        .is_some_and(|l| l["spec"]["holderIdentity"] == "runway-0")
+    })
+    .await;
+    let ready = |a: &FakeApi, name: &str| -> Option<Value> {
+        a.get("runway.dev/v1alpha1/workflows", "team-a", name)
+            .and_then(|w| w["status"]["conditions"].get(0).cloned())
+    };
+    api.wait_until("workflows validated", |a| {
+        ready(a, "quick").is_some() && ready(a, "broken").is_some()
+    })
+    .await;
+    assert_eq!(ready(&api, "quick").unwrap()["status"], "True");
+    let broken = ready(&api, "broken").unwrap();
+    assert_eq!(
+        (broken["status"].as_str(), broken["reason"].as_str()),
+        (Some("False"), Some("InvalidDuration"))
+    );
+    let status_patch = api
+        .requests("PATCH", "/namespaces/team-a/workflows/quick/status")
+        .pop()
+        .unwrap();
+    assert_eq!(
+        status_patch.query.get("fieldManager").map(String::as_str),
+        Some("runway-controller")
+    );
+    assert_eq!(status_patch.body["status"]["observedGeneration"], 1);
+
+    // a ServiceAccount calls the tool on POST /mcp (its own namespace); the Run is a custom resource
+    let agent = Client::new(&format!("http://{mcp_addr}"), Some("agent-token"), "/mcp");
+    // tools/list reads the Workflow reflector, which follows the API server's watch; poll the
+    // endpoint (as a client would) until the validated Workflow shows up there.
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    let names = loop {
+        let listed = agent.rpc("tools/list", None, json!({})).await;
+        let names: Vec<String> = listed.result()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        if !names.is_empty() || tokio::time::Instant::now() > deadline {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(names, ["quick"]);
+    let created = agent.call("quick", json!({"who": "k8s"})).await;
+    let task = created.result()["taskId"].as_str().unwrap().to_owned();
+    let posted = api
+        .requests("POST", "/namespaces/team-a/runs")
+        .pop()
+        .unwrap();
+    assert_eq!(
+        posted.body["spec"]["requestedBy"]["username"],
+        "system:serviceaccount:team-a:agent"
+    );
+    assert_eq!(
+        agent.get(&task).await.result()["taskId"],
+        task.as_str(),
+        "the handle resolves at once"
+    );
+
+    // the controller finishes it (status by SSA), records Events, and deletes it after its TTL
+    api.wait_until("run deleted after its ttl", |a| {
+        !a.requests("DELETE", &format!("/namespaces/team-a/runs/{task}"))
+            .is_empty()
+    })
+    .await;
+    let finished = api
+        .requests("PATCH", &format!("/namespaces/team-a/runs/{task}/status"))
+        .into_iter()
+        .map(|r| r.body)
+        .find(|b| b["status"]["phase"] == "Succeeded")
+        .expect("a Succeeded status was applied");
+    assert_eq!(finished["status"]["result"]["content"][0]["text"], "hi k8s");
+    api.wait_until("finished event", |a| {
+        a.requests("POST", "/namespaces/team-a/events")
+            .iter()
+            .any(|r| r.body["reason"] == "Finished")
+    })
+    .await;
+    let event = api
+        .requests("POST", "/namespaces/team-a/events")
+        .into_iter()
+        .find(|r| r.body["reason"] == "Finished")
+        .unwrap()
+        .body;
+    assert_eq!(event["regarding"]["kind"], "Run");
+    assert_eq!(event["regarding"]["name"], task.as_str());
+    assert_eq!(event["reportingController"], "runway-controller");
+
+    // metrics and health on the metrics port
+    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("runway_mcp_requests_total{method=\"tools/call\",status=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("runway_queue_depth"), "{metrics}");
+    assert!(
+        metrics.contains("runway_runs{phase=\"Succeeded\"}"),
+        "{metrics}"
+    );
+    assert_eq!(
+        reqwest::get(format!("http://{metrics_addr}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
