@@ -190,14 +190,14 @@ pub struct RetryPolicy {
     pub max_backoff: Option<String>,
     /// Which failures retry. Default: `timeout`, `connection`, `serverError`, `tooManyRequests`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub on: Vec<ErrorClass>,
+    pub retry_on: Vec<ErrorClass>,
 }
 
 fn int_or_string(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-int-or-string": true })
 }
 
-/// Classes of attempt failures, for `retry.on`.
+/// Classes of attempt failures, for `retry.retryOn`.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 pub enum ErrorClass {

@@ -455,7 +455,7 @@ fn fail_attempt(
     };
     let retries_on = policy
         .as_ref()
-        .map(|p| p.on.clone())
+        .map(|p| p.retry_on.clone())
         .filter(|on| !on.is_empty())
         .unwrap_or_else(|| {
             vec![

@@ -215,7 +215,7 @@ fn retries_back_off_exponentially_then_fail_as_a_tool_error() {
 fn failures_outside_retry_on_do_not_retry() {
     let w = wf(
         json!({"steps": [{"name": "call", "http": {"url": "http://x"},
-        "retry": {"limit": 5, "on": ["timeout"]}}]}),
+        "retry": {"limit": 5, "retryOn": ["timeout"]}}]}),
     );
     let mut run = new_run(json!({}));
     let next = settle(&mut run, &w, at(0));
@@ -1009,7 +1009,7 @@ fn an_upstream_tool_error_ends_the_run_as_a_tool_error() {
 
 #[test]
 fn a_retry_after_an_ended_upstream_task_calls_again_and_after_a_lost_connection_resumes() {
-    let w = upstream_wf(json!({"limit": 3, "on": ["connection", "toolError"]}));
+    let w = upstream_wf(json!({"limit": 3, "retryOn": ["connection", "toolError"]}));
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
     report(
