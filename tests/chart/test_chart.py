@@ -25,10 +25,11 @@ OPERATOR_CLUSTER_RULES = {
     ("batch", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
     ("", "secrets"): {"get"},
+    ("", "pods"): {"get", "list"},
     ("authentication.k8s.io", "tokenreviews"): {"create"},
     ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
-LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"}}
 
 VALUE_SETS = check.value_sets()
 
