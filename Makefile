@@ -1,4 +1,4 @@
-# Runway developer commands. CI runs `make test` and `make conformance` (see .ci/run).
+# Runway developer commands. CI (.ci/run) runs `make test`, `make chart-check` and `make conformance`.
 
 CARGO ?= cargo
 RUNWAY := target/debug/runway

@@ -397,3 +397,29 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
     shutdown.cancel();
     op.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn header_secrets_are_read_from_the_runs_namespace() {
+    use runway::store::SecretSource;
+    let api = FakeApi::start().await;
+    api.put("v1/secrets", json!({"metadata": {"name": "webhook", "namespace": "team-a"}, "data": {"token": "czNjcjN0"}}));
+    let secrets = runway::store::kube::KubeSecrets::new(api.client());
+    assert_eq!(
+        secrets.get("team-a", "webhook", "token").await.unwrap(),
+        "s3cr3t"
+    );
+    assert_eq!(
+        secrets.get("team-a", "webhook", "other").await.unwrap_err(),
+        runway::store::StoreError::NotFound
+    );
+    assert_eq!(
+        secrets.get("team-b", "webhook", "token").await.unwrap_err(),
+        runway::store::StoreError::NotFound
+    );
+    assert!(
+        api.requests("GET", "/api/v1/namespaces/team-b/secrets/webhook")
+            .len()
+            == 1,
+        "asked in the Run's namespace only"
+    );
+}

@@ -35,6 +35,26 @@ async fn every_example_is_ready() {
     }
 }
 
+#[tokio::test]
+async fn every_example_is_ready_where_jobs_can_run() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let src = ManifestWorkflows::load(&dir, Capabilities { jobs: true });
+    let all = src.list("default").await;
+    assert!(
+        all.iter()
+            .any(|w| w.spec.steps.iter().any(|s| s.job.is_some())),
+        "a job example exists"
+    );
+    for wf in &all {
+        assert!(
+            wf.is_ready(),
+            "{:?}: {:?}",
+            wf.metadata.name,
+            ready_condition(wf)
+        );
+    }
+}
+
 fn load(files: &[(&str, &str)]) -> (TempDir, ManifestWorkflows) {
     let dir = TempDir::new();
     for (f, y) in files {

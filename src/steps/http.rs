@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ErrorClass, Run};
-use crate::engine::{Body, Effect, HeaderValue, HttpRequest, Outcome};
+use crate::engine::{Body, Effect, HttpRequest, Outcome};
 use crate::store::SecretSource;
 
 /// Header carrying the step's idempotency key.
@@ -25,12 +25,10 @@ pub struct HttpExecutor {
 impl HttpExecutor {
     /// A new executor.
     pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
-        crate::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .expect("an HTTP client with default settings builds");
-        Self { client, secrets }
+        Self {
+            client: super::http_client(),
+            secrets,
+        }
     }
 
     /// Perform one attempt.
@@ -69,19 +67,13 @@ impl HttpExecutor {
             .client
             .request(method, &req.url)
             .header(IDEMPOTENCY_KEY_HEADER, &effect.idempotency_key);
-        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
-        for h in &req.headers {
-            match h {
-                HeaderValue::Inline { name, value } => builder = builder.header(name, value),
-                HeaderValue::Secret { name, secret, key } => {
-                    match self.secrets.get(ns, secret, key).await {
-                        Ok(v) => builder = builder.header(name, v),
-                        Err(e) => {
-                            return fatal(format!("header {name}: secret {secret}/{key}: {e}"));
-                        }
-                    }
+        match super::resolve_headers(&*self.secrets, run, &req.headers).await {
+            Ok(headers) => {
+                for (name, value) in headers {
+                    builder = builder.header(name, value);
                 }
             }
+            Err(e) => return fatal(e),
         }
         builder = match &req.body {
             None => builder,

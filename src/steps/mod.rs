@@ -113,3 +113,36 @@ impl SecretSource for StaticSecrets {
             .ok_or(crate::store::StoreError::NotFound)
     }
 }
+
+/// The HTTP client of an executor: one connection pool, TLS through the process's provider.
+pub fn http_client() -> reqwest::Client {
+    crate::install_crypto_provider();
+    reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .build()
+        .expect("an HTTP client with default settings builds")
+}
+
+/// Rendered headers as `(name, value)` pairs, reading `valueFrom` Secrets in the Run's namespace.
+pub async fn resolve_headers(
+    secrets: &dyn SecretSource,
+    run: &Run,
+    headers: &[crate::engine::HeaderValue],
+) -> Result<Vec<(String, String)>, String> {
+    let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+    let mut out = Vec::with_capacity(headers.len());
+    for h in headers {
+        match h {
+            crate::engine::HeaderValue::Inline { name, value } => {
+                out.push((name.clone(), value.clone()))
+            }
+            crate::engine::HeaderValue::Secret { name, secret, key } => {
+                match secrets.get(ns, secret, key).await {
+                    Ok(v) => out.push((name.clone(), v)),
+                    Err(e) => return Err(format!("header {name}: secret {secret}/{key}: {e}")),
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -61,12 +61,10 @@ pub struct ToolExecutor {
 impl ToolExecutor {
     /// A new executor; `valueFrom` headers are read from `secrets`.
     pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
-        crate::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .expect("an HTTP client with default settings builds");
-        Self { client, secrets }
+        Self {
+            client: super::http_client(),
+            secrets,
+        }
     }
 
     /// Resolve the headers of the upstream server of `step`.
@@ -76,22 +74,11 @@ impl ToolExecutor {
         step: &ToolStep,
         headers: &[HeaderValue],
     ) -> Result<Upstream, Outcome> {
-        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        let resolved = super::resolve_headers(&*self.secrets, run, headers)
+            .await
+            .map_err(|e| fatal(format!("tool.server.{e}")))?;
         let mut map = HashMap::new();
-        for h in headers {
-            let (name, value) = match h {
-                HeaderValue::Inline { name, value } => (name, value.clone()),
-                HeaderValue::Secret { name, secret, key } => {
-                    match self.secrets.get(ns, secret, key).await {
-                        Ok(v) => (name, v),
-                        Err(e) => {
-                            return Err(fatal(format!(
-                                "tool.server.header {name}: secret {secret}/{key}: {e}"
-                            )));
-                        }
-                    }
-                }
-            };
+        for (name, value) in resolved {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|e| fatal(format!("tool.server.header {name}: {e}")))?;
             let value = HttpHeaderValue::from_str(&value)

@@ -462,6 +462,11 @@ async fn watch(
             .collect();
         (replay, inner.rv)
     };
+    // Bookmarks carry the collection's apiVersion, as a real API server's do.
+    let api_version = collection
+        .rsplit_once('/')
+        .map(|(gv, _)| gv.to_owned())
+        .unwrap_or_default();
     let (labels, fields) = (
         query.get("labelSelector").cloned(),
         query.get("fieldSelector").cloned(),
@@ -488,7 +493,7 @@ async fn watch(
             .map(move |(_, _, ty, o)| line(&ty, &o))
             .chain(std::iter::once(line(
                 "BOOKMARK",
-                &json!({"metadata": {"resourceVersion": current.to_string()}}),
+                &json!({"apiVersion": api_version, "kind": "Bookmark", "metadata": {"resourceVersion": current.to_string()}}),
             ))),
     );
     use futures::StreamExt;
