@@ -206,7 +206,13 @@ struct Listen {
 #[derive(Default, Serialize)]
 struct Peer {
     get: Vec<Stats>,
+    /// Each from a fresh peer: `TaskManager` keeps finished tasks for their TTL (5 minutes by
+    /// default) and sweeps all of them on every call, so it slows down as it fills.
     e2e: Vec<Stats>,
+    /// 64 callers again, on the peer still holding the tasks of the previous window.
+    e2e_filled: Stats,
+    /// Tasks it held at the start of that window, at least.
+    e2e_filled_tasks: u64,
 }
 
 #[derive(Default, Serialize)]
@@ -373,8 +379,7 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
         &[body_file.to_str().expect("a UTF-8 path")],
     );
     http.ready(None).await;
-    let mut peer = procs::baseline("rmcp-peer", free_addr(), work, &[]);
-    peer.ready(None).await;
+    let mut peer = start_peer(work).await;
     let (peer_task, _) = one_run(peer.addr, "trivial", json!({})).await;
 
     let mut out = Compared {
@@ -442,6 +447,8 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
             .await,
         );
         settle(rw.addr).await;
+        peer.kill();
+        peer = start_peer(work).await;
         out.peer.e2e.push(
             closed_loop(
                 peer.addr,
@@ -453,6 +460,17 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
             .await,
         );
     }
+    step("end to end, 64 callers, on the filled rmcp peer");
+    // A lower bound: the runs of that window's warmup are held too.
+    out.peer.e2e_filled_tasks = at(&out.peer.e2e, 64).ops;
+    out.peer.e2e_filled = closed_loop(
+        peer.addr,
+        64,
+        plan.warmup,
+        plan.e2e,
+        load::run_op("trivial", POLL),
+    )
+    .await;
     peer.kill();
     step("listen");
     out.runway.listen = listen_latency(rw.addr, 16, plan.warmup + plan.e2e).await;
@@ -460,6 +478,13 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
     rw.kill();
     out.runway.writes_per_run = writes_per_run(&dir.join("runs.db"));
     out
+}
+
+/// A fresh rmcp peer.
+async fn start_peer(work: &Path) -> Proc {
+    let mut peer = procs::baseline("rmcp-peer", free_addr(), work, &[]);
+    peer.ready(None).await;
+    peer
 }
 
 /// Resource versions handed out per Run still in the database (every Run is kept: TTL 24 h).
@@ -803,6 +828,16 @@ impl Report {
         for n in [16, 64] {
             let r = at(&self.runway.e2e, n);
             let p = at(&self.peer.e2e, n);
+            let filled = if n == 64 {
+                format!(
+                    "; {:.2}× the rmcp-peer holding over {} finished tasks ({} runs/s)",
+                    ratio(r.per_sec, self.peer.e2e_filled.per_sec),
+                    rate(self.peer.e2e_filled_tasks as f64),
+                    rate(self.peer.e2e_filled.per_sec)
+                )
+            } else {
+                String::new()
+            };
             row(
                 "end-to-end trivial runs (poll)",
                 n.to_string(),
@@ -810,7 +845,7 @@ impl Report {
                 ms(r.p50_ms),
                 ms(r.p99_ms),
                 format!(
-                    "{:.2}× rmcp-peer ({} runs/s); {:.2}× SQLite commits/s",
+                    "{:.2}× fresh rmcp-peer ({} runs/s){filled}; {:.2}× SQLite commits/s",
                     ratio(r.per_sec, p.per_sec),
                     rate(p.per_sec),
                     ratio(r.per_sec, self.storage.commits_per_sec)
@@ -889,6 +924,7 @@ impl Report {
             .chain(&self.http)
             .chain(&self.peer.get)
             .chain(&self.peer.e2e)
+            .chain([&self.peer.e2e_filled])
             .map(|s| s.errors)
             .sum();
         if errors > 0 {
