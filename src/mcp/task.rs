@@ -6,7 +6,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::api::{Run, RunPhase, WorkflowSpec};
+use crate::api::{ExecutionSpec, Run, RunPhase, WorkflowSpec};
 use crate::engine::duration;
 
 /// `pollIntervalMs` when a Workflow gives none.
@@ -46,9 +46,10 @@ fn ms(d: SignedDuration) -> u64 {
     d.as_millis().max(0) as u64
 }
 
-/// Poll interval of a Workflow in milliseconds.
-pub fn poll_interval_ms(spec: Option<&WorkflowSpec>) -> u64 {
-    spec.and_then(|w| w.execution.poll_interval.as_deref())
+/// Poll interval of a Workflow's execution settings in milliseconds.
+pub fn poll_interval_ms(execution: Option<&ExecutionSpec>) -> u64 {
+    execution
+        .and_then(|e| e.poll_interval.as_deref())
         .and_then(|s| duration::parse(s).ok())
         .map(ms)
         .unwrap_or(DEFAULT_POLL_INTERVAL_MS)
@@ -114,7 +115,14 @@ fn object(v: Value) -> JsonObject {
 /// The base task fields of a Run. `live` is the Workflow to read settings from while the Run
 /// has no snapshot yet (it was just created).
 pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
-    let snapshot = run.workflow_snapshot().or_else(|| live.cloned());
+    // Only two settings are needed: read `execution` alone, not the whole snapshot.
+    let execution: Option<ExecutionSpec> = run
+        .status
+        .as_ref()
+        .and_then(|s| s.workflow.as_ref())
+        .and_then(|w| w.get("execution"))
+        .and_then(|e| serde_json::from_value(e.clone()).ok())
+        .or_else(|| live.map(|w| w.execution.clone()));
     let status = match run.phase() {
         RunPhase::Pending | RunPhase::Running | RunPhase::Cancelling | RunPhase::Waiting => {
             TaskStatus::Working
@@ -128,14 +136,14 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
         created(run).to_string(),
         last_updated(run).to_string(),
     )
-    .with_poll_interval_ms(poll_interval_ms(snapshot.as_ref()));
+    .with_poll_interval_ms(poll_interval_ms(execution.as_ref()));
     if let Some(m) = run.status.as_ref().and_then(|s| s.status_message.clone()) {
         t = t.with_status_message(m);
     }
     if run.phase().is_terminal() {
-        let ttl = snapshot
+        let ttl = execution
             .as_ref()
-            .and_then(|w| w.execution.ttl_after_finished.as_deref())
+            .and_then(|e| e.ttl_after_finished.as_deref())
             .and_then(|s| duration::parse(s).ok());
         let finished = run
             .status
@@ -152,7 +160,9 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
 /// Project a Run onto the MCP task it is.
 pub fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
     let base = task(run, live);
-    let st = run.status.clone().unwrap_or_default();
+    let Some(st) = run.status.as_ref() else {
+        return DetailedTask::new(base, TaskPayload::Working);
+    };
     let payload = match st.phase {
         RunPhase::Waiting => {
             let open = open_requests(run);
@@ -165,14 +175,18 @@ pub fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
             }
         }
         RunPhase::Succeeded => TaskPayload::Completed {
-            result: object(st.result.unwrap_or_else(|| json!({"content": []}))),
+            result: object(st.result.clone().unwrap_or_else(|| json!({"content": []}))),
         },
-        RunPhase::Failed => match (st.error, st.result) {
+        RunPhase::Failed => match (&st.error, &st.result) {
             (Some(e), _) => TaskPayload::Failed {
                 error: object(serde_json::to_value(e).unwrap_or(Value::Null)),
             },
             (None, result) => TaskPayload::Completed {
-                result: object(result.unwrap_or_else(|| json!({"content": [], "isError": true}))),
+                result: object(
+                    result
+                        .clone()
+                        .unwrap_or_else(|| json!({"content": [], "isError": true})),
+                ),
             },
         },
         RunPhase::Cancelled => TaskPayload::Cancelled,
