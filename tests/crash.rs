@@ -5,7 +5,6 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
 use support::harness::{PATIENCE, TempDir};
 use support::mcp::{AUTH, Client};
@@ -61,26 +60,8 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
     let ask = task_id(&c.call("ask", json!({})).await);
     // every Run has started before the crash
     for id in naps.iter().chain([&ask]) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
-            "params": {"_meta": c.meta(), "notifications": {"taskIds": [id]}}});
-        let resp = c
-            .request("subscriptions/listen", None)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let mut stream = resp.bytes_stream();
-        let mut text = String::new();
-        tokio::time::timeout(PATIENCE, async {
-            while let Some(chunk) = stream.next().await {
-                text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-                if text.contains("statusMessage") {
-                    return;
-                }
-            }
-        })
-        .await
-        .expect("run started");
+        c.await_task(id, "started", |t| t.get("statusMessage").is_some())
+            .await;
     }
     let before: BTreeMap<String, Value> = {
         let mut m = BTreeMap::new();

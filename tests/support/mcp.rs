@@ -284,6 +284,12 @@ impl Client {
 
     /// Follow `task` on `subscriptions/listen` until its status is `status`; returns the task.
     pub async fn await_status(&self, task: &str, status: &str) -> Value {
+        self.await_task(task, &format!("status {status}"), |t| t["status"] == status)
+            .await
+    }
+
+    /// Follow `task` on `subscriptions/listen` until `pred` holds for it; returns the task.
+    pub async fn await_task(&self, task: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         use futures::StreamExt;
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
             "params": {"_meta": self.meta(), "notifications": {"taskIds": [task]}}});
@@ -301,7 +307,7 @@ impl Client {
                 while let Some(end) = buf.find("\n\n") {
                     let event: String = buf.drain(..end + 2).collect();
                     for f in parse_body("text/event-stream", &event) {
-                        if f["method"] == "notifications/tasks" && f["params"]["status"] == status {
+                        if f["method"] == "notifications/tasks" && pred(&f["params"]) {
                             return Some(f["params"].clone());
                         }
                     }
@@ -313,6 +319,6 @@ impl Client {
         found
             .ok()
             .flatten()
-            .unwrap_or_else(|| panic!("task {task} never reached {status}"))
+            .unwrap_or_else(|| panic!("task {task} never reached {what}"))
     }
 }
