@@ -87,6 +87,28 @@ async fn server() -> Mcp {
     Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
 }
 
+/// Start a call of the `slow` tool and return its Run's name once that Run is running.
+async fn running_call<T: Send + 'static>(
+    s: &Mcp,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> (String, tokio::task::JoinHandle<T>) {
+    use futures::StreamExt;
+    let rv = runway::store::RunStore::resource_version(s.store())
+        .await
+        .unwrap();
+    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
+    let handle = tokio::spawn(call);
+    let name = loop {
+        let ev = created.next().await.unwrap().unwrap();
+        if ev.run().spec.workflow_ref.name == "slow" {
+            break ev.run().metadata.name.clone().unwrap();
+        }
+    };
+    s.wait(&name, "running", |r| r.phase() == RunPhase::Running)
+        .await;
+    (name, handle)
+}
+
 fn sync_caps() -> Value {
     json!({})
 }
@@ -503,12 +525,7 @@ async fn a_client_that_disconnects_from_a_blocking_call_cancels_its_run() {
     let s = server().await;
     let c = s.client("alice-token").with_caps(sync_caps());
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": c.meta(), "name": "slow", "arguments": {}}});
-    use futures::StreamExt;
-    let rv = runway::store::RunStore::resource_version(s.store())
-        .await
-        .unwrap();
-    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
-    let pending = tokio::spawn({
+    let (name, pending) = running_call(&s, {
         let c = c.clone();
         async move {
             c.request("tools/call", Some("slow"))
@@ -516,16 +533,8 @@ async fn a_client_that_disconnects_from_a_blocking_call_cancels_its_run() {
                 .send()
                 .await
         }
-    });
-    // wait until the Run exists and is running, then drop the client's connection
-    let name = loop {
-        let ev = created.next().await.unwrap().unwrap();
-        if ev.run().spec.workflow_ref.name == "slow" {
-            break ev.run().metadata.name.clone().unwrap();
-        }
-    };
-    s.wait(&name, "running", |r| r.phase() == RunPhase::Running)
-        .await;
+    })
+    .await;
     pending.abort();
     let done = s
         .wait(&name, "cancelled", |r| r.phase().is_terminal())
@@ -558,23 +567,11 @@ async fn a_disconnect_after_the_response_does_not_touch_the_run() {
 async fn a_server_shutdown_does_not_cancel_blocking_runs() {
     let s = server().await;
     let c = s.client("alice-token").with_caps(sync_caps());
-    use futures::StreamExt;
-    let rv = runway::store::RunStore::resource_version(s.store())
-        .await
-        .unwrap();
-    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
-    let held = tokio::spawn({
+    let (name, held) = running_call(&s, {
         let c = c.clone();
         async move { c.call("slow", json!({})).await }
-    });
-    let name = loop {
-        let ev = created.next().await.unwrap().unwrap();
-        if ev.run().spec.workflow_ref.name == "slow" {
-            break ev.run().metadata.name.clone().unwrap();
-        }
-    };
-    s.wait(&name, "running", |r| r.phase() == RunPhase::Running)
-        .await;
+    })
+    .await;
     let dir = s.stop().await;
     let _ = held.await;
     let store = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();

@@ -6,35 +6,12 @@ use runway::api::{RunPhase, RunStatus};
 use runway::store::RunStore;
 use runway::store::sqlite::SqliteStore;
 use support::contract;
+use support::harness::TempDir;
 
-fn store() -> (tempdir::Dir, SqliteStore) {
-    let dir = tempdir::Dir::new();
+fn store() -> (TempDir, SqliteStore) {
+    let dir = TempDir::new();
     let s = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
     (dir, s)
-}
-
-mod tempdir {
-    pub struct Dir(std::path::PathBuf);
-    impl Dir {
-        pub fn new() -> Self {
-            let mut b = [0u8; 8];
-            getrandom::fill(&mut b).unwrap();
-            let p = std::env::temp_dir().join(format!(
-                "runway-test-{}",
-                data_encoding::HEXLOWER.encode(&b)
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Self(p)
-        }
-        pub fn path(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }
 
 #[tokio::test]
@@ -81,7 +58,7 @@ async fn concurrent_answers_first_wins() {
 
 #[tokio::test]
 async fn runs_survive_reopening_the_file() {
-    let d = tempdir::Dir::new();
+    let d = TempDir::new();
     let path = d.path().join("runs.db");
     let (rv, created) = {
         let s = SqliteStore::open(&path).unwrap();
@@ -111,7 +88,7 @@ async fn runs_survive_reopening_the_file() {
 
 #[tokio::test]
 async fn a_watch_from_forgotten_history_is_gone() {
-    let d = tempdir::Dir::new();
+    let d = TempDir::new();
     let path = d.path().join("runs.db");
     {
         let s = SqliteStore::open(&path).unwrap();
