@@ -48,18 +48,40 @@ fn a_step_must_have_exactly_one_kind() {
     assert!(errors(two.validate_cel()).contains("exactly one of"));
 }
 
+/// What the API server enforces with list-map keys and `pattern` (no CEL cost, and checked for
+/// real in the e2e tier) the embedded store checks in `validate`.
+fn validation(wf: &Workflow) -> String {
+    use runway::engine::validate::{self, Capabilities};
+    match validate::workflow(wf, Capabilities { jobs: false }) {
+        Ok(()) => String::new(),
+        Err(e) => e.message,
+    }
+}
+
 #[test]
 fn step_names_are_unique_across_steps_and_finally() {
     let dup = workflow(json!({"steps": [
         {"name": "a", "delay": {"duration": "1s"}},
         {"name": "a", "delay": {"duration": "1s"}},
     ]}));
-    assert!(errors(dup.validate_cel()).contains("unique"));
+    assert!(validation(&dup).contains("unique"));
     let dup_finally = workflow(json!({
         "steps": [{"name": "a", "delay": {"duration": "1s"}}],
         "finally": [{"name": "a", "delay": {"duration": "1s"}}],
     }));
+    // Across the two lists it is a CEL rule, so also the API server's.
     assert!(errors(dup_finally.validate_cel()).contains("unique"));
+    assert!(validation(&dup_finally).contains("unique"));
+}
+
+#[test]
+fn step_names_are_labels_without_dots() {
+    for bad in ["a.b", "-a", "a-", "has space", ""] {
+        let wf = workflow(json!({"steps": [{"name": bad, "delay": {"duration": "1s"}}]}));
+        assert!(validation(&wf).contains("step name"), "{bad:?} accepted");
+    }
+    let ok = workflow(json!({"steps": [{"name": "Build_2-x", "delay": {"duration": "1s"}}]}));
+    assert_eq!(validation(&ok), "");
 }
 
 #[test]
@@ -68,15 +90,12 @@ fn tool_names_follow_the_mcp_pattern() {
         let wf = workflow(
             json!({"tool": {"name": bad}, "steps": [{"name": "a", "delay": {"duration": "1s"}}]}),
         );
-        assert!(
-            errors(wf.validate_cel()).contains("tool name"),
-            "{bad:?} accepted"
-        );
+        assert!(validation(&wf).contains("must match"), "{bad:?} accepted");
     }
     let upstream = workflow(
         json!({"steps": [{"name": "a", "tool": {"server": {"url": "http://x"}, "name": "bad name"}}]}),
     );
-    assert!(errors(upstream.validate_cel()).contains("tool name"));
+    assert!(validation(&upstream).contains("must match"));
 }
 
 #[test]

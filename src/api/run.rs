@@ -312,6 +312,7 @@ pub struct StepRecord {
     pub phase: StepPhase,
     /// Attempt number, from 1.
     #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
     pub attempt: u32,
     /// When the step started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,6 +380,7 @@ pub struct Cleanup {
 #[serde(rename_all = "camelCase")]
 pub struct AttemptRecord {
     /// Attempt number.
+    #[schemars(extend("format" = "int32"))]
     pub attempt: u32,
     /// When it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]

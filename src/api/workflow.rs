@@ -25,14 +25,16 @@ pub const MAX_STEPS: usize = 64;
     shortname = "wf",
     category = "runway",
     cel,
-    printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".spec.tool.name"}"#,
+    printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".status.tool"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.execution.mode"}"#,
-    printcolumn = r#"{"name":"Steps","type":"string","jsonPath":".spec.steps[*].name","description":"Names of the steps"}"#,
+    printcolumn = r#"{"name":"Steps","type":"integer","jsonPath":".status.stepCount","description":"Number of steps, finally included"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+// Uniqueness within `steps` and within `finally` is a list-map key (free for the API server);
+// only the cross-list check costs CEL, bounded by the lists' and names' maximum sizes.
 #[x_kube(validation = kube::core::Rule::new(
-    "(self.steps.map(s, s.name) + (has(self.finally) ? self.finally.map(s, s.name) : [])).all(n, (self.steps.map(s, s.name) + (has(self.finally) ? self.finally.map(s, s.name) : [])).filter(m, m == n).size() == 1)"
+    "!has(self.finally) || self.finally.all(f, !self.steps.exists(s, s.name == f.name))"
 ).message("step names must be unique across steps and finally"))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowSpec {
@@ -47,11 +49,11 @@ pub struct WorkflowSpec {
     pub elicit: Vec<ArgumentElicitation>,
     /// Steps, run in order. A Workflow without steps only renders its result.
     #[serde(default)]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub steps: Vec<Step>,
     /// Cleanup steps that run after the main steps succeed, fail or are cancelled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub finally: Vec<Step>,
     /// Templates for the final `CallToolResult`. Without it the last step's output is returned as text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,7 +66,10 @@ pub struct WorkflowSpec {
 pub struct ToolSpec {
     /// MCP tool name; defaults to `metadata.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.-]{1,128}$')").message("tool name must match ^[A-Za-z0-9_.-]{1,128}$"))]
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9_.-]{1,128}$")
+    )]
     pub name: Option<String>,
     /// Human-readable title.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,8 +147,12 @@ pub struct ArgumentElicitation {
 ).message("a step must set exactly one of http, tool, job, input, delay, fail"))]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
-    /// Unique name; outputs are `steps.<name>.output` in templates.
-    #[schemars(length(min = 1, max = 63))]
+    /// Unique name; outputs are `steps.<name>.output` in templates. Letters, digits, `_` and `-`
+    /// (no dots, so the `<step>.<request>` input keys of two steps can never collide).
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$")
+    )]
     pub name: String,
     /// Template condition; the step is skipped when it renders falsy (`false`, empty, `0`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,6 +242,7 @@ pub struct HttpStep {
     pub body: Option<Value>,
     /// Status codes that count as success. Default: any 2xx.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {"type": "integer", "format": "int32", "minimum": 100, "maximum": 599}))]
     pub success_codes: Vec<u16>,
 }
 
@@ -276,7 +286,10 @@ pub struct ToolStep {
     /// The upstream server.
     pub server: UpstreamServer,
     /// Upstream tool name.
-    #[x_kube(validation = kube::core::Rule::new("self.matches('^[A-Za-z0-9_.-]{1,128}$')").message("tool name must match ^[A-Za-z0-9_.-]{1,128}$"))]
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9_.-]{1,128}$")
+    )]
     pub name: String,
     /// Arguments; string leaves are templates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -444,6 +457,24 @@ pub struct WorkflowStatus {
     /// Generation the conditions describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The MCP tool name this Workflow offers (`spec.tool.name`, or the Workflow's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// How many steps (main and `finally`) the Workflow declares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_count: Option<i32>,
+}
+
+impl WorkflowStatus {
+    /// A status of `wf` with this `Ready` condition, plus what `kubectl get wf` shows.
+    pub fn with_ready(wf: &Workflow, ready: Condition) -> Self {
+        Self {
+            conditions: vec![ready],
+            observed_generation: wf.metadata.generation,
+            tool: Some(wf.tool_name().to_owned()),
+            step_count: i32::try_from(wf.spec.steps.len() + wf.spec.finally.len()).ok(),
+        }
+    }
 }
 
 impl Workflow {

@@ -76,7 +76,21 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
                 .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))?;
         }
     }
+    if let Some(name) = &spec.tool.name {
+        tool_name("tool.name", name)?;
+    }
+    let mut names = std::collections::BTreeSet::new();
     for step in spec.steps.iter().chain(&spec.finally) {
+        step_name(&step.name)?;
+        if !names.insert(step.name.as_str()) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "step names must be unique across steps and finally: {:?}",
+                    step.name
+                ),
+            ));
+        }
         self::step(step, caps)?;
     }
     if let Some(result) = &spec.result {
@@ -263,7 +277,29 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// An MCP tool name: `^[A-Za-z0-9_.-]{1,128}$` (the CRD's CEL rule, for callers without CEL).
+/// A step name: the CRD's pattern, for stores without an API server to apply it. No dots, so
+/// that `<step>.<request>` input keys of different steps never collide.
+fn step_name(s: &str) -> Result<(), Invalid> {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-');
+    let ok = (1..=63).contains(&b.len())
+        && b.iter().all(inner)
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "step name {s:?} must be 1-63 letters, digits, '_' or '-', starting and ending \
+                 with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// An MCP tool name: `^[A-Za-z0-9_.-]{1,128}$` (the CRD's pattern, for stores without one).
 fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
     let ok = (1..=128).contains(&s.len())
         && s.bytes()

@@ -53,17 +53,17 @@ struct State {
 }
 
 fn ready(wf: &Workflow, status: bool, reason: &str, message: String) -> WorkflowStatus {
-    WorkflowStatus {
-        conditions: vec![Condition {
+    WorkflowStatus::with_ready(
+        wf,
+        Condition {
             type_: conditions::READY.into(),
             status: if status { "True" } else { "False" }.into(),
             reason: reason.into(),
             message,
             last_transition_time: crate::api::kube_time(jiff::Timestamp::now()),
             observed_generation: wf.metadata.generation,
-        }],
-        observed_generation: wf.metadata.generation,
-    }
+        },
+    )
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
