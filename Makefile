@@ -61,3 +61,11 @@ bench:
 
 clean:
 	$(CARGO) clean
+
+## The e2e tier on a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager
+## from KUBEBUILDER_ASSETS; default .cache/k8s when it holds them). See docs/kubernetes.md.
+K8S_ASSETS ?= $(CURDIR)/.cache/k8s
+.PHONY: e2e
+e2e: $(CHART_VENV)/.installed
+	$(CHART_VENV)/bin/python tests/chart/render.py target/e2e/chart.yaml
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover

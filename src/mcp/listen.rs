@@ -18,7 +18,6 @@ use super::{
     HEADER_METHOD, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID, McpState,
     PROTOCOL_VERSION, Tenant, codes, declares_tasks, rpc_error, task,
 };
-use crate::auth::{Resource, Verb};
 
 /// The method this module serves.
 pub const METHOD: &str = "subscriptions/listen";
@@ -134,32 +133,38 @@ pub async fn serve(
             json!({"requiredCapabilities": {"extensions": {super::TASKS_EXTENSION: {}}}}),
         );
     }
-    let may_watch = state
-        .authz
-        .allowed(
-            &tenant.identity.principal,
-            Verb::Watch,
-            Resource::Runs,
-            &tenant.namespace,
-        )
-        .await
-        .unwrap_or(false);
+    // Each task needs exactly what `tasks/get` needs (`get runs` and the owner rule): a stream
+    // of a task is a stream of its `tasks/get` answers. `watch runs` is not asked for: it would
+    // let a caller watch every Run of the namespace through the API, which the owner rule forbids.
     let mut readable = Vec::new();
-    if may_watch {
-        for t in task_ids {
-            if !readable.contains(&t) && readable_run(&state, &tenant, &t).await.is_some() {
-                readable.push(t);
-            }
+    for t in task_ids {
+        if !readable.contains(&t) && readable_run(&state, &tenant, &t).await.is_some() {
+            readable.push(t);
         }
     }
-    stream(state, tenant, id, readable)
+    // A subscription to tasks alone, none of which the caller may read, follows nothing: it
+    // ends after its acknowledgement instead of holding a connection open.
+    let follows_nothing = readable.is_empty()
+        && requested
+            .as_object()
+            .is_some_and(|o| o.keys().all(|k| k == "taskIds"))
+        && requested
+            .get("taskIds")
+            .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+    stream(state, tenant, id, readable, follows_nothing)
 }
 
 fn frame(v: Value) -> Result<Event, Infallible> {
     Ok(Event::default().data(v.to_string()))
 }
 
-fn stream(state: Arc<McpState>, tenant: Tenant, id: Value, tasks: Vec<String>) -> Response {
+fn stream(
+    state: Arc<McpState>,
+    tenant: Tenant,
+    id: Value,
+    tasks: Vec<String>,
+    end_at_once: bool,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
     let sub_meta = json!({ META_SUBSCRIPTION_ID: id });
     let ack = json!({
@@ -217,6 +222,9 @@ fn stream(state: Arc<McpState>, tenant: Tenant, id: Value, tasks: Vec<String>) -
         drop(changes_tx);
         let open = !tasks.is_empty();
         loop {
+            if end_at_once {
+                break;
+            }
             tokio::select! {
                 _ = state.shutdown.cancelled() => break,
                 _ = tx.closed() => return,

@@ -54,7 +54,7 @@ pub struct KubeStore {
     client: Client,
     runs: Store<Run>,
     /// This process's latest writes, until the reflector has caught up with them.
-    own: Arc<Mutex<HashMap<Key, (Instant, Run)>>>,
+    own: Recent,
 }
 
 /// How long this process trusts its own write over a reflector that has not seen it yet.
@@ -93,14 +93,7 @@ impl KubeStore {
     }
 
     fn remember(&self, run: &Run) {
-        let key = (
-            run.metadata.namespace.clone().unwrap_or_default(),
-            run.metadata.name.clone().unwrap_or_default(),
-        );
-        self.own
-            .lock()
-            .expect("own lock")
-            .insert(key, (Instant::now(), run.clone()));
+        remember_newer(&self.own, run);
     }
 
     /// Own writes that are still fresh.
@@ -115,6 +108,29 @@ impl KubeStore {
             .lock()
             .expect("own lock")
             .remove(&(ns.to_owned(), name.to_owned()));
+    }
+}
+
+type Recent = Arc<Mutex<HashMap<Key, (Instant, Run)>>>;
+
+/// Keep `run` as the newest known version of its object unless a newer one is known already.
+/// Both this process's writes and what its watch delivers go here: the reflector's cache is fed
+/// by another watch and may lag behind either, and a reconcile triggered by a watch event must
+/// not read an older version than the one that triggered it.
+fn remember_newer(recent: &Recent, run: &Run) {
+    let key = (
+        run.metadata.namespace.clone().unwrap_or_default(),
+        run.metadata.name.clone().unwrap_or_default(),
+    );
+    let mut recent = recent.lock().expect("own lock");
+    let newer = recent
+        .get(&key)
+        .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
+            (Some(a), Some(b)) => b >= a,
+            _ => true,
+        });
+    if newer {
+        recent.insert(key, (Instant::now(), run.clone()));
     }
 }
 
@@ -268,63 +284,83 @@ impl RunStore for KubeStore {
         resource_version: Option<String>,
     ) -> BoxStream<'static, Result<WatchEvent, StoreError>> {
         let api: Api<Run> = Api::all(self.client.clone());
+        let recent = self.own.clone();
         // Follow the watch across server-side timeouts, resuming from the last version seen
         // (bookmarks included), until the API server says that version is gone.
         futures::stream::unfold(
             (api, resource_version, None::<BoxStream<'static, _>>, false),
-            |(api, rv, stream, done)| async move {
-                if done {
-                    return None;
-                }
-                let mut rv = match rv {
-                    Some(rv) => rv,
-                    None => match api.list_metadata(&ListParams::default().limit(1)).await {
-                        Ok(l) => l.metadata.resource_version.unwrap_or_default(),
-                        Err(e) => return Some((Err(map_err(e)), (api, None, None, true))),
-                    },
-                };
-                let mut stream = match stream {
-                    Some(s) => s,
-                    None => match api.watch(&WatchParams::default().timeout(290), &rv).await {
-                        Ok(s) => s.map_err(map_err).boxed(),
-                        Err(e) => return Some((Err(map_err(e)), (api, Some(rv), None, true))),
-                    },
-                };
-                loop {
-                    match stream.next().await {
+            move |(api, rv, stream, done)| {
+                let recent = recent.clone();
+                async move {
+                    if done {
+                        return None;
+                    }
+                    let mut rv = match rv {
+                        Some(rv) => rv,
+                        None => match api.list_metadata(&ListParams::default().limit(1)).await {
+                            Ok(l) => l.metadata.resource_version.unwrap_or_default(),
+                            Err(e) => return Some((Err(map_err(e)), (api, None, None, true))),
+                        },
+                    };
+                    let mut stream = match stream {
+                        Some(s) => s,
                         None => match api.watch(&WatchParams::default().timeout(290), &rv).await {
-                            Ok(s) => stream = s.map_err(map_err).boxed(),
+                            Ok(s) => s.map_err(map_err).boxed(),
                             Err(e) => return Some((Err(map_err(e)), (api, Some(rv), None, true))),
                         },
-                        Some(Err(e)) => return Some((Err(e), (api, Some(rv), None, true))),
-                        Some(Ok(ev)) => {
-                            let out = match ev {
-                                KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
-                                    rv = r.metadata.resource_version.clone().unwrap_or(rv);
-                                    WatchEvent::Applied(r)
+                    };
+                    loop {
+                        match stream.next().await {
+                            None => {
+                                match api.watch(&WatchParams::default().timeout(290), &rv).await {
+                                    Ok(s) => stream = s.map_err(map_err).boxed(),
+                                    Err(e) => {
+                                        return Some((
+                                            Err(map_err(e)),
+                                            (api, Some(rv), None, true),
+                                        ));
+                                    }
                                 }
-                                KubeWatchEvent::Deleted(r) => {
-                                    rv = r.metadata.resource_version.clone().unwrap_or(rv);
-                                    WatchEvent::Deleted(r)
-                                }
-                                KubeWatchEvent::Bookmark(b) => {
-                                    rv = b.metadata.resource_version;
-                                    continue;
-                                }
-                                KubeWatchEvent::Error(s) if s.code == 410 => {
-                                    return Some((
-                                        Err(StoreError::Gone),
-                                        (api, Some(rv), None, true),
-                                    ));
-                                }
-                                KubeWatchEvent::Error(s) => {
-                                    return Some((
-                                        Err(StoreError::Backend(s.message.clone())),
-                                        (api, Some(rv), None, true),
-                                    ));
-                                }
-                            };
-                            return Some((Ok(out), (api, Some(rv), Some(stream), false)));
+                            }
+                            Some(Err(e)) => return Some((Err(e), (api, Some(rv), None, true))),
+                            Some(Ok(ev)) => {
+                                let out = match ev {
+                                    KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
+                                        rv = r.metadata.resource_version.clone().unwrap_or(rv);
+                                        remember_newer(&recent, &r);
+                                        WatchEvent::Applied(r)
+                                    }
+                                    KubeWatchEvent::Deleted(r) => {
+                                        rv = r.metadata.resource_version.clone().unwrap_or(rv);
+                                        if let Some(k) = r
+                                            .metadata
+                                            .namespace
+                                            .clone()
+                                            .zip(r.metadata.name.clone())
+                                        {
+                                            recent.lock().expect("own lock").remove(&k);
+                                        }
+                                        WatchEvent::Deleted(r)
+                                    }
+                                    KubeWatchEvent::Bookmark(b) => {
+                                        rv = b.metadata.resource_version;
+                                        continue;
+                                    }
+                                    KubeWatchEvent::Error(s) if s.code == 410 => {
+                                        return Some((
+                                            Err(StoreError::Gone),
+                                            (api, Some(rv), None, true),
+                                        ));
+                                    }
+                                    KubeWatchEvent::Error(s) => {
+                                        return Some((
+                                            Err(StoreError::Backend(s.message.clone())),
+                                            (api, Some(rv), None, true),
+                                        ));
+                                    }
+                                };
+                                return Some((Ok(out), (api, Some(rv), Some(stream), false)));
+                            }
                         }
                     }
                 }

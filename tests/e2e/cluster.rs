@@ -1,0 +1,626 @@
+//! A real Kubernetes control plane for the e2e tier: etcd, kube-apiserver and
+//! kube-controller-manager from the folder named by `KUBEBUILDER_ASSETS` (the variable envtest
+//! uses), set up as a cluster admin would install Runway: the CRDs and the chart's rendered
+//! objects applied with server-side apply, `runway operator` replicas running as the chart's
+//! ServiceAccount with a token from the TokenRequest API, tenants as static-token users.
+//!
+//! One control plane per test binary, started by the first test that asks for it; each test
+//! makes its own namespaces. Every process is started from one long-lived thread with
+//! `PR_SET_PDEATHSIG`, so they all die with the test binary, however it ends.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The variable naming the folder with `etcd`, `kube-apiserver` and `kube-controller-manager`.
+pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+/// The rendered chart (`make e2e` writes it; `RUNWAY_E2E_CHART` overrides the path).
+pub const CHART_ENV: &str = "RUNWAY_E2E_CHART";
+/// Namespace the chart is installed in.
+pub const SYSTEM_NS: &str = "runway-system";
+/// The chart's ServiceAccount (release `runway`).
+pub const OPERATOR_SA: &str = "runway";
+/// The Lease the replicas elect a leader with.
+pub const LEASE: &str = "runway-controller";
+/// How long a test waits for anything the cluster does (a Lease expiry takes ~15 s).
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+/// Static-token users: name, groups. Tokens are `<name>-token`.
+pub const USERS: &[(&str, &str)] = &[
+    ("admin", "system:masters"),
+    // Callers of their namespace's tools.
+    ("alice", "devs"),
+    ("bob", "devs"),
+    // An approver: holds runway-approver (and caller) only.
+    ("carol", "ops"),
+    // Authenticated, and bound to nothing.
+    ("mallory", ""),
+];
+
+/// The bearer token of a static user.
+pub fn token(user: &str) -> String {
+    format!("{user}-token")
+}
+
+/// A running control plane with Runway installed.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub server: String,
+    operators: Mutex<Vec<Operator>>,
+    pub state_key: PathBuf,
+}
+
+/// One `runway operator` replica.
+pub struct Operator {
+    pub identity: String,
+    pub mcp: u16,
+    pub metrics: u16,
+    child: Child,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The control plane of this test binary, started on first use with `replicas` operators.
+pub fn cluster(replicas: usize) -> &'static Cluster {
+    CLUSTER.get_or_init(|| Cluster::start(replicas))
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+type Job = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Children are spawned on this thread, which lives as long as the process: the kernel's
+/// parent-death signal fires when the spawning *thread* exits, not only the process.
+fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("e2e-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+                    unsafe {
+                        cmd.pre_exec(|| {
+                            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                            Ok(())
+                        });
+                    }
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("spawner thread");
+        Mutex::new(tx)
+    })
+}
+
+fn spawn(cmd: Command) -> Child {
+    let (tx, rx) = mpsc::channel();
+    let program = format!("{:?}", cmd.get_program());
+    spawner()
+        .lock()
+        .unwrap()
+        .send((cmd, tx))
+        .expect("spawner alive");
+    rx.recv()
+        .expect("spawner replies")
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+fn log_to(cmd: &mut Command, file: &Path) {
+    let f = std::fs::File::create(file).unwrap();
+    cmd.stdout(Stdio::null()).stderr(f);
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn assets() -> PathBuf {
+    const BINARIES: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
+    let how = "Point KUBEBUILDER_ASSETS at a folder holding etcd, kube-apiserver and \
+               kube-controller-manager (v1.36): `setup-envtest use 1.36 -p path` prints a folder \
+               with the first two; kube-controller-manager is in the Kubernetes server release \
+               (kubernetes-server-linux-amd64.tar.gz, server/bin/). CI extracts them into \
+               .cache/k8s; `make e2e` uses that folder when it exists.";
+    let Some(dir) = std::env::var_os(ASSETS_ENV) else {
+        panic!("the e2e tier needs a Kubernetes control plane and {ASSETS_ENV} is not set. {how}");
+    };
+    let dir = PathBuf::from(dir);
+    let missing: Vec<_> = BINARIES.iter().filter(|b| !dir.join(b).is_file()).collect();
+    assert!(
+        missing.is_empty(),
+        "{ASSETS_ENV}={} lacks {missing:?}. {how}",
+        dir.display()
+    );
+    dir
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A plain HTTP GET on loopback; the status code, or `None` when nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Cluster {
+    fn start(replicas: usize) -> Self {
+        let bin = assets();
+        let chart = std::env::var_os(CHART_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target/e2e/chart.yaml"));
+        assert!(
+            chart.is_file(),
+            "{} is missing: run the tier with `make e2e`, which renders the chart first",
+            chart.display()
+        );
+        let dir = root()
+            .join("target/e2e")
+            .join(format!("cluster-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+
+        // A CA, the API server's serving certificate, the ServiceAccount signing key.
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=runway-e2e-ca",
+            ],
+        );
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "apiserver.key",
+                "-out",
+                "apiserver.csr",
+                "-subj",
+                "/CN=kube-apiserver",
+            ],
+        );
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        openssl(
+            &dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "apiserver.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "apiserver.crt",
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+            ],
+        );
+        openssl(&dir, &["genrsa", "-out", "sa.key", "2048"]);
+        openssl(&dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]);
+        let tokens: String = USERS
+            .iter()
+            .map(|(u, g)| format!("{},{u},{u}-uid,\"{g}\"\n", token(u)))
+            .collect();
+        std::fs::write(dir.join("tokens.csv"), tokens).unwrap();
+
+        let (etcd_port, peer_port, api_port, kcm_port) =
+            (free_port(), free_port(), free_port(), free_port());
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let mut etcd = Command::new(bin.join("etcd"));
+        etcd.current_dir(&dir).args([
+            "--name=e2e",
+            "--data-dir=etcd",
+            &format!("--listen-client-urls={etcd_url}"),
+            &format!("--advertise-client-urls={etcd_url}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync",
+        ]);
+        log_to(&mut etcd, &dir.join("etcd.log"));
+        spawn(etcd);
+
+        let mut api = Command::new(bin.join("kube-apiserver"));
+        api.current_dir(&dir).args([
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            &format!("--secure-port={api_port}"),
+            "--tls-cert-file=apiserver.crt",
+            "--tls-private-key-file=apiserver.key",
+            "--client-ca-file=ca.crt",
+            &format!("--etcd-servers={etcd_url}"),
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file=sa.pub",
+            "--service-account-signing-key-file=sa.key",
+            "--authorization-mode=RBAC",
+            "--endpoint-reconciler-type=none",
+            "--token-auth-file=tokens.csv",
+        ]);
+        log_to(&mut api, &dir.join("kube-apiserver.log"));
+        spawn(api);
+
+        let server = format!("https://127.0.0.1:{api_port}");
+        for (user, _) in USERS {
+            write_kubeconfig(&dir, &server, user, &token(user));
+        }
+        let me = Self {
+            state_key: dir.join("state.key"),
+            dir,
+            server,
+            operators: Mutex::new(Vec::new()),
+        };
+        wait_until("the API server to be ready", || {
+            me.kubectl("admin", &["get", "--raw=/readyz"])
+                .status
+                .success()
+        });
+
+        let kubeconfig = me.kubeconfig("admin");
+        let kubeconfig = kubeconfig.to_str().unwrap();
+        let mut kcm = Command::new(bin.join("kube-controller-manager"));
+        kcm.current_dir(&me.dir).args([
+            &format!("--kubeconfig={kubeconfig}"),
+            &format!("--authentication-kubeconfig={kubeconfig}"),
+            &format!("--authorization-kubeconfig={kubeconfig}"),
+            "--bind-address=127.0.0.1",
+            &format!("--secure-port={kcm_port}"),
+            "--cert-dir=kcm-certs",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            "--service-account-private-key-file=sa.key",
+            "--root-ca-file=ca.crt",
+            "--cluster-signing-cert-file=ca.crt",
+            "--cluster-signing-key-file=ca.key",
+            "--controllers=*",
+        ]);
+        log_to(&mut kcm, &me.dir.join("kube-controller-manager.log"));
+        spawn(kcm);
+
+        // Install as a cluster admin would: CRDs, then the chart's objects, by server-side apply.
+        let crds = root().join("crds");
+        me.admin(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+        me.admin(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/workflows.runway.dev",
+            "crd/runs.runway.dev",
+        ]);
+        me.admin(&["create", "namespace", SYSTEM_NS]);
+        me.admin(&[
+            "apply",
+            "--server-side",
+            "-n",
+            SYSTEM_NS,
+            "-f",
+            chart.to_str().unwrap(),
+        ]);
+        let key = me.admin(&[
+            "get",
+            "secret",
+            "runway-state-key",
+            "-n",
+            SYSTEM_NS,
+            "-o",
+            "jsonpath={.data.state-key}",
+        ]);
+        let key = data_encoding::BASE64.decode(key.trim().as_bytes()).unwrap();
+        std::fs::write(&me.state_key, key).unwrap();
+        let sa_token = me.admin(&[
+            "create",
+            "token",
+            OPERATOR_SA,
+            "-n",
+            SYSTEM_NS,
+            "--duration=24h",
+        ]);
+        write_kubeconfig(&me.dir, &me.server, "operator", sa_token.trim());
+
+        for i in 0..replicas {
+            me.start_operator(&format!("replica-{i}"));
+        }
+        me
+    }
+
+    /// The kubeconfig file of a static user (or `operator`, the chart's ServiceAccount).
+    pub fn kubeconfig(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.kubeconfig"))
+    }
+
+    /// Run kubectl as `user`.
+    pub fn kubectl(&self, user: &str, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", self.kubeconfig(user).display()))
+            .args(args)
+            .output()
+            .expect("kubectl is installed")
+    }
+
+    /// Run kubectl as `user` with `stdin` as standard input.
+    pub fn kubectl_stdin(&self, user: &str, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", self.kubeconfig(user).display()))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl is installed");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Run kubectl as `user`; it must succeed. Returns its standard output.
+    pub fn ok(&self, user: &str, args: &[&str]) -> String {
+        let out = self.kubectl(user, args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} as {user} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run kubectl as the cluster admin; it must succeed.
+    pub fn admin(&self, args: &[&str]) -> String {
+        self.ok("admin", args)
+    }
+
+    /// Apply YAML as `user` (server-side).
+    pub fn apply(&self, user: &str, ns: &str, yaml: &str) -> Output {
+        self.kubectl_stdin(user, &["apply", "--server-side", "-n", ns, "-f", "-"], yaml)
+    }
+
+    /// A fresh namespace for one test, with `RoleBinding`s of the chart's tenant roles: `devs`
+    /// and `ops` hold runway-caller and runway-approver (cancel and answer need `update`);
+    /// `mallory` gets nothing.
+    pub fn namespace(&self, prefix: &str) -> String {
+        let mut b = [0u8; 4];
+        getrandom::fill(&mut b).unwrap();
+        let ns = format!("{prefix}-{}", data_encoding::HEXLOWER.encode(&b));
+        self.admin(&["create", "namespace", &ns]);
+        self.admin(&[
+            "create",
+            "rolebinding",
+            "devs-call",
+            "-n",
+            &ns,
+            "--clusterrole=runway-caller",
+            "--group=devs",
+        ]);
+        self.admin(&[
+            "create",
+            "rolebinding",
+            "ops-call",
+            "-n",
+            &ns,
+            "--clusterrole=runway-caller",
+            "--group=ops",
+        ]);
+        self.admin(&[
+            "create",
+            "rolebinding",
+            "approve",
+            "-n",
+            &ns,
+            "--clusterrole=runway-approver",
+            "--group=ops",
+            "--group=devs",
+        ]);
+        ns
+    }
+
+    /// Start a replica of `runway operator` as the chart's ServiceAccount, with the chart's
+    /// flags, and wait until it serves.
+    pub fn start_operator(&self, identity: &str) -> u16 {
+        self.start_operator_keyed(identity, true)
+    }
+
+    /// Start a replica; without `key_file` it takes the state key from the chart's Secret
+    /// itself (`--state-key-secret`), as a replica started by hand would.
+    pub fn start_operator_keyed(&self, identity: &str, key_file: bool) -> u16 {
+        let (mcp, metrics) = (free_port(), free_port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+        cmd.current_dir(&self.dir)
+            .env("KUBECONFIG", self.kubeconfig("operator"))
+            .env("POD_NAMESPACE", SYSTEM_NS)
+            .env("POD_NAME", identity)
+            .env("RUST_LOG", "info,rmcp=warn,kube=warn")
+            .args([
+                "operator",
+                &format!("--listen=127.0.0.1:{mcp}"),
+                &format!("--metrics-listen=127.0.0.1:{metrics}"),
+                &format!("--lease-name={LEASE}"),
+            ]);
+        if key_file {
+            cmd.arg(format!("--state-key-file={}", self.state_key.display()));
+        }
+        log_to(&mut cmd, &self.dir.join(format!("{identity}.log")));
+        let child = spawn(cmd);
+        wait_until(&format!("operator {identity} to serve"), || {
+            http_status(metrics, "/readyz") == Some(200)
+        });
+        self.operators.lock().unwrap().push(Operator {
+            identity: identity.into(),
+            mcp,
+            metrics,
+            child,
+        });
+        mcp
+    }
+
+    /// MCP ports of the running replicas.
+    pub fn mcp_ports(&self) -> Vec<u16> {
+        self.operators
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|o| o.mcp)
+            .collect()
+    }
+
+    /// Base URL of replica `i`.
+    pub fn base(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.mcp_ports()[i])
+    }
+
+    /// Identities of the running replicas.
+    pub fn replicas(&self) -> Vec<String> {
+        let ops = self.operators.lock().unwrap();
+        ops.iter().map(|o| o.identity.clone()).collect()
+    }
+
+    /// Base URL of the replica named `identity`.
+    pub fn base_of(&self, identity: &str) -> String {
+        let ops = self.operators.lock().unwrap();
+        let op = ops
+            .iter()
+            .find(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        format!("http://127.0.0.1:{}", op.mcp)
+    }
+
+    /// The replica that holds the Lease now.
+    pub fn leader(&self) -> String {
+        let mut holder = String::new();
+        wait_until("a leader", || {
+            holder = self
+                .admin(&[
+                    "get",
+                    "lease",
+                    LEASE,
+                    "-n",
+                    SYSTEM_NS,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                    "--ignore-not-found",
+                ])
+                .trim()
+                .to_owned();
+            self.operators
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|o| o.identity == holder)
+        });
+        holder
+    }
+
+    /// SIGKILL a replica, as a crash.
+    pub fn kill(&self, identity: &str) {
+        let mut ops = self.operators.lock().unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        let mut op = ops.remove(i);
+        op.child.kill().unwrap();
+        op.child.wait().unwrap();
+    }
+
+    /// A replica's log so far, for assertion messages.
+    pub fn log(&self, identity: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{identity}.log"))).unwrap_or_default()
+    }
+
+    /// Wait (polling kubectl, as a user would) until `jsonpath` of `what` in `ns` equals `want`.
+    pub fn wait_jsonpath(&self, ns: &str, what: &str, jsonpath: &str, want: &str) {
+        let out = self.kubectl(
+            "admin",
+            &[
+                "wait",
+                "-n",
+                ns,
+                &format!("--for=jsonpath={jsonpath}={want}"),
+                what,
+                &format!("--timeout={}s", PATIENCE.as_secs()),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{what} never had {jsonpath}={want}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.admin(&["get", "-n", ns, what, "-o", "yaml"])
+        );
+    }
+}
+
+fn write_kubeconfig(dir: &Path, server: &str, user: &str, token: &str) {
+    let ca = dir.join("ca.crt");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
+         certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    token: {token}\n\
+         contexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\n\
+         current-context: e2e\n",
+        ca.display()
+    );
+    std::fs::write(dir.join(format!("{user}.kubeconfig")), text).unwrap();
+}

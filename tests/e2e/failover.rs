@@ -1,0 +1,282 @@
+//! The e2e tier's failover tests, in a binary (and so a control plane) of their own because they
+//! kill operator replicas: `kill -9` of the leader, and a restart of the only replica.
+
+mod cluster;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cluster::{cluster, token};
+use serde_json::json;
+use support::mcp::{Client, parse_body};
+
+/// The tests here kill replicas: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const NAP: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap }
+spec:
+  steps:
+    - name: first
+      delay: { duration: "{{ args.wait }}" }
+    - name: second
+      delay: { duration: "{{ args.wait }}" }
+  result:
+    content: [ { type: text, text: "done" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_other_replica_takes_over_when_the_leader_dies_and_a_restarted_one_resumes() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let c = cluster(2);
+    let ns = c.namespace("failover");
+    assert!(c.apply("admin", &ns, NAP).status.success());
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf/nap",
+    ]);
+    let leader = c.leader();
+    let survivor = c
+        .replicas()
+        .into_iter()
+        .find(|r| *r != leader)
+        .expect("two replicas");
+    let client = |replica: &str| {
+        Client::new(
+            &c.base_of(replica),
+            Some(&token("alice")),
+            &format!("/namespaces/{ns}/mcp"),
+        )
+    };
+    let call = |replica: &str| {
+        let cl = client(replica);
+        async move {
+            let r = cl.call("nap", json!({"wait": "2s"})).await;
+            r.result()["taskId"].as_str().unwrap().to_owned()
+        }
+    };
+    let in_flight = call(&survivor).await;
+    c.wait_jsonpath(
+        &ns,
+        &format!("run/{in_flight}"),
+        "{.status.currentStep}",
+        "first",
+    );
+    c.kill(&leader);
+    let new = call(&survivor).await;
+    let alice = client(&survivor);
+    for id in [&in_flight, &new] {
+        c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Succeeded");
+        let done = alice.get(id).await;
+        assert_eq!(done.result()["status"], "completed");
+    }
+    assert_ne!(c.leader(), leader);
+
+    // Now the only replica restarts mid-run (a crash, then a new process).
+    let only = c.leader();
+    for other in c.replicas().into_iter().filter(|r| *r != only) {
+        c.kill(&other);
+    }
+    let mid = call(&only).await;
+    c.wait_jsonpath(&ns, &format!("run/{mid}"), "{.status.currentStep}", "first");
+    c.kill(&only);
+    c.start_operator(&format!("{only}-restarted"));
+    c.wait_jsonpath(&ns, &format!("run/{mid}"), "{.status.phase}", "Succeeded");
+    let steps = c.admin(&[
+        "get",
+        "run",
+        &mid,
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.status.steps[*].attempt}",
+    ]);
+    assert_eq!(steps.trim(), "1 1", "each step ran once");
+}
+
+/// Deliveries per `Idempotency-Key`.
+type Deliveries = Arc<Mutex<BTreeMap<String, usize>>>;
+
+async fn sink() -> (String, Deliveries) {
+    let seen: Deliveries = Arc::default();
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let s = s.clone();
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("<none>")
+                    .to_owned();
+                *s.lock().unwrap().entry(key).or_default() += 1;
+                axum::Json(json!({"ok": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/hook"), seen)
+}
+
+/// One idempotent call; `None` when the replica did not answer.
+async fn idempotent_call(c: &Client, key: &str) -> Option<String> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+    "name": "hooks", "arguments": {},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": support::mcp::VERSION,
+        "io.modelcontextprotocol/clientCapabilities": c.caps,
+        "dev.runway/idempotencyKey": key,
+    }}});
+    let resp = c
+        .request("tools/call", Some("hooks"))
+        .json(&body)
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .ok()?;
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let msg = parse_body(&ct, &resp.text().await.ok()?).pop()?;
+    assert!(msg.get("error").is_none(), "call {key} refused: {msg}");
+    msg["result"]["taskId"].as_str().map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retried_idempotent_calls_across_replicas_and_a_leader_kill_make_one_run_each() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let c = cluster(2);
+    let ns = c.namespace("idem");
+    let (url, deliveries) = sink().await;
+    let wf = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: hooks }}
+spec:
+  steps:
+    - name: first
+      http: {{ method: POST, url: "{url}" }}
+    - name: pause
+      delay: {{ duration: 150ms }}
+    - name: second
+      http: {{ method: POST, url: "{url}" }}
+"#
+    );
+    assert!(c.apply("admin", &ns, &wf).status.success());
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf/hooks",
+    ]);
+    // A replica started by hand without the key file reads the chart's Secret: all agree.
+    c.start_operator_keyed("replica-by-hand", false);
+    let clients: Vec<Client> = (0..c.mcp_ports().len())
+        .map(|i| {
+            Client::new(
+                &c.base(i),
+                Some(&token("alice")),
+                &format!("/namespaces/{ns}/mcp"),
+            )
+        })
+        .collect();
+
+    let mut answers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // Every key is sent to every replica: the answers must all name one Run.
+    for i in 0..6 {
+        let key = format!("key-{i}");
+        for cl in &clients {
+            let id = idempotent_call(cl, &key)
+                .await
+                .expect("a live replica answers");
+            answers.entry(key.clone()).or_default().insert(id);
+        }
+    }
+    // Kill the leader while a batch is in flight on it; re-send what got no answer.
+    let leader = c.leader();
+    let leader_client = Client::new(
+        &c.base_of(&leader),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    let batch: Vec<String> = (6..14).map(|i| format!("key-{i}")).collect();
+    let in_flight = {
+        let cl = leader_client.clone();
+        let batch = batch.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            for k in batch {
+                got.push((k.clone(), idempotent_call(&cl, &k).await));
+            }
+            got
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    c.kill(&leader);
+    let mut unanswered = Vec::new();
+    for (k, got) in in_flight.await.unwrap() {
+        match got {
+            Some(id) => {
+                answers.entry(k).or_default().insert(id);
+            }
+            None => unanswered.push(k),
+        }
+    }
+    let survivor = Client::new(
+        &c.base_of(&c.replicas()[0]),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    for k in batch {
+        // Every key again on a survivor: the ones answered before must come back the same.
+        let id = idempotent_call(&survivor, &k)
+            .await
+            .expect("the survivor answers");
+        answers.entry(k).or_default().insert(id);
+    }
+    for (key, ids) in &answers {
+        assert_eq!(ids.len(), 1, "{key} named {ids:?}");
+    }
+    for id in answers.values().flatten() {
+        c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Succeeded");
+    }
+    let runs: serde_json::Value =
+        serde_json::from_str(&c.admin(&["get", "runs", "-n", &ns, "-o", "json"])).unwrap();
+    let runs = runs["items"].as_array().unwrap();
+    assert_eq!(runs.len(), answers.len(), "one Run per idempotency key");
+    let mut expected = BTreeSet::new();
+    for r in runs {
+        let uid = r["metadata"]["uid"].as_str().unwrap();
+        expected.insert(format!("{uid}/first"));
+        expected.insert(format!("{uid}/second"));
+    }
+    let seen: BTreeSet<String> = deliveries.lock().unwrap().keys().cloned().collect();
+    assert_eq!(
+        seen, expected,
+        "each step delivered under its one Run's key"
+    );
+    println!(
+        "operator crash test: {} keys, {} unanswered when the leader died, {} deliveries",
+        answers.len(),
+        unanswered.len(),
+        deliveries.lock().unwrap().values().sum::<usize>()
+    );
+}

@@ -1,0 +1,599 @@
+//! The e2e tier: Runway installed on a real Kubernetes control plane (see `cluster.rs`), used
+//! the way its users do — kubectl, GitOps status checks, MCP through two operator replicas —
+//! asserting what they would look at. `make e2e` runs it.
+
+mod cluster;
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use cluster::{Cluster, cluster, token};
+use serde_json::{Value, json};
+use support::mcp::Client;
+
+/// Both replicas serve MCP; one of them leads the controller.
+fn up() -> &'static Cluster {
+    cluster(2)
+}
+
+fn mcp(c: &Cluster, replica: usize, user: &str, ns: &str) -> Client {
+    Client::new(
+        &c.base(replica),
+        Some(&token(user)),
+        &format!("/namespaces/{ns}/mcp"),
+    )
+}
+
+fn get_json(c: &Cluster, ns: &str, what: &str) -> Value {
+    serde_json::from_str(&c.admin(&["get", "-n", ns, what, "-o", "json"])).unwrap()
+}
+
+const NAP: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap }
+spec:
+  tool:
+    inputSchema:
+      type: object
+      properties: { wait: { type: string } }
+      required: [wait]
+  execution: { ttlAfterFinished: 1h }
+  steps:
+    - name: sleep
+      delay: { duration: "{{ args.wait }}" }
+  result:
+    content: [ { type: text, text: "slept {{ args.wait }}" } ]
+"#;
+
+const APPROVAL: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: approve }
+spec:
+  steps:
+    - name: approval
+      input:
+        requests:
+          - name: decision
+            message: "Deploy {{ args.service }}?"
+            requestedSchema:
+              type: object
+              properties: { approve: { type: boolean } }
+              required: [approve]
+            approvers: { groups: [ops] }
+            distinctFromRequester: true
+    - name: rejected
+      when: "not inputs.decision.approve"
+      fail: { message: "rejected" }
+  result:
+    content: [ { type: text, text: "approved {{ args.service }}" } ]
+"#;
+
+fn apply_ok(c: &Cluster, ns: &str, yaml: &str) {
+    let out = c.apply("admin", ns, yaml);
+    assert!(
+        out.status.success(),
+        "apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.admin(&[
+        "wait",
+        "-n",
+        ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf",
+        "--all",
+    ]);
+}
+
+/// A task id from a `tools/call` answer.
+fn task_id(reply: &support::mcp::Reply) -> String {
+    reply.result()["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a task: {:?}", reply.messages))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crds_install_and_kubectl_shows_workflows_with_gitops_status() {
+    let c = up();
+    let ns = c.namespace("gitops");
+    apply_ok(c, &ns, NAP);
+    let table = c.admin(&["get", "wf", "-n", &ns]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "TOOL", "MODE", "STEPS", "READY", "AGE"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..5], ["nap", "nap", "auto", "1", "True"], "{table}");
+
+    // kstatus (Flux) and Argo CD read Ready with observedGeneration.
+    let wf = get_json(c, &ns, "wf/nap");
+    let ready = &wf["status"]["conditions"][0];
+    assert_eq!(ready["type"], "Ready");
+    assert_eq!(ready["observedGeneration"], wf["metadata"]["generation"]);
+    assert_eq!(
+        wf["status"]["observedGeneration"],
+        wf["metadata"]["generation"]
+    );
+
+    // A broken edit says why, for the new generation.
+    let broken = NAP.replace(r#""{{ args.wait }}""#, r#""{{ args.wait ""#);
+    assert!(c.apply("admin", &ns, &broken).status.success());
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready=False",
+        "--timeout=60s",
+        "wf/nap",
+    ]);
+    let wf = get_json(c, &ns, "wf/nap");
+    let ready = &wf["status"]["conditions"][0];
+    assert_eq!(ready["reason"], "InvalidTemplate", "{ready}");
+    assert!(
+        ready["message"].as_str().unwrap().contains("sleep"),
+        "{ready}"
+    );
+    assert_eq!(ready["observedGeneration"], 2);
+    assert_eq!(wf["status"]["observedGeneration"], 2);
+
+    // The API server refuses what the schema can tell is wrong.
+    for (bad, why) in [
+        (NAP.replace("name: sleep", "name: sl.eep"), "should match"),
+        (
+            NAP.replace("delay:", "fail: { message: x }\n      delay:"),
+            "exactly one",
+        ),
+        (
+            NAP.replace("  steps:", "  tool: { name: \"has space\" }\n  steps:"),
+            "should match",
+        ),
+    ] {
+        let out = c.apply("admin", &ns, &bad.replace("name: nap", "name: bad"));
+        assert!(!out.status.success(), "{bad} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_call_is_a_run_that_any_replica_and_kubectl_follow() {
+    let c = up();
+    let ns = c.namespace("calls");
+    apply_ok(c, &ns, NAP);
+    let reply = mcp(c, 0, "alice", &ns)
+        .call("nap", json!({"wait": "1s"}))
+        .await;
+    let id = task_id(&reply);
+    // The other replica knows the task at once (it reads the same API server).
+    let other = mcp(c, 1, "alice", &ns);
+    let got = other.get(&id).await;
+    assert_eq!(got.result()["taskId"], id);
+
+    let table = c.admin(&["get", "runs", "-n", &ns]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "WORKFLOW",
+            "PHASE",
+            "STEP",
+            "WAITING-FOR",
+            "REQUESTED-BY",
+            "AGE"
+        ]
+    );
+    assert!(table.contains(&id) && table.contains("alice"), "{table}");
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Succeeded");
+    let done = other.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "slept 1s");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() {
+    let c = up();
+    let ns = c.namespace("approve");
+    apply_ok(c, &ns, APPROVAL);
+    let alice = mcp(c, 0, "alice", &ns);
+    let first = task_id(&alice.call("approve", json!({"service": "api"})).await);
+    alice.await_status(&first, "input_required").await;
+    let run = format!("run/{first}");
+
+    // Forged identities are refused by the admission policy.
+    let forged = json!({"spec": {"inputResponses": {"approval.decision":
+        {"action": "accept", "content": {"approve": true}, "answeredBy": "alice"}}}});
+    let out = c.kubectl(
+        "carol",
+        &[
+            "patch",
+            &run,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &forged.to_string(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ValidatingAdmissionPolicy"), "{err}");
+    let forged_cancel = json!({"spec": {"cancel": {"reason": "x", "requestedBy": "alice"}}});
+    let out = c.kubectl(
+        "carol",
+        &[
+            "patch",
+            &run,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &forged_cancel.to_string(),
+        ],
+    );
+    assert!(!out.status.success(), "a forged cancel was accepted");
+    let forged_run = format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: {{ name: forged }}\nspec:\n  \
+         workflowRef: {{ name: approve }}\n  arguments: {{ service: x }}\n  requestedBy: {{ username: bob }}\n"
+    );
+    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], &forged_run);
+    assert!(
+        !out.status.success(),
+        "a Run requested in bob's name was created"
+    );
+    // Nobody but the operator writes status.
+    let out = c.kubectl(
+        "carol",
+        &[
+            "patch",
+            &run,
+            "-n",
+            &ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Succeeded"}}"#,
+        ],
+    );
+    assert!(!out.status.success(), "a tenant wrote status");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("forbidden"));
+
+    // The documented recipe, with the runway-approver role only: kubectl patch.
+    let answer = json!({"spec": {"inputResponses": {"approval.decision":
+        {"action": "accept", "content": {"approve": true}, "answeredBy": "carol",
+         "answeredByGroups": ["ops"]}}}});
+    c.ok(
+        "carol",
+        &[
+            "patch",
+            &run,
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &answer.to_string(),
+        ],
+    );
+    c.wait_jsonpath(&ns, &run, "{.status.phase}", "Succeeded");
+    let done = alice.get(&first).await;
+    assert_eq!(
+        done.result()["result"]["content"][0]["text"],
+        "approved api"
+    );
+    let events = c.admin(&["describe", &run, "-n", &ns]);
+    assert!(
+        events.contains("InputAnswered") && events.contains("carol"),
+        "{events}"
+    );
+
+    // kubectl edit's way: read, change, replace (an update, not a patch).
+    let second = task_id(&alice.call("approve", json!({"service": "db"})).await);
+    alice.await_status(&second, "input_required").await;
+    let mut obj = get_json(c, &ns, &format!("run/{second}"));
+    obj["spec"]["inputResponses"] = json!({"approval.decision":
+        {"action": "accept", "content": {"approve": false}, "answeredBy": "carol",
+         "answeredByGroups": ["ops"]}});
+    let out = c.kubectl_stdin(
+        "carol",
+        &["replace", "-n", &ns, "-f", "-"],
+        &obj.to_string(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_jsonpath(&ns, &format!("run/{second}"), "{.status.phase}", "Failed");
+
+    // Cancel with kubectl patch, in one's own name.
+    let third = task_id(&alice.call("approve", json!({"service": "web"})).await);
+    alice.await_status(&third, "input_required").await;
+    let cancel = json!({"spec": {"cancel": {"reason": "not today", "requestedBy": "carol"}}});
+    c.ok(
+        "carol",
+        &[
+            "patch",
+            &format!("run/{third}"),
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            &cancel.to_string(),
+        ],
+    );
+    c.wait_jsonpath(&ns, &format!("run/{third}"), "{.status.phase}", "Cancelled");
+    let events = c.admin(&["describe", &format!("run/{third}"), "-n", &ns]);
+    assert!(events.contains("CancelRequested"), "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tenants_are_isolated_by_token_review_and_access_review() {
+    let c = up();
+    let ns = c.namespace("tenant-a");
+    let elsewhere = c.namespace("tenant-b");
+    apply_ok(c, &ns, NAP);
+    apply_ok(c, &elsewhere, NAP);
+    let id = task_id(
+        &mcp(c, 0, "alice", &ns)
+            .call("nap", json!({"wait": "30s"}))
+            .await,
+    );
+
+    // Another principal with the same roles in the same namespace: the owner rule.
+    let bob = mcp(c, 1, "bob", &ns);
+    assert_eq!(bob.get(&id).await.error_code(), -32602);
+    assert_eq!(bob.cancel(&id).await.error_code(), -32602);
+    // The same principal asking through another namespace.
+    let alice_b = mcp(c, 0, "alice", &elsewhere);
+    assert_eq!(alice_b.get(&id).await.error_code(), -32602);
+    // A valid token and no RBAC at all: nothing, and the same answer for a task.
+    let mallory = mcp(c, 1, "mallory", &ns);
+    let unknown = mallory.get(&id).await;
+    assert_eq!(unknown.error_code(), -32602);
+    assert_eq!(
+        unknown.last()["error"]["message"],
+        bob.get(&id).await.last()["error"]["message"]
+    );
+    assert_eq!(
+        mallory
+            .rpc("tools/list", None, json!({}))
+            .await
+            .error_code(),
+        -32003
+    );
+    assert_eq!(
+        mallory
+            .call("nap", json!({"wait": "1s"}))
+            .await
+            .error_code(),
+        -32003
+    );
+    // Following someone else's task shows nothing.
+    let ack = mallory
+        .rpc(
+            "subscriptions/listen",
+            None,
+            json!({"notifications": {"taskIds": [id]}}),
+        )
+        .await;
+    assert_eq!(
+        ack.notifications("notifications/subscriptions/acknowledged")[0]["params"]["notifications"]
+            ["taskIds"],
+        json!([]),
+        "{:?}",
+        ack.messages
+    );
+    // A taskId that is not a name never reaches the API server's URL.
+    let hostile = "?labelSelector=runway.dev%2Fworkflow%3Dnap";
+    let reply = mallory.cancel(hostile).await;
+    assert_eq!(reply.error_code(), -32602, "{:?}", reply.messages);
+    // A token the API server does not know.
+    let stranger = Client::new(
+        &c.base(0),
+        Some("no-such-token"),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    let reply = stranger.rpc("tools/list", None, json!({})).await;
+    assert_eq!(reply.status, 401);
+    assert!(reply.headers.contains_key("www-authenticate"));
+    // The owner may still do everything.
+    let alice = mcp(c, 1, "alice", &ns);
+    assert!(alice.cancel(&id).await.last().get("error").is_none());
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Cancelled");
+}
+
+const JOB: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: build }
+spec:
+  steps:
+    - name: compile
+      job:
+        backoffLimit: 0
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+              - name: main
+                image: busybox:1.36
+                command: [sh, -c, "echo done"]
+  result:
+    content: [ { type: text, text: "built {{ steps.compile.output.artifacts }}" } ]
+"#;
+
+/// Play the kubelet: the Job's Pod ends with `message` as its termination message.
+fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
+    let mut pod = String::new();
+    let start = std::time::Instant::now();
+    while pod.is_empty() {
+        assert!(
+            start.elapsed() < cluster::PATIENCE,
+            "job {job} never got a pod"
+        );
+        pod = c
+            .admin(&[
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-l",
+                &format!("job-name={job}"),
+                "-o",
+                "jsonpath={.items[0].metadata.name}",
+                "--ignore-not-found",
+            ])
+            .trim()
+            .to_owned();
+        if pod.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    let now = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
+        "name": "main", "image": "busybox:1.36", "imageID": "x", "ready": false,
+        "restartCount": 0, "started": false,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message,
+            "startedAt": now, "finishedAt": now}}}]}});
+    c.admin(&[
+        "patch",
+        &format!("pod/{pod}"),
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+}
+
+fn job_of(c: &Cluster, ns: &str, run: &str) -> String {
+    let mut job = String::new();
+    let start = std::time::Instant::now();
+    while job.is_empty() {
+        assert!(
+            start.elapsed() < cluster::PATIENCE,
+            "run {run} never made a job"
+        );
+        job = c
+            .admin(&[
+                "get",
+                "run",
+                run,
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.status.steps[0].jobName}",
+            ])
+            .trim()
+            .to_owned();
+        if job.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    job
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_steps_run_as_owned_jobs_and_cancel_deletes_them() {
+    let c = up();
+    let ns = c.namespace("jobs");
+    apply_ok(c, &ns, JOB);
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("build", json!({})).await);
+    let job = job_of(c, &ns, &id);
+    let owner = get_json(c, &ns, &format!("job/{job}"))["metadata"]["ownerReferences"][0].clone();
+    assert_eq!(owner["kind"], "Run");
+    assert_eq!(owner["name"], id);
+    finish_pod(c, &ns, &job, r#"{"artifacts": 3}"#);
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "built 3");
+
+    // Cancelling deletes the Job (and the garbage collector its Pod).
+    let id = task_id(&alice.call("build", json!({})).await);
+    let job = job_of(c, &ns, &id);
+    assert!(alice.cancel(&id).await.last().get("error").is_none());
+    alice.await_status(&id, "cancelled").await;
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=delete",
+        &format!("job/{job}"),
+        "--timeout=60s",
+    ]);
+}
+
+/// A local HTTP endpoint that records the `Authorization` header of every request.
+async fn sink() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let s = s.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                s.lock().unwrap().push(auth);
+                axum::Json(json!({"ok": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_reach_headers_and_finished_runs_are_garbage_collected() {
+    let c = up();
+    let ns = c.namespace("secrets");
+    let (url, seen) = sink().await;
+    c.admin(&[
+        "create",
+        "secret",
+        "generic",
+        "hook",
+        "-n",
+        &ns,
+        "--from-literal=token=Bearer s3cret",
+    ]);
+    let wf = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: hook }}
+spec:
+  execution: {{ ttlAfterFinished: 2s }}
+  steps:
+    - name: post
+      http:
+        method: POST
+        url: "{url}/hook"
+        headers:
+          - name: Authorization
+            valueFrom: {{ secretKeyRef: {{ name: hook, key: token }} }}
+"#
+    );
+    apply_ok(c, &ns, &wf);
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("hook", json!({})).await);
+    alice.await_status(&id, "completed").await;
+    assert_eq!(*seen.lock().unwrap(), ["Bearer s3cret"]);
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=delete",
+        &format!("run/{id}"),
+        "--timeout=60s",
+    ]);
+    assert_eq!(alice.get(&id).await.error_code(), -32602);
+}
