@@ -415,3 +415,96 @@ async fn finished_runs_are_deleted_after_their_ttl() {
             .is_none()
     );
 }
+
+const CALLER_DELAY: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap }
+spec:
+  steps:
+    - name: nap
+      delay: { duration: "{{ args.wait }}" }
+"#;
+
+#[tokio::test]
+async fn a_caller_chosen_duration_past_the_cap_fails_that_run_only() {
+    let h = Harness::start(&[("nap.yaml", CALLER_DELAY)]);
+    let huge = h.create("nap", json!({"wait": "99999999h"})).await;
+    let huge = huge.metadata.name.unwrap();
+    let done = h
+        .wait_for(&huge, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let err = done.status.unwrap().error.expect("a protocol-level error");
+    assert!(
+        err.message.contains("nap") && err.message.contains("maximum"),
+        "{}",
+        err.message
+    );
+    let small = h.create("nap", json!({"wait": "10ms"})).await;
+    let small = small.metadata.name.unwrap();
+    let done = h
+        .wait_for(&small, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+}
+
+/// The real executors, except that a Run whose arguments say `explode` panics mid-effect.
+struct Explosive(runway::steps::Executors);
+
+#[async_trait::async_trait]
+impl runway::steps::Executor for Explosive {
+    async fn execute(
+        &self,
+        run: &runway::api::Run,
+        effect: &runway::engine::Effect,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Option<runway::engine::Outcome> {
+        if run.spec.arguments.as_ref().and_then(|a| a.get("explode")) == Some(&json!(true)) {
+            panic!("executor bug");
+        }
+        self.0.execute(run, effect, cancel).await
+    }
+}
+
+#[tokio::test]
+async fn a_panic_while_executing_fails_that_run_and_the_worker_goes_on() {
+    let (url, _seen) = flaky_server().await;
+    let wf = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: call }}
+spec:
+  steps:
+    - name: call
+      http: {{ url: "{url}/deploy", method: POST }}
+      retry: {{ limit: 5, backoff: 10ms }}
+"#
+    );
+    let dir = support::harness::TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/call.yaml"), wf).unwrap();
+    let real = runway::steps::Executors::new(Arc::new(runway::steps::StaticSecrets::default()));
+    // One worker: if the panic took it, nothing else would ever run.
+    let h = Harness::start_with(dir, Arc::new(Explosive(real)), 1);
+    let bad = h.create("call", json!({"explode": true})).await;
+    let bad = bad.metadata.name.unwrap();
+    let done = h
+        .wait_for(&bad, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let st = done.status.unwrap();
+    assert!(
+        st.error.as_ref().unwrap().message.contains("executor bug"),
+        "{:?}",
+        st.error
+    );
+    assert_eq!(st.conditions[0].reason, "Failed");
+    let good = h.create("call", json!({})).await;
+    let good = good.metadata.name.unwrap();
+    let done = h
+        .wait_for(&good, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+}

@@ -347,6 +347,49 @@ async fn other_principals_get_the_same_answer_as_for_unknown_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_from_callers_are_checked_before_any_lookup() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let reference = alice.get("form-aaaaaaaaaaaaaaaaaaaaaaaaaa").await.last()["error"].clone();
+    // Ids that are no Run name (they would change an API URL) get the unknown-task answer.
+    for hostile in [
+        "?labelSelector=runway.dev%2Fworkflow%3Dform",
+        "../runs",
+        "form-AAAA",
+        "a/b",
+        "",
+        &"a".repeat(254),
+    ] {
+        for r in [
+            alice.get(hostile).await,
+            alice.cancel(hostile).await,
+            alice
+                .update(
+                    hostile,
+                    json!({"ask.a": {"action": "accept", "content": {}}}),
+                )
+                .await,
+        ] {
+            assert_eq!(r.last()["error"], reference, "{hostile:?}");
+        }
+    }
+    // A path namespace that is no namespace name is refused before anything else.
+    for ns in ["Team-A", "team_a", "a%2Fb", "-a"] {
+        let r = alice
+            .clone()
+            .at(&format!("/namespaces/{ns}/mcp"))
+            .rpc("tools/list", None, json!({}))
+            .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{ns}");
+        assert_eq!(r.error_code(), -32600, "{ns}");
+    }
+    // Someone without `get runs` in the namespace learns nothing either.
+    let rita_elsewhere = s.client("carol-token").at("/namespaces/team-a/mcp");
+    let id = task_id(&alice.call("form", json!({})).await);
+    assert_eq!(rita_elsewhere.get(&id).await.last()["error"], reference);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capability_is_checked_before_lookup_and_headers_before_auth() {
     let s = server().await;
     let no_tasks = s.client("alice-token").with_caps(json!({}));

@@ -85,3 +85,69 @@ pub fn kube_time(t: jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::me
         jiff::Timestamp::from_second(t.as_second()).expect("a valid timestamp stays valid"),
     )
 }
+
+/// Whether `s` is a DNS label (RFC 1123): what a namespace name must be. Checked before a name
+/// from a caller goes anywhere near an API path.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// Whether `s` is a DNS subdomain (RFC 1123): what the name of a Run must be, so also every
+/// taskId (minted ones and those of Runs created with kubectl).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_callers_are_checked_before_use() {
+        for ok in ["a", "team-a", "x1", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "A",
+            "a_b",
+            "a/b",
+            "?labelSelector=x",
+            "a%2Fb",
+            "..",
+            &"a".repeat(64),
+        ] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+        assert!(is_dns_subdomain("wait-abc.def"));
+        assert!(is_dns_subdomain(&format!("{}.b", "a".repeat(63))));
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a/b",
+            "?watch=1",
+            "x y",
+            &"a".repeat(254),
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+}

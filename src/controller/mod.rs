@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -95,6 +95,14 @@ fn key(run: &Run) -> Key {
     )
 }
 
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
 fn instant_at(t: Timestamp) -> Instant {
     let left = t.duration_since(Timestamp::now());
     Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
@@ -137,7 +145,14 @@ impl Controller {
                 loop {
                     let key = me.queue.pop().await;
                     me.config.metrics.set_queue_depth(me.queue.len());
-                    me.reconcile(&key).await;
+                    // One Run's bug must not take a worker (and with it every tenant's Runs)
+                    // down, nor come back at every restart: the Run fails and says why.
+                    let reconciled = std::panic::AssertUnwindSafe(me.reconcile(&key))
+                        .catch_unwind()
+                        .await;
+                    if let Err(panic) = reconciled {
+                        me.fail_after_panic(&key, panic_message(&*panic)).await;
+                    }
                     me.queue.done(&key);
                 }
             });
@@ -313,6 +328,28 @@ impl Controller {
                     self.retry_later(k, e);
                     return false;
                 }
+            }
+        }
+    }
+
+    /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
+    async fn fail_after_panic(&self, k: &Key, why: String) {
+        self.config.metrics.reconcile_error();
+        tracing::error!(namespace = %k.0, run = %k.1, panic = %why, "reconcile panicked; failing the run");
+        self.inflight.lock().expect("inflight lock").remove(k);
+        for _ in 0..MAX_CYCLES {
+            let run = match self.store.get(&k.0, &k.1).await {
+                Ok(Some(run)) if !run.phase().is_terminal() => run,
+                Ok(_) => return,
+                Err(e) => return self.retry_later(k, e),
+            };
+            let mut next = run.clone();
+            next.status = Some(engine::fail_internal(&run, &why, Timestamp::now()));
+            match self.store.update_status(&next).await {
+                Ok(_) => return,
+                Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return,
+                Err(e) => return self.retry_later(k, e),
             }
         }
     }

@@ -279,6 +279,22 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
     }
 }
 
+/// End a Run that this process could not handle (a panic while deciding or executing it): it
+/// fails with an internal error naming why, instead of being retried forever. Cleanups recorded
+/// as pending are dropped: running them is what failed.
+pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
+    let mut m = Machine {
+        run,
+        st: run.status.clone().unwrap_or_default(),
+        now,
+        events: Vec::new(),
+    };
+    m.st.cleanups.clear();
+    m.finish_with(fatal_ending(format!("internal error: {why}")));
+    m.st.observed_generation = run.metadata.generation;
+    m.st
+}
+
 /// Record an executor's outcome for an attempt. Stale reports (another attempt, a step that is
 /// no longer running) leave the status unchanged.
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {

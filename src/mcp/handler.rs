@@ -61,8 +61,11 @@ fn unknown_task() -> ErrorData {
     invalid(UNKNOWN_TASK)
 }
 
+/// A failure of this server's own: logged here, and answered without its text, which may carry
+/// what a backend said about objects the caller may not see.
 fn internal(e: impl std::fmt::Display) -> ErrorData {
-    err(codes::INTERNAL_ERROR, e.to_string(), None)
+    tracing::warn!(error = %e, "request failed");
+    err(codes::INTERNAL_ERROR, "internal error; retry later", None)
 }
 
 fn missing_capability(what: &str, caps: Value) -> ErrorData {
@@ -142,10 +145,36 @@ async fn may_act(state: &McpState, t: &Tenant, run: &Run, verb: Verb) -> bool {
             .unwrap_or(false)
 }
 
+/// The Run behind a task id if the caller may act on it with `verb`; `None` for every kind of
+/// "no". The id's shape and the caller's namespace rights are checked before the store is asked,
+/// so a caller without rights learns nothing, and no id reaches an API path unless it is a name.
+pub(super) async fn task_run(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+    verb: Verb,
+) -> Result<Option<Run>, ErrorData> {
+    if !crate::api::is_dns_subdomain(task_id)
+        || !allowed(state, t, verb, Resource::Runs)
+            .await
+            .unwrap_or(false)
+    {
+        return Ok(None);
+    }
+    let Some(run) = state
+        .store
+        .get(&t.namespace, task_id)
+        .await
+        .map_err(internal)?
+    else {
+        return Ok(None);
+    };
+    Ok(may_act(state, t, &run, verb).await.then_some(run))
+}
+
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".
 pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Run> {
-    let run = state.store.get(&t.namespace, task_id).await.ok()??;
-    may_act(state, t, &run, Verb::Get).await.then_some(run)
+    task_run(state, t, task_id, Verb::Get).await.ok().flatten()
 }
 
 fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
@@ -874,16 +903,9 @@ impl ServerHandler for RunwayMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let t = tenant(&ctx)?;
-        let run = self
-            .state
-            .store
-            .get(&t.namespace, &request.task_id)
-            .await
-            .map_err(internal)?;
-        let run = match run {
-            Some(r) if may_act(&self.state, &t, &r, Verb::Update).await => r,
-            _ => return Err(unknown_task()),
-        };
+        let run = task_run(&self.state, &t, &request.task_id, Verb::Update)
+            .await?
+            .ok_or_else(unknown_task)?;
         if run.phase().is_terminal() {
             return Ok(());
         }
@@ -897,20 +919,12 @@ impl ServerHandler for RunwayMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let t = tenant(&ctx)?;
-        let run = self
-            .state
-            .store
-            .get(&t.namespace, &request.task_id)
-            .await
-            .map_err(internal)?;
-        match run {
-            Some(r) if may_act(&self.state, &t, &r, Verb::Update).await => {
-                self.cancel(&t, &request.task_id, "requested via tasks/cancel")
-                    .await;
-                Ok(())
-            }
-            _ => Err(unknown_task()),
-        }
+        task_run(&self.state, &t, &request.task_id, Verb::Update)
+            .await?
+            .ok_or_else(unknown_task)?;
+        self.cancel(&t, &request.task_id, "requested via tasks/cancel")
+            .await;
+        Ok(())
     }
 
     async fn on_custom_request(

@@ -380,7 +380,15 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         }
     };
     let namespace = match path_namespace(parts.uri.path()) {
-        Some(ns) => ns.to_owned(),
+        Some(ns) if crate::api::is_dns_label(ns) => ns.to_owned(),
+        Some(_) => {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                codes::INVALID_REQUEST,
+                "the path's namespace is not a valid namespace name",
+            );
+        }
         None => match identity.namespace.clone() {
             Some(ns) => ns,
             None => {

@@ -68,16 +68,27 @@ impl Harness {
     /// Start a controller on the database and manifests already in `dir`.
     pub fn start_in(dir: TempDir) -> Self {
         runway::install_crypto_provider();
+        let executor = Arc::new(Executors::new(Arc::new(StaticSecrets::default())));
+        Self::start_with(dir, executor, 8)
+    }
+
+    /// Start a controller with `workers` workers and this executor.
+    pub fn start_with(
+        dir: TempDir,
+        executor: Arc<dyn runway::steps::Executor>,
+        workers: usize,
+    ) -> Self {
+        runway::install_crypto_provider();
         let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
         let workflows =
             ManifestWorkflows::load(&dir.path().join("workflows"), Capabilities { jobs: false });
         let ctl = Controller::new(
             Arc::new(store.clone()),
             Arc::new(workflows.clone()),
-            Arc::new(Executors::new(Arc::new(StaticSecrets::default()))),
+            executor,
             Arc::new(LogEvents),
             Config {
-                workers: 8,
+                workers,
                 ..Default::default()
             },
         );
