@@ -69,3 +69,11 @@ K8S_ASSETS ?= $(CURDIR)/.cache/k8s
 e2e: $(CHART_VENV)/.installed
 	$(CHART_VENV)/bin/python tests/chart/render.py target/e2e/chart.yaml
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover
+
+## The long crash test: `runway serve` killed with SIGKILL CRASH_KILLS times at seeded random
+## instants under retried idempotent calls (the short version runs in `make test`).
+CRASH_KILLS ?= 50
+CRASH_SEED ?= 1
+.PHONY: crash-soak
+crash-soak:
+	RUNWAY_CRASH_KILLS=$(CRASH_KILLS) RUNWAY_CRASH_SEED=$(CRASH_SEED) $(CARGO) test --test crash_retry -- --nocapture

@@ -177,8 +177,9 @@ struct McpFlags {
     /// Who may act on a task: its owner (or who may list runs), or anyone the namespace allows.
     #[arg(long, value_enum, default_value_t = runway::mcp::TaskAccess::Owner)]
     task_access: runway::mcp::TaskAccess,
-    /// File holding the key (≥ 32 bytes) that signs `requestState`; shared by all replicas.
-    /// Generated at start when absent.
+    /// File holding the keys (≥ 32 bytes each, one per line, newest first) that sign
+    /// `requestState` and name idempotent Runs; the first signs, the others still verify (key
+    /// rotation). Without it: `serve` keeps a key in its database, `operator` in a Secret.
     #[arg(long)]
     state_key_file: Option<PathBuf>,
 }
@@ -189,14 +190,13 @@ impl McpFlags {
         c.allowed_hosts = self.allowed_hosts.clone();
         c.allowed_origins = self.allowed_origins.clone();
         c.task_access = self.task_access;
+        // Empty: the server supplies its durable key (database or Secret).
+        c.state_keys.clear();
         if let Some(f) = &self.state_key_file {
-            let key = std::fs::read(f)
+            let text = std::fs::read(f)
                 .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", f.display()))?;
-            let key = key.trim_ascii().to_vec();
-            if key.len() < 32 {
-                anyhow::bail!("{}: the state key must be at least 32 bytes", f.display());
-            }
-            c.state_key = key;
+            c.state_keys = runway::mcp::parse_state_keys(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
         }
         Ok(c)
     }
@@ -260,6 +260,10 @@ enum Command {
         /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
         #[arg(long = "token-audience")]
         token_audiences: Vec<String>,
+        /// Secret in --lease-namespace holding the state keys (key `state-key`) when
+        /// --state-key-file is not given; created with a new key when missing.
+        #[arg(long, default_value = "runway-state-key")]
+        state_key_secret: String,
         /// How long TokenReview and SubjectAccessReview answers are cached, e.g. 10s.
         #[arg(long, default_value = "10s")]
         auth_cache_ttl: String,
@@ -378,6 +382,7 @@ async fn main() -> ExitCode {
             lease_namespace,
             identity,
             token_audiences,
+            state_key_secret,
             auth_cache_ttl,
             workers,
             mcp,
@@ -412,6 +417,7 @@ async fn main() -> ExitCode {
                 auth_cache_ttl: ttl,
                 workers,
                 mcp,
+                state_key_secret,
             };
             let shutdown = tokio_util::sync::CancellationToken::new();
             let token = shutdown.clone();

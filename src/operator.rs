@@ -49,8 +49,55 @@ pub struct Options {
     pub auth_cache_ttl: Duration,
     /// Runs reconciled at once.
     pub workers: usize,
-    /// MCP endpoint settings.
+    /// MCP endpoint settings. Without state keys, they come from `state_key_secret`.
     pub mcp: mcp::Config,
+    /// Secret (in `lease_namespace`, key `state-key`) holding the state keys when `mcp` has
+    /// none; read, or created once when missing, so every replica uses the same keys.
+    pub state_key_secret: String,
+}
+
+/// Key of the state keys within their Secret (the chart's `stateKey.key` default).
+pub const STATE_KEY_FIELD: &str = "state-key";
+
+/// Read the state keys from `name`, or create it with a new key. Replicas racing to create it
+/// all end up with the winner's key: a losing create (409) reads what won.
+async fn state_keys_from_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<Vec<u8>>, OperatorError> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let fail = |e: String| {
+        OperatorError::Start(format!(
+            "state key Secret {namespace}/{name}: {e} (give --state-key-file, or let the operator \
+             get and create Secrets in {namespace})"
+        ))
+    };
+    for _ in 0..3 {
+        if let Some(secret) = api.get_opt(name).await.map_err(|e| fail(e.to_string()))? {
+            let data = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(STATE_KEY_FIELD))
+                .ok_or_else(|| fail(format!("has no key {STATE_KEY_FIELD}")))?;
+            return mcp::parse_state_keys(&data.0).map_err(fail);
+        }
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(name.to_owned());
+        secret.data = Some(
+            [(STATE_KEY_FIELD.to_owned(), ByteString(mcp::new_state_key()))]
+                .into_iter()
+                .collect(),
+        );
+        match api.create(&Default::default(), &secret).await {
+            Ok(_) => tracing::info!(namespace, secret = name, "created the state key Secret"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(fail(e.to_string())),
+        }
+    }
+    Err(fail("it keeps disappearing".into()))
 }
 
 /// Why the operator stopped.
@@ -153,17 +200,17 @@ pub fn workflow_status(
         (true, Some(p)) => p.last_transition_time.clone(),
         _ => crate::api::kube_time(now),
     };
-    WorkflowStatus {
-        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    WorkflowStatus::with_ready(
+        wf,
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
             type_: conditions::READY.into(),
             status: if ok { "True" } else { "False" }.into(),
             reason: reason.into(),
             message,
             last_transition_time,
             observed_generation: wf.metadata.generation,
-        }],
-        observed_generation: wf.metadata.generation,
-    }
+        },
+    )
 }
 
 async fn reconcile_workflow(
@@ -257,6 +304,10 @@ pub async fn run_with(
     ));
     let mut mcp_config = opts.mcp.clone();
     mcp_config.metrics = metrics.clone();
+    if mcp_config.state_keys.is_empty() {
+        mcp_config.state_keys =
+            state_keys_from_secret(&client, &opts.lease_namespace, &opts.state_key_secret).await?;
+    }
     let state = mcp::McpState::new(
         Arc::new(store.clone()),
         Arc::new(workflows.clone()),

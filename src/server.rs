@@ -168,12 +168,16 @@ impl Server {
             reloader.abort();
         });
 
+        let mut mcp_config = opts.mcp.clone();
+        if mcp_config.state_keys.is_empty() {
+            mcp_config.state_keys = vec![store.state_key().to_vec()];
+        }
         let state = mcp::McpState::new(
             run_store,
             wf_source,
             authn,
             authz,
-            opts.mcp.clone(),
+            mcp_config,
             shutdown.clone(),
         )
         .map_err(StartError::Mcp)?;

@@ -131,3 +131,122 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
         assert_eq!(st.steps[0].attempt, 1);
     }
 }
+
+const HELLO: &str = r#"
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: hello, namespace: team-a }
+spec:
+  tool: { inputSchema: { type: object, properties: { name: { type: string } } } }
+  execution: { mode: sync }
+  elicit:
+    - key: who
+      message: Your name?
+      requestedSchema: { type: object, properties: { name: { type: string } }, required: [name] }
+  result:
+    content: [ { type: text, text: "Hello, {{ args.name }}!" } ]
+"#;
+
+/// `tools/call` of `nap` under an idempotency key; the task id.
+async fn idempotent_nap(c: &Client, key: &str) -> String {
+    let r = c
+        .rpc(
+            "tools/call",
+            Some("nap"),
+            json!({"name": "nap", "arguments": {"ms": 10}, "_meta": {"dev.runway/idempotencyKey": key}}),
+        )
+        .await;
+    task_id(&r)
+}
+
+/// The `requestState` of an argument question.
+async fn question(c: &Client) -> String {
+    let r = c.call("hello", json!({})).await;
+    r.result()["requestState"].as_str().unwrap().to_owned()
+}
+
+async fn answer(c: &Client, state: &str) -> support::mcp::Reply {
+    c.rpc(
+        "tools/call",
+        Some("hello"),
+        json!({"name": "hello", "arguments": {},
+            "inputResponses": {"who": {"action": "accept", "content": {"name": "Ada"}}},
+            "requestState": state}),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_key_survives_restarts_and_rotates_with_an_overlap() {
+    let dir = setup();
+    std::fs::write(dir.path().join("workflows/hello.yaml"), HELLO).unwrap();
+    let port = free_port();
+    let caps = json!({"extensions": {support::mcp::TASKS: {}}, "elicitation": {}});
+
+    // No key file: the key lives in the database, so a restart changes nothing.
+    let p = Process::start_keyed(dir.path(), port, None).await;
+    let c = client(&p).with_caps(caps.clone());
+    let first = idempotent_nap(&c, "k1").await;
+    let open = question(&c).await;
+    p.kill9().await;
+    let p = Process::start_keyed(dir.path(), port, None).await;
+    let c = client(&p).with_caps(caps.clone());
+    assert_eq!(idempotent_nap(&c, "k1").await, first, "same key, same Run");
+    assert_eq!(
+        answer(&c, &open).await.result()["content"][0]["text"],
+        "Hello, Ada!",
+        "a requestState from before the restart still opens"
+    );
+    p.kill9().await;
+
+    // Rotation: a new key first, the old one kept for the overlap.
+    let old = "the-old-state-key-of-at-least-32-bytes";
+    let new = "the-new-state-key-of-at-least-32-bytes";
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{old}\n")).unwrap();
+    let p = Process::start_keyed(dir.path(), port, Some(&keys)).await;
+    let c = client(&p).with_caps(caps.clone());
+    let before = idempotent_nap(&c, "k2").await;
+    let sealed_old = question(&c).await;
+    p.kill9().await;
+    std::fs::write(&keys, format!("{new}\n{old}\n")).unwrap();
+    let p = Process::start_keyed(dir.path(), port, Some(&keys)).await;
+    let c = client(&p).with_caps(caps.clone());
+    assert_eq!(
+        idempotent_nap(&c, "k2").await,
+        before,
+        "found under the old key"
+    );
+    assert_eq!(
+        answer(&c, &sealed_old).await.result()["content"][0]["text"],
+        "Hello, Ada!"
+    );
+    let sealed_new = question(&c).await;
+    p.kill9().await;
+    // The overlap ends: the old key is gone.
+    std::fs::write(&keys, format!("{new}\n")).unwrap();
+    let p = Process::start_keyed(dir.path(), port, Some(&keys)).await;
+    let c = client(&p).with_caps(caps);
+    assert_eq!(answer(&c, &sealed_old).await.error_code(), -32602);
+    assert_eq!(
+        answer(&c, &sealed_new).await.result()["content"][0]["text"],
+        "Hello, Ada!"
+    );
+    p.kill9().await;
+
+    // A key that is too short is refused at start.
+    std::fs::write(&keys, "short\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runway"))
+        .args(["serve", "--workflows"])
+        .arg(dir.path().join("workflows"))
+        .arg("--db")
+        .arg(dir.path().join("runs.db"))
+        .arg("--no-auth")
+        .arg("--state-key-file")
+        .arg(&keys)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("shorter than 32 bytes"));
+}

@@ -239,7 +239,7 @@ async fn a_failed_job_fails_the_attempt_and_cancellation_abandons_the_wait() {
 
 fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
     let mut mcp = runway::mcp::Config::new();
-    mcp.state_key = b"0123456789abcdef0123456789abcdef-op".to_vec();
+    mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-op".to_vec()];
     runway::operator::Options {
         listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
         metrics_listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
@@ -251,6 +251,7 @@ fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
         auth_cache_ttl: Duration::from_secs(10),
         workers: 4,
         mcp,
+        state_key_secret: "runway-state-key".into(),
     }
 }
 

@@ -254,8 +254,7 @@ impl RunwayMcp {
         let opts = SealOptions::new()
             .associated_data(ad.as_bytes())
             .ttl(self.state.config.state_ttl);
-        self.state
-            .codec
+        self.state.codecs[0]
             .seal_json_with(resume, &opts)
             .map_err(internal)
     }
@@ -263,9 +262,10 @@ impl RunwayMcp {
     fn open(&self, t: &Tenant, sealed: &str) -> Result<Resume, ErrorData> {
         let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
         self.state
-            .codec
-            .open_json_with(sealed, ad.as_bytes())
-            .map_err(|_| invalid("invalid requestState"))
+            .codecs
+            .iter()
+            .find_map(|c| c.open_json_with(sealed, ad.as_bytes()).ok())
+            .ok_or_else(|| invalid("invalid requestState"))
     }
 
     async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {
@@ -277,22 +277,14 @@ impl RunwayMcp {
             .find(|w| w.is_ready() && w.tool_name() == name)
     }
 
-    fn idempotent_name(&self, t: &Tenant, wf: &Workflow, key: &str) -> String {
-        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(&self.state.config.state_key)
-            .expect("HMAC takes any key");
-        for part in [
-            t.namespace.as_str(),
-            t.identity.principal.username.as_str(),
-            wf.tool_name(),
-            key,
-        ] {
-            mac.update(part.as_bytes());
-            mac.update(&[0]);
-        }
-        let digest = mac.finalize().into_bytes();
-        let mut b = [0u8; 16];
-        b.copy_from_slice(&digest[..16]);
-        task::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
+    /// The Run names an idempotency key maps to, one per state key, newest key first.
+    fn idempotent_names(&self, t: &Tenant, wf: &Workflow, key: &str) -> Vec<String> {
+        self.state
+            .config
+            .state_keys
+            .iter()
+            .map(|k| idempotent_name(k, t, wf, key))
+            .collect()
     }
 
     /// Fill arguments through MRTR elicitation before a Run exists. `Ok(Err(resp))` is an
@@ -377,7 +369,22 @@ impl RunwayMcp {
     ) -> Result<Run, ErrorData> {
         let wf_name = wf.metadata.name.clone().unwrap_or_default();
         let name = match idem {
-            Some(k) => self.idempotent_name(t, wf, k),
+            Some(k) => {
+                let names = self.idempotent_names(t, wf, k);
+                // A Run named under a previous state key (before a rotation) is the same call.
+                for older in &names[1..] {
+                    if let Some(e) = self
+                        .state
+                        .store
+                        .get(&t.namespace, older)
+                        .await
+                        .map_err(internal)?
+                    {
+                        return same_call(e, wf, &args);
+                    }
+                }
+                names[0].clone()
+            }
             None => task::new_task_id(&wf_name),
         };
         let mut run = Run::new(
@@ -404,13 +411,15 @@ impl RunwayMcp {
                     .await
                     .map_err(internal)?;
                 match existing {
-                    Some(e)
-                        if e.spec.arguments == run.spec.arguments
-                            && e.spec.workflow_ref == run.spec.workflow_ref =>
-                    {
-                        Ok(e)
-                    }
-                    Some(_) => Err(invalid("idempotency key reused with different arguments")),
+                    Some(e) => same_call(
+                        e,
+                        wf,
+                        run.spec
+                            .arguments
+                            .as_ref()
+                            .and_then(Value::as_object)
+                            .unwrap_or(&Map::new()),
+                    ),
                     None => Err(internal("idempotent run vanished; retry")),
                 }
             }
@@ -944,4 +953,35 @@ impl ServerHandler for RunwayMcp {
             )),
         }
     }
+}
+
+/// The Run an idempotency key named earlier, if it is the same call (same Workflow and
+/// arguments); the same key with other arguments is refused.
+fn same_call(existing: Run, wf: &Workflow, args: &Map<String, Value>) -> Result<Run, ErrorData> {
+    let same = existing.spec.workflow_ref.name == wf.metadata.name.clone().unwrap_or_default()
+        && existing.spec.arguments.as_ref().and_then(Value::as_object) == Some(args);
+    if same {
+        Ok(existing)
+    } else {
+        Err(invalid("idempotency key reused with different arguments"))
+    }
+}
+
+/// The Run name `key` maps to under one state key: an HMAC of (namespace, principal, tool, key),
+/// so the same retry always names the same Run and nobody can name another caller's.
+fn idempotent_name(state_key: &[u8], t: &Tenant, wf: &Workflow, key: &str) -> String {
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(state_key).expect("HMAC takes any key");
+    for part in [
+        t.namespace.as_str(),
+        t.identity.principal.username.as_str(),
+        wf.tool_name(),
+        key,
+    ] {
+        mac.update(part.as_bytes());
+        mac.update(&[0]);
+    }
+    let digest = mac.finalize().into_bytes();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    task::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
 }

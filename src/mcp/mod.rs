@@ -66,8 +66,10 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
     /// Owner rule.
     pub task_access: TaskAccess,
-    /// Key that signs `requestState` and derives idempotent task ids (≥ 32 bytes).
-    pub state_key: Vec<u8>,
+    /// Keys (each ≥ 32 bytes) of `requestState` and idempotent task ids, newest first: the
+    /// first signs and names new Runs; the others still verify and find the Runs they named,
+    /// so a key can be rotated with an overlap period.
+    pub state_keys: Vec<Vec<u8>>,
     /// SSE keep-alive period; a vanished client is noticed within about this time.
     pub keep_alive: Duration,
     /// How long a `requestState` stays valid.
@@ -79,18 +81,47 @@ pub struct Config {
 impl Config {
     /// Defaults with a fresh random state key.
     pub fn new() -> Self {
-        let mut key = vec![0u8; 32];
-        getrandom::fill(&mut key).expect("the OS random source works");
+        let key = new_state_key();
         Self {
             allowed_hosts: vec![],
             allowed_origins: vec![],
             task_access: TaskAccess::Owner,
-            state_key: key,
+            state_keys: vec![key],
             keep_alive: Duration::from_secs(1),
             state_ttl: Duration::from_secs(3600),
             metrics: Default::default(),
         }
     }
+}
+
+/// Shortest state key accepted.
+pub const MIN_STATE_KEY_BYTES: usize = 32;
+
+/// State keys as a key file or Secret holds them: one per line, newest first; blank lines and
+/// surrounding whitespace are ignored.
+pub fn parse_state_keys(text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let keys: Vec<Vec<u8>> = text
+        .split(|b| *b == b'\n')
+        .map(|l| l.trim_ascii().to_vec())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if keys.is_empty() {
+        return Err("no state key".into());
+    }
+    if let Some(i) = keys.iter().position(|k| k.len() < MIN_STATE_KEY_BYTES) {
+        return Err(format!(
+            "state key {} is shorter than {MIN_STATE_KEY_BYTES} bytes",
+            i + 1
+        ));
+    }
+    Ok(keys)
+}
+
+/// A new random state key, as text (so it can live in a file, a Secret or a database).
+pub fn new_state_key() -> Vec<u8> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    data_encoding::BASE64URL_NOPAD.encode(&b).into_bytes()
 }
 
 impl Default for Config {
@@ -115,7 +146,8 @@ pub struct McpState {
     pub events: Arc<RunEvents>,
     /// Fires on server shutdown (which must not cancel blocking runs).
     pub shutdown: CancellationToken,
-    codec: rmcp::model::RequestStateCodec,
+    /// One codec per state key, newest first.
+    codecs: Vec<rmcp::model::RequestStateCodec>,
 }
 
 impl McpState {
@@ -128,7 +160,14 @@ impl McpState {
         config: Config,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, String> {
-        let codec = rmcp::model::RequestStateCodec::try_new(config.state_key.clone())
+        if config.state_keys.is_empty() {
+            return Err("no state key".into());
+        }
+        let codecs = config
+            .state_keys
+            .iter()
+            .map(|k| rmcp::model::RequestStateCodec::try_new(k.clone()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("state key: {e}"))?;
         let events = RunEvents::start(store.clone(), shutdown.clone());
         Ok(Arc::new(Self {
@@ -139,7 +178,7 @@ impl McpState {
             config,
             events,
             shutdown,
-            codec,
+            codecs,
         }))
     }
 }

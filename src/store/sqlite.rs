@@ -34,6 +34,7 @@ type Op = Box<dyn FnOnce(&mut Batch<'_>) -> Reply + Send>;
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
+    state_key: Arc<Vec<u8>>,
 }
 
 struct Inner {
@@ -146,7 +147,8 @@ impl SqliteStore {
             "CREATE TABLE IF NOT EXISTS runs (
                  namespace TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL,
                  PRIMARY KEY (namespace, name));
-             CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS settings (k TEXT PRIMARY KEY, v BLOB NOT NULL);",
         )
         .map_err(backend)?;
         let rv: u64 = conn
@@ -170,6 +172,18 @@ impl SqliteStore {
         // A probe write makes an unwritable database fail here, not on the first Run.
         conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
             .map_err(backend)?;
+        // Made once, on the first start, and kept: idempotency keys must name the same Runs and
+        // open requestStates must stay valid across restarts.
+        conn.execute(
+            "INSERT OR IGNORE INTO settings (k, v) VALUES ('state-key', ?1)",
+            [crate::mcp::new_state_key()],
+        )
+        .map_err(backend)?;
+        let state_key: Vec<u8> = conn
+            .query_row("SELECT v FROM settings WHERE k = 'state-key'", [], |r| {
+                r.get(0)
+            })
+            .map_err(backend)?;
         let (tx, _) = broadcast::channel(HISTORY);
         let (ops_tx, ops_rx) = mpsc::channel::<Op>();
         let inner = Arc::new(Inner {
@@ -186,7 +200,15 @@ impl SqliteStore {
             .name("runway-sqlite".into())
             .spawn(move || writer(conn, ops_rx, weak, rv))
             .map_err(backend)?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            state_key: Arc::new(state_key),
+        })
+    }
+
+    /// The state key kept in this database (made on its first open).
+    pub fn state_key(&self) -> &[u8] {
+        &self.state_key
     }
 
     async fn submit<T: Send + 'static>(

@@ -63,7 +63,7 @@ impl Mcp {
     pub async fn start_in(dir: TempDir) -> Self {
         runway::install_crypto_provider();
         let mut mcp = runway::mcp::Config::new();
-        mcp.state_key = b"0123456789abcdef0123456789abcdef-test".to_vec();
+        mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-test".to_vec()];
         let server = Server::start(Options {
             workflows: dir.path().join("workflows"),
             db: dir.path().join("runs.db"),

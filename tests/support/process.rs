@@ -20,10 +20,15 @@ pub fn free_port() -> u16 {
 }
 
 impl Process {
-    /// Start `runway serve` and wait for its "started" log line.
+    /// Start `runway serve` with a state key file and wait for its "started" log line.
     pub async fn start(dir: &Path, port: u16) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
-            .arg("serve")
+        Self::start_keyed(dir, port, Some(&key_file(dir))).await
+    }
+
+    /// Start `runway serve` with the state key file `key` (none: the database's key).
+    pub async fn start_keyed(dir: &Path, port: u16, key: Option<&Path>) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+        cmd.arg("serve")
             .arg("--workflows")
             .arg(dir.join("workflows"))
             .arg("--db")
@@ -31,9 +36,11 @@ impl Process {
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--auth-file")
-            .arg(dir.join("auth.yaml"))
-            .arg("--state-key-file")
-            .arg(key_file(dir))
+            .arg(dir.join("auth.yaml"));
+        if let Some(key) = key {
+            cmd.arg("--state-key-file").arg(key);
+        }
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
