@@ -19,7 +19,7 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features e2e -- -D warnings
 
 unit:
 	$(CARGO) test --all-targets

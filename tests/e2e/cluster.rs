@@ -53,6 +53,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub server: String,
     operators: Mutex<Vec<Operator>>,
+    /// etcd, kube-apiserver, kube-controller-manager: they live as long as the test binary.
+    control_plane: Mutex<Vec<Child>>,
     pub state_key: PathBuf,
 }
 
@@ -280,7 +282,7 @@ impl Cluster {
             "--unsafe-no-fsync",
         ]);
         log_to(&mut etcd, &dir.join("etcd.log"));
-        spawn(etcd);
+        let mut control_plane = vec![spawn(etcd)];
 
         let mut api = Command::new(bin.join("kube-apiserver"));
         api.current_dir(&dir).args([
@@ -300,7 +302,7 @@ impl Cluster {
             "--token-auth-file=tokens.csv",
         ]);
         log_to(&mut api, &dir.join("kube-apiserver.log"));
-        spawn(api);
+        control_plane.push(spawn(api));
 
         let server = format!("https://127.0.0.1:{api_port}");
         for (user, _) in USERS {
@@ -311,6 +313,7 @@ impl Cluster {
             dir,
             server,
             operators: Mutex::new(Vec::new()),
+            control_plane: Mutex::new(control_plane),
         };
         wait_until("the API server to be ready", || {
             me.kubectl("admin", &["get", "--raw=/readyz"])
@@ -337,7 +340,7 @@ impl Cluster {
             "--controllers=*",
         ]);
         log_to(&mut kcm, &me.dir.join("kube-controller-manager.log"));
-        spawn(kcm);
+        me.control_plane.lock().unwrap().push(spawn(kcm));
 
         // Install as a cluster admin would: CRDs, then the chart's objects, by server-side apply.
         let crds = root().join("crds");

@@ -234,14 +234,30 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
         ],
     );
     assert!(!out.status.success(), "a forged cancel was accepted");
-    let forged_run = format!(
-        "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: {{ name: forged }}\nspec:\n  \
-         workflowRef: {{ name: approve }}\n  arguments: {{ service: x }}\n  requestedBy: {{ username: bob }}\n"
-    );
-    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], &forged_run);
+    let forged_run = "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: { name: forged }\n\
+        spec:\n  workflowRef: { name: approve }\n  arguments: { service: x }\n  \
+        requestedBy: { username: bob }\n";
+    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], forged_run);
     assert!(
         !out.status.success(),
         "a Run requested in bob's name was created"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ValidatingAdmissionPolicy"));
+    // In one's own name, a Run created with kubectl is a task like any other.
+    let own_run = forged_run.replace("forged", "by-kubectl").replace(
+        "username: bob",
+        "username: alice, uid: alice-uid, groups: [devs, system:authenticated]",
+    );
+    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], &own_run);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_jsonpath(&ns, "run/by-kubectl", "{.status.phase}", "Waiting");
+    assert_eq!(
+        alice.get("by-kubectl").await.result()["status"],
+        "input_required"
     );
     // Nobody but the operator writes status.
     let out = c.kubectl(
