@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod endpoint;
 pub mod engine;
 pub mod mcp;
 pub mod steps;

@@ -327,9 +327,7 @@ pub async fn run_with(
     let token = shutdown.clone();
     tasks.spawn(async move {
         let app = mcp::router(state);
-        let _ = axum::serve(mcp_listener, app)
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
+        crate::endpoint::serve(mcp_listener, app, token).await;
     });
     let token = shutdown.clone();
     let counting = store.clone();
@@ -349,9 +347,7 @@ pub async fn run_with(
                     }
                 }),
             );
-        let _ = axum::serve(metrics_listener, app)
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await;
+        crate::endpoint::serve(metrics_listener, app, token).await;
     });
     tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
 

@@ -198,12 +198,7 @@ impl Server {
             );
         let token = shutdown.clone();
         tasks.spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { token.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "HTTP server stopped");
-            }
+            crate::endpoint::serve(listener, app, token).await;
         });
         tracing::info!(%addr, "runway serve started");
         Ok(Self {

@@ -586,3 +586,119 @@ async fn a_server_shutdown_does_not_cancel_blocking_runs() {
     );
     assert_eq!(run.phase(), RunPhase::Running);
 }
+
+/// Write raw bytes to the server and read its whole answer (the server closes or answers).
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(support::harness::PATIENCE, conn.read(&mut buf))
+        .await
+        .expect("the server answers")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_is_read_only_after_authentication_and_only_for_so_long() {
+    let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.body_read_timeout = std::time::Duration::from_millis(300);
+    })
+    .await;
+    // A stranger announces 100 MB and sends none of it: 401 at once, nothing read.
+    let head = |token: &str| {
+        format!(
+            "POST /namespaces/team-a/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n\
+             Authorization: Bearer {token}\r\nContent-Length: 100000000\r\n\r\n{{"
+        )
+    };
+    let answer = raw(s.addr, head("wrong-token").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    // A known caller who stalls mid-body gets 408 once the read timeout passes.
+    let answer = raw(s.addr, head("alice-token").as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // Too large a body (declared honestly) is 413.
+    let c = s.client("alice-token");
+    let big = "x".repeat(runway::mcp::MAX_BODY_BYTES + 1);
+    let r = c
+        .send(
+            c.request("tools/list", None)
+                .body(format!("{{\"pad\":\"{big}\"}}")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_concurrency_limit_requests_get_503() {
+    let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 1).await;
+    let blocking = s.client("alice-token").with_caps(sync_caps());
+    let (name, held) =
+        running_call(&s, async move { blocking.call("slow", json!({})).await }).await;
+    let other = s
+        .client("bob-token")
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(other.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(other.headers.get("retry-after").unwrap(), "1");
+    // Once the held call ends (its Run cancelled behind the server's back: a tasks/cancel
+    // would need a slot too), its slot is free again.
+    let mut run = runway::store::RunStore::get(s.store(), "team-a", &name)
+        .await
+        .unwrap()
+        .unwrap();
+    run.spec.cancel = Some(runway::api::CancelRequest {
+        reason: Some("test".into()),
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    runway::store::RunStore::update(s.store(), run)
+        .await
+        .unwrap();
+    let ended = held.await.unwrap();
+    assert_eq!(ended.status, StatusCode::OK);
+    let list = s
+        .client("bob-token")
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(list.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_gets_the_host_and_origin_checks_of_every_request() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": {"_meta": c.meta(), "notifications": {"taskIds": []}}});
+    for (name, value) in [("host", "evil.example"), ("origin", "http://evil.example")] {
+        let r = c
+            .send(
+                c.request("subscriptions/listen", None)
+                    .header(name, value)
+                    .json(&body),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = server().await;
+    let mut conn = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    conn.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    // The server closes the connection (hyper answers 408 first) after its header timeout.
+    let closed = tokio::time::timeout(
+        runway::endpoint::HEADER_READ_TIMEOUT * 2,
+        conn.read_to_end(&mut buf),
+    )
+    .await;
+    assert!(closed.is_ok(), "the connection is still open");
+}

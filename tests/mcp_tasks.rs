@@ -399,14 +399,14 @@ async fn capability_is_checked_before_lookup_and_headers_before_auth() {
         (StatusCode::BAD_REQUEST, -32021)
     );
     assert!(r.last()["error"]["data"]["requiredCapabilities"]["extensions"][TASKS].is_object());
-    // even without credentials the capability answer comes first
+    // without credentials nothing but the headers is read: authentication comes first
     let anon = Client::new(
         &format!("http://{}", s.addr),
         None,
         "/namespaces/team-a/mcp",
     )
     .with_caps(json!({}));
-    assert_eq!(anon.get("anything").await.error_code(), -32021);
+    assert_eq!(anon.get("anything").await.status, StatusCode::UNAUTHORIZED);
     // Mcp-Name must equal taskId
     let c = s.client("alice-token");
     let mismatch = c
@@ -569,4 +569,42 @@ async fn listen_streams_every_transition_of_readable_tasks_in_order() {
     assert!(!seen.contains_key(&bobs));
     // every followed task ended: the stream closes with a final response
     assert_eq!(last.unwrap()["result"]["resultType"], "complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_principal_holds_a_bounded_number_of_listen_streams() {
+    let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.max_streams_per_principal = 1
+    })
+    .await;
+    let alice = s.client("alice-token");
+    let id = task_id(&alice.call("form", json!({})).await);
+    let (status, mut first) = listen(&alice, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    // the first frame proves the stream is open and counted
+    first.next().await.unwrap();
+    let (status, _) = listen(&alice, &[&id]).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // the limit is per principal
+    let olga = s.client("olga-token");
+    let (status, mut other) = listen(&olga, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    other.next().await.unwrap();
+    // a subscription to tasks the caller cannot read ends at once, freeing its slot
+    let dave = s.client("dave-token");
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
+        "params": {"_meta": dave.meta(), "notifications": {"taskIds": [id]}}});
+    let r = dave
+        .send(dave.request("subscriptions/listen", None).json(&body))
+        .await;
+    assert_eq!(
+        r.last()["result"]["resultType"],
+        "complete",
+        "{:?}",
+        r.messages
+    );
+    let r = dave
+        .send(dave.request("subscriptions/listen", None).json(&body))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
 }

@@ -151,7 +151,48 @@ pub async fn serve(
         && requested
             .get("taskIds")
             .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-    stream(state, tenant, id, readable, follows_nothing)
+    let Some(slot) = StreamSlot::take(&state, &tenant.identity.principal.username) else {
+        return rpc_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            id,
+            codes::INVALID_REQUEST,
+            "too many open subscriptions/listen streams for this caller; close one first",
+        );
+    };
+    stream(state, tenant, id, readable, follows_nothing, slot)
+}
+
+/// One of a principal's `subscriptions/listen` streams; counted while it lives.
+struct StreamSlot {
+    streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    who: String,
+}
+
+impl StreamSlot {
+    fn take(state: &McpState, who: &str) -> Option<Self> {
+        let mut open = state.streams.lock().expect("streams lock");
+        let n = open.entry(who.to_owned()).or_default();
+        if *n >= state.config.max_streams_per_principal {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            streams: state.streams.clone(),
+            who: who.to_owned(),
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.streams.lock().expect("streams lock");
+        if let Some(n) = open.get_mut(&self.who) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.who);
+            }
+        }
+    }
 }
 
 fn frame(v: Value) -> Result<Event, Infallible> {
@@ -164,6 +205,7 @@ fn stream(
     id: Value,
     tasks: Vec<String>,
     end_at_once: bool,
+    slot: StreamSlot,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
     let sub_meta = json!({ META_SUBSCRIPTION_ID: id });
@@ -174,6 +216,9 @@ fn stream(
     });
     let keep_alive = state.config.keep_alive;
     tokio::spawn(async move {
+        // Counted until the stream ends (released before the last frame, so a client that has
+        // read the whole stream may open the next one at once).
+        let slot = slot;
         if tx.send(frame(ack)).await.is_err() {
             return;
         }
@@ -242,6 +287,7 @@ fn stream(
             }
         }
         let done = json!({"jsonrpc": "2.0", "id": id, "result": {"resultType": "complete", "_meta": sub_meta}});
+        drop(slot);
         let _ = tx.send(frame(done)).await;
     });
     Sse::new(ReceiverStream::new(rx))

@@ -46,6 +46,12 @@ pub const HEADER_METHOD: &str = "mcp-method";
 pub const HEADER_NAME: &str = "mcp-name";
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Default of [`Config::body_read_timeout`].
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`Config::max_streams_per_principal`].
+pub const MAX_STREAMS_PER_PRINCIPAL: usize = 16;
+/// Default of [`Config::max_concurrent_requests`].
+pub const MAX_CONCURRENT_REQUESTS: usize = 1024;
 
 /// Who may act on a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +82,14 @@ pub struct Config {
     pub state_ttl: Duration,
     /// Where request counts are recorded.
     pub metrics: crate::telemetry::Metrics,
+    /// How long a client may take to send its request body once its headers were accepted
+    /// (408 after that).
+    pub body_read_timeout: Duration,
+    /// Requests processed at once (a request holds its slot until its response starts; the
+    /// stream that may follow does not). Past it: 503 with `Retry-After`.
+    pub max_concurrent_requests: usize,
+    /// Open `subscriptions/listen` streams one principal may hold (per server). Past it: 429.
+    pub max_streams_per_principal: usize,
 }
 
 impl Config {
@@ -90,6 +104,9 @@ impl Config {
             keep_alive: Duration::from_secs(1),
             state_ttl: Duration::from_secs(3600),
             metrics: Default::default(),
+            body_read_timeout: BODY_READ_TIMEOUT,
+            max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
+            max_streams_per_principal: MAX_STREAMS_PER_PRINCIPAL,
         }
     }
 }
@@ -148,6 +165,12 @@ pub struct McpState {
     pub shutdown: CancellationToken,
     /// One codec per state key, newest first.
     codecs: Vec<rmcp::model::RequestStateCodec>,
+    /// Slots of requests in process (`Config::max_concurrent_requests`).
+    requests: Arc<tokio::sync::Semaphore>,
+    hosts: Vec<String>,
+    origins: Vec<String>,
+    /// Open listen streams per principal.
+    streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
 
 impl McpState {
@@ -170,7 +193,12 @@ impl McpState {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("state key: {e}"))?;
         let events = RunEvents::start(store.clone(), shutdown.clone());
+        let (hosts, origins) = (config.hosts(), config.origins());
         Ok(Arc::new(Self {
+            requests: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_requests)),
+            hosts,
+            origins,
+            streams: Arc::default(),
             store,
             workflows,
             authn,
@@ -192,21 +220,90 @@ pub struct Tenant {
     pub identity: Identity,
 }
 
+impl Config {
+    /// Host names (`host` for any port, `host:port` for one) requests may carry.
+    fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "::1".into(),
+            "[::1]".into(),
+        ];
+        hosts.extend(self.allowed_hosts.iter().cloned());
+        hosts
+    }
+
+    /// Origins (`scheme://host:port`, `:*` for any port) requests carrying `Origin` may have.
+    fn origins(&self) -> Vec<String> {
+        let mut origins: Vec<String> = vec![
+            "http://localhost:*".into(),
+            "http://127.0.0.1:*".into(),
+            "http://[::1]:*".into(),
+        ];
+        origins.extend(self.allowed_origins.iter().cloned());
+        origins
+    }
+}
+
+/// Whether `Host` and `Origin` are allowed (the DNS-rebinding and cross-origin checks). The
+/// gate applies them to every request, also those it answers itself (`subscriptions/listen`).
+fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[String]) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+        return false;
+    };
+    let name = authority.host().to_ascii_lowercase();
+    let port = authority.port_u16();
+    let host_ok = hosts.iter().any(|allowed| {
+        let allowed = allowed.to_ascii_lowercase();
+        match allowed.parse::<axum::http::uri::Authority>() {
+            Ok(a) if a.port_u16().is_some() => a.host() == name && a.port_u16() == port,
+            Ok(a) => a.host() == name,
+            Err(_) => allowed == name,
+        }
+    });
+    if !host_ok {
+        return false;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Some(origin) = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.parse::<axum::http::Uri>().ok())
+    else {
+        return false;
+    };
+    let (Some(scheme), Some(authority)) = (origin.scheme_str(), origin.authority()) else {
+        return false;
+    };
+    let default_port = if scheme == "https" { 443 } else { 80 };
+    let o_host = authority.host().to_ascii_lowercase();
+    let o_port = authority.port_u16().unwrap_or(default_port);
+    origins.iter().any(|allowed| {
+        let allowed = allowed.to_ascii_lowercase();
+        let (base, any_port) = match allowed.strip_suffix(":*") {
+            Some(b) => (b.to_owned(), true),
+            None => (allowed.clone(), false),
+        };
+        let Ok(uri) = base.parse::<axum::http::Uri>() else {
+            return false;
+        };
+        let (Some(s), Some(a)) = (uri.scheme_str(), uri.authority()) else {
+            return false;
+        };
+        let port = a.port_u16().unwrap_or(if s == "https" { 443 } else { 80 });
+        s == scheme && a.host() == o_host && (any_port || port == o_port)
+    })
+}
+
 /// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`.
 pub fn router(state: Arc<McpState>) -> Router {
-    let mut hosts: Vec<String> = vec![
-        "localhost".into(),
-        "127.0.0.1".into(),
-        "::1".into(),
-        "[::1]".into(),
-    ];
-    hosts.extend(state.config.allowed_hosts.iter().cloned());
-    let mut origins: Vec<String> = vec![
-        "http://localhost:*".into(),
-        "http://127.0.0.1:*".into(),
-        "http://[::1]:*".into(),
-    ];
-    origins.extend(state.config.allowed_origins.iter().cloned());
+    let hosts = state.config.hosts();
+    let origins = state.config.origins();
     let cfg = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -317,27 +414,91 @@ pub fn declares_tasks(params: Option<&Value>) -> bool {
         .is_some()
 }
 
-/// Authenticate, resolve the tenant, and hand the request to rmcp or to the listen handler.
+/// Check Host/Origin and the path, authenticate from the headers, then read the body (bounded
+/// in size and time), resolve the tenant and hand the request to rmcp or the listen handler.
 ///
 /// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
-/// their `taskId`, go to rmcp unauthenticated: it refuses them (`-32021`, `-32020`) before any
+/// their `taskId`, go to rmcp without a tenant: it refuses them (`-32021`, `-32020`) before any
 /// lookup, which is the order the protocol prescribes.
 async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> Response {
     if req.method() != Method::POST {
         return next.run(req).await;
     }
+    let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
+        let mut resp = rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Value::Null,
+            codes::INTERNAL_ERROR,
+            "server busy; retry later",
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    };
     let (mut parts, body) = req.into_parts();
-    let bytes = match http_body_util::Limited::new(body, MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(c) => c.to_bytes(),
-        Err(_) => {
+    // Nothing but headers is read before the caller is known.
+    if !host_and_origin_allowed(&parts.headers, &state.hosts, &state.origins) {
+        return rpc_error(
+            StatusCode::FORBIDDEN,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "Forbidden: Host or Origin header is not allowed",
+        );
+    }
+    let path_ns = match path_namespace(parts.uri.path()) {
+        Some(ns) if crate::api::is_dns_label(ns) => Some(ns.to_owned()),
+        Some(_) => {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "the path's namespace is not a valid namespace name",
+            );
+        }
+        None => None,
+    };
+    let identity = match state.authn.authenticate(bearer(&parts.headers)).await {
+        Ok(i) => i,
+        Err(AuthError::Unauthenticated(why)) => {
+            let mut resp = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                Value::Null,
+                codes::UNAUTHENTICATED,
+                &format!("unauthenticated: {why}"),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"runway\""),
+            );
+            return resp;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "authentication failed");
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Value::Null,
+                codes::INTERNAL_ERROR,
+                "authentication is unavailable; retry later",
+            );
+        }
+    };
+    let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
+    let bytes = match tokio::time::timeout(state.config.body_read_timeout, collect).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(_)) => {
             return rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Value::Null,
                 codes::INVALID_REQUEST,
                 "request body too large",
+            );
+        }
+        Err(_) => {
+            return rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "request body not received in time",
             );
         }
     };
@@ -394,51 +555,16 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
                 .await;
         }
     }
-    let identity = match state.authn.authenticate(bearer(&parts.headers)).await {
-        Ok(i) => i,
-        Err(AuthError::Unauthenticated(why)) => {
-            let mut resp = rpc_error(
-                StatusCode::UNAUTHORIZED,
-                id,
-                codes::UNAUTHENTICATED,
-                &format!("unauthenticated: {why}"),
-            );
-            resp.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"runway\""),
-            );
-            return resp;
-        }
-        Err(e) => {
+    let namespace = match path_ns.or_else(|| identity.namespace.clone()) {
+        Some(ns) => ns,
+        None => {
             return rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                id,
-                codes::INTERNAL_ERROR,
-                &e.to_string(),
-            );
-        }
-    };
-    let namespace = match path_namespace(parts.uri.path()) {
-        Some(ns) if crate::api::is_dns_label(ns) => ns.to_owned(),
-        Some(_) => {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
+                StatusCode::BAD_REQUEST,
                 id,
                 codes::INVALID_REQUEST,
-                "the path's namespace is not a valid namespace name",
+                "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
             );
         }
-        None => match identity.namespace.clone() {
-            Some(ns) => ns,
-            None => {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    id,
-                    codes::INVALID_REQUEST,
-                    "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
-                );
-            }
-        },
     };
     let tenant = Tenant {
         namespace,

@@ -41,6 +41,11 @@ pub struct Mcp {
 impl Mcp {
     /// Start a server with these Workflow manifests in namespace team-a (and team-b copies).
     pub async fn start(manifests: &[(&str, &str)]) -> Self {
+        Self::start_in(Self::prepare(manifests)).await
+    }
+
+    /// A directory with these manifests (team-a and team-b copies) and the auth file.
+    pub fn prepare(manifests: &[(&str, &str)]) -> TempDir {
         let dir = TempDir::new();
         let wf = dir.path().join("workflows");
         std::fs::create_dir_all(&wf).unwrap();
@@ -57,13 +62,27 @@ impl Mcp {
             .unwrap();
         }
         std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
-        Self::start_in(dir).await
+        dir
     }
 
     pub async fn start_in(dir: TempDir) -> Self {
+        Self::start_in_with(dir, |_| {}).await
+    }
+
+    /// Start a server with these manifests and MCP settings changed by `tune`.
+    pub async fn start_with(
+        manifests: &[(&str, &str)],
+        tune: impl FnOnce(&mut runway::mcp::Config),
+    ) -> Self {
+        Self::start_in_with(Self::prepare(manifests), tune).await
+    }
+
+    /// Start a server on `dir` with MCP settings changed by `tune`.
+    pub async fn start_in_with(dir: TempDir, tune: impl FnOnce(&mut runway::mcp::Config)) -> Self {
         runway::install_crypto_provider();
         let mut mcp = runway::mcp::Config::new();
         mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-test".to_vec()];
+        tune(&mut mcp);
         let server = Server::start(Options {
             workflows: dir.path().join("workflows"),
             db: dir.path().join("runs.db"),
