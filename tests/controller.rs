@@ -508,3 +508,154 @@ spec:
         .await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
 }
+
+/// A local endpoint that always answers `status` with a body of `size` bytes.
+async fn fixed_server(status: StatusCode, size: usize) -> String {
+    let body = json!({ "pad": "x".repeat(size) }).to_string();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::any(move || {
+            let body = body.clone();
+            async move { (status, body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/")
+}
+
+const TYPED: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: typed }
+spec:
+  tool:
+    inputSchema:
+      type: object
+      properties: { count: { type: integer, maximum: 10 } }
+      required: [count]
+  steps:
+    - name: nap
+      delay: { duration: 10ms }
+"#;
+
+#[tokio::test]
+async fn runs_created_behind_the_endpoints_back_get_the_argument_checks() {
+    let h = Harness::start(&[("typed.yaml", TYPED)]);
+    let bad = h.create("typed", json!({"count": "lots"})).await;
+    let done = h
+        .wait_for(bad.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    let err = done.status.unwrap().error.expect("a protocol-level error");
+    assert_eq!(err.code, runway::mcp::codes::INVALID_PARAMS);
+    assert!(err.message.contains("invalid arguments"), "{}", err.message);
+    assert!(err.data.unwrap()["errors"][0]["path"] == "/count");
+    let deep = (0..40).fold(json!(1), |v, _| json!([v]));
+    let bad = h.create("typed", json!({"count": 1, "deep": deep})).await;
+    let done = h
+        .wait_for(bad.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    assert!(
+        done.status
+            .unwrap()
+            .error
+            .unwrap()
+            .message
+            .contains("deeper"),
+        "arguments nested too deep are refused"
+    );
+    let good = h.create("typed", json!({"count": 3})).await;
+    let done = h
+        .wait_for(good.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+}
+
+#[tokio::test]
+async fn a_run_whose_status_would_outgrow_its_budget_fails_cleanly() {
+    // 20 steps × 60 KiB of output each is more than one Run may keep.
+    let url = fixed_server(StatusCode::OK, 60 * 1024).await;
+    let steps: String = (0..20)
+        .map(|i| format!("    - {{ name: s{i}, http: {{ url: \"{url}\" }} }}\n"))
+        .collect();
+    let wf = format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: big }}\nspec:\n  steps:\n{steps}"
+    );
+    let h = Harness::start(&[("big.yaml", &wf)]);
+    let run = h.create("big", json!({})).await;
+    let done = h
+        .wait_for(run.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let st = done.status.unwrap();
+    assert!(
+        st.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("status would be"),
+        "{:?}",
+        st.error
+    );
+    assert!(st.steps.iter().all(|s| s.output.is_none()));
+    assert!(serde_json::to_vec(&st).unwrap().len() < runway::engine::budget::MAX_STATUS_BYTES);
+}
+
+#[tokio::test]
+async fn retries_are_capped_and_only_the_newest_attempts_are_kept() {
+    let url = fixed_server(StatusCode::SERVICE_UNAVAILABLE, 10).await;
+    let wf = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: flaky }}
+spec:
+  steps:
+    - name: call
+      http: {{ url: "{url}" }}
+      retry: {{ limit: "{{{{ args.limit }}}}", backoff: 1ms, maxBackoff: 1ms }}
+"#
+    );
+    let h = Harness::start(&[("flaky.yaml", &wf)]);
+    let too_many = h.create("flaky", json!({"limit": 1000})).await;
+    let done = h
+        .wait_for(
+            too_many.metadata.name.as_deref().unwrap(),
+            "finished",
+            |r| r.phase().is_terminal(),
+        )
+        .await;
+    let message = done.status.unwrap().error.unwrap().message;
+    assert!(message.contains("exceeds the maximum of 100"), "{message}");
+    let run = h.create("flaky", json!({"limit": 14})).await;
+    let done = h
+        .wait_for(run.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    let step = &done.status.unwrap().steps[0];
+    assert_eq!(step.attempt, 15);
+    assert_eq!(
+        step.attempts.len(),
+        runway::engine::budget::MAX_ATTEMPTS_KEPT
+    );
+    assert_eq!(step.attempts.last().unwrap().attempt, 15);
+    // Backoffs are at least the minimum, whatever the Workflow says.
+    let started: Vec<jiff::Timestamp> = step
+        .attempts
+        .iter()
+        .filter_map(|a| a.started_at.as_deref()?.parse().ok())
+        .collect();
+    for pair in started.windows(2) {
+        assert!(pair[1].duration_since(pair[0]) >= runway::engine::budget::MIN_BACKOFF);
+    }
+}

@@ -191,3 +191,17 @@ fn answers_are_never_changed_or_removed() {
     );
     assert!(errors(run(base_run()).validate_cel_update(&old)).contains("inputResponses"));
 }
+
+#[test]
+fn retry_limits_and_durations_are_capped() {
+    let wf = workflow(
+        json!({"steps": [{"name": "a", "http": {"url": "http://x"}, "retry": {"limit": 101}}]}),
+    );
+    assert!(validation(&wf).contains("exceeds the maximum of 100"));
+    let wf = workflow(json!({"steps": [{"name": "a", "delay": {"duration": "9000h"}}]}));
+    assert!(validation(&wf).contains("maximum"));
+    let ok = workflow(
+        json!({"steps": [{"name": "a", "http": {"url": "http://x"}, "retry": {"limit": 100}}]}),
+    );
+    assert_eq!(validation(&ok), "");
+}

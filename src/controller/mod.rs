@@ -95,6 +95,22 @@ fn key(run: &Run) -> Key {
     )
 }
 
+/// Run pure but possibly heavy engine work (template rendering, schema validation) on the
+/// blocking pool, so that one Run's templates cannot stall the async workers. A panic there
+/// continues here, where the worker catches it and fails the Run.
+async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("engine work did not finish: {e}"),
+    }
+}
+
+async fn decide_off_worker(run: &Run, live: Option<&crate::api::WorkflowSpec>) -> engine::Decision {
+    let (run, live) = (run.clone(), live.cloned());
+    off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
+}
+
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
@@ -228,7 +244,7 @@ impl Controller {
             } else {
                 None
             };
-            let decision = engine::decide(&run, live.as_ref().map(|w| &w.spec), Timestamp::now());
+            let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
                 Some(status) => {
                     let mut next = run.clone();
@@ -242,6 +258,9 @@ impl Controller {
                         }
                         Err(StoreError::Conflict) => continue,
                         Err(StoreError::NotFound) => return,
+                        Err(StoreError::Invalid(why)) => {
+                            return self.fail_refused(k, &why).await;
+                        }
                         Err(e) => return self.retry_later(k, e),
                     }
                 }
@@ -312,7 +331,10 @@ impl Controller {
                     return false;
                 }
             };
-            let status = engine::record(&latest, effect, outcome.clone(), Timestamp::now());
+            let status = {
+                let (run, effect, outcome) = (latest.clone(), effect.clone(), outcome.clone());
+                off_worker(move || engine::record(&run, &effect, outcome, Timestamp::now())).await
+            };
             if Some(&status) == latest.status.as_ref() {
                 return true;
             }
@@ -322,6 +344,10 @@ impl Controller {
                 Ok(_) => return true,
                 Err(StoreError::Conflict) => continue,
                 Err(StoreError::NotFound) => return false,
+                Err(StoreError::Invalid(why)) => {
+                    self.fail_refused(k, &why).await;
+                    return false;
+                }
                 Err(e) => {
                     // The outcome is lost; the step is still Running and will be attempted again
                     // under the same idempotency key.
@@ -332,11 +358,23 @@ impl Controller {
         }
     }
 
+    /// Fail the Run whose status the store refused (a write retried forever would never be
+    /// accepted either).
+    async fn fail_refused(&self, k: &Key, why: &str) {
+        tracing::error!(namespace = %k.0, run = %k.1, error = %why, "the store refused the run's status; failing the run");
+        self.fail_internal(k, format!("the store refused the run's status: {why}"))
+            .await;
+    }
+
     /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
     async fn fail_after_panic(&self, k: &Key, why: String) {
-        self.config.metrics.reconcile_error();
         tracing::error!(namespace = %k.0, run = %k.1, panic = %why, "reconcile panicked; failing the run");
         self.inflight.lock().expect("inflight lock").remove(k);
+        self.fail_internal(k, why).await;
+    }
+
+    async fn fail_internal(&self, k: &Key, why: String) {
+        self.config.metrics.reconcile_error();
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.0, &k.1).await {
                 Ok(Some(run)) if !run.phase().is_terminal() => run,

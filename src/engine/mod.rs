@@ -2,6 +2,7 @@
 //! decide what happens next. No I/O, no clock, no store. The controller writes the status this
 //! module returns and performs the effects it asks for; executors report back through [`record`].
 
+pub mod budget;
 pub mod duration;
 pub mod input;
 mod result;
@@ -267,8 +268,13 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
         now,
         events: Vec::new(),
     };
-    let next = m.drive(workflow);
-    let mut status = m.st;
+    let mut next = m.drive(workflow);
+    let drove_to = m.st.phase;
+    let mut status = within_budget(run, m.st, now);
+    if status.phase != drove_to {
+        // Failed for its size: decide again once that is written (finally, garbage collection).
+        next = Next::WaitUntil(Some(now));
+    }
     if status != original {
         status.observed_generation = run.metadata.generation;
     }
@@ -298,6 +304,37 @@ pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
 /// Record an executor's outcome for an attempt. Stale reports (another attempt, a step that is
 /// no longer running) leave the status unchanged.
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
+    within_budget(run, record_outcome(run, effect, outcome, now), now)
+}
+
+/// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the
+/// Run failed with its step outputs dropped (flagged as truncated), so that the failure can be
+/// written instead of a write the store refuses being retried forever.
+fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStatus {
+    let size = serde_json::to_vec(&st).map_or(usize::MAX, |b| b.len());
+    if size <= budget::MAX_STATUS_BYTES {
+        return st;
+    }
+    let mut st = st;
+    for rec in &mut st.steps {
+        if rec.output.take().is_some() {
+            rec.output_truncated = true;
+        }
+    }
+    st.result = None;
+    let mut over = run.clone();
+    over.status = Some(st);
+    fail_internal(
+        &over,
+        &format!(
+            "the run's status would be {size} bytes; at most {} are kept",
+            budget::MAX_STATUS_BYTES
+        ),
+        now,
+    )
+}
+
+fn record_outcome(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
     if let Action::Cleanup(c) = &effect.action {
         // Best effort: whatever happened, the cleanup is done; a failure is noted on the step,
@@ -487,6 +524,10 @@ fn fail_attempt(
         finished_at: Some(ts(now)),
         message: message.clone(),
     });
+    if rec.attempts.len() > budget::MAX_ATTEMPTS_KEPT {
+        let drop = rec.attempts.len() - budget::MAX_ATTEMPTS_KEPT;
+        rec.attempts.drain(..drop);
+    }
     rec.message = Some(message.clone());
     let limit = match limit {
         Ok(l) => l,
@@ -519,10 +560,17 @@ fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
         Value::String(s) => template::render(s, ctx).map_err(|e| e.to_string())?,
         other => other.to_string(),
     };
-    rendered
+    let limit = rendered
         .trim()
         .parse::<u32>()
-        .map_err(|_| format!("retry.limit {rendered:?} is not a non-negative integer"))
+        .map_err(|_| format!("retry.limit {rendered:?} is not a non-negative integer"))?;
+    if limit > budget::MAX_RETRY_LIMIT {
+        return Err(format!(
+            "retry.limit {limit} exceeds the maximum of {}",
+            budget::MAX_RETRY_LIMIT
+        ));
+    }
+    Ok(limit)
 }
 
 fn backoff(policy: Option<&crate::api::RetryPolicy>, attempt: u32, ctx: &Value) -> SignedDuration {
@@ -536,8 +584,12 @@ fn backoff(policy: Option<&crate::api::RetryPolicy>, attempt: u32, ctx: &Value) 
         policy.and_then(|p| p.max_backoff.as_ref()),
         DEFAULT_MAX_BACKOFF,
     );
+    let base = base.max(budget::MIN_BACKOFF);
     let factor = 2i32.saturating_pow(attempt.saturating_sub(1).min(30));
-    base.checked_mul(factor).unwrap_or(cap).min(cap)
+    base.checked_mul(factor)
+        .unwrap_or(cap)
+        .min(cap)
+        .max(budget::MIN_BACKOFF)
 }
 
 /// A `tool` step that failed for good while its upstream task runs on: cancel that task.
@@ -612,11 +664,15 @@ fn fail_step_fatal(st: &mut RunStatus, idx: usize, step: &str, message: String, 
     }
 }
 
-/// Cut an oversized value down to a string prefix; the flag says it happened.
+/// Cut an oversized (or too deeply nested) value down to a string prefix of its JSON; the flag
+/// says it happened.
 pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
     let text = v.to_string();
-    if text.len() <= limit {
+    if text.len() <= limit && budget::depth(&v) <= budget::MAX_DEPTH {
         return (v, false);
+    }
+    if text.len() <= limit {
+        return (Value::String(text), true);
     }
     let mut cut = limit;
     while !text.is_char_boundary(cut) {
@@ -723,6 +779,11 @@ impl Machine<'_> {
         self.st.workflow = Some(serde_json::to_value(wf).unwrap_or(Value::Null));
         self.st.phase = RunPhase::Running;
         self.st.started_at = Some(ts(self.now));
+        // tools/call checked these already; a Run created with kubectl gets the same checks.
+        if let Some(why) = self.invalid_arguments(wf) {
+            self.finish_with(why);
+            return Progress::Changed;
+        }
         match wf.execution.timeout.as_deref().map(duration::parse) {
             Some(Ok(d)) => self.st.deadline = Some(ts(created + d)),
             Some(Err(e)) => {
@@ -732,6 +793,46 @@ impl Machine<'_> {
             None => {}
         }
         Progress::Changed
+    }
+
+    /// Why the Run's arguments are refused, as the ending of the Run (`-32602` with the schema
+    /// errors), or `None` when they are acceptable.
+    fn invalid_arguments(&self, wf: &WorkflowSpec) -> Option<Ending> {
+        let args = self.run.spec.arguments.clone().unwrap_or_else(|| json!({}));
+        let refuse = |message: String, data: Option<Value>| {
+            Some(Ending {
+                phase: RunPhase::Failed,
+                result: None,
+                error: Some(RunError {
+                    code: codes::INVALID_PARAMS,
+                    message: message.clone(),
+                    data,
+                }),
+                message: Some(message),
+            })
+        };
+        if let Err(why) = budget::check("arguments", &args, budget::MAX_ARGUMENT_BYTES) {
+            return refuse(why, None);
+        }
+        if !args.is_object() {
+            return refuse("arguments must be an object".into(), None);
+        }
+        let schema = wf.tool.input_schema.as_ref()?;
+        match budget::schema_errors(schema, &args) {
+            Ok(errors) if errors.is_empty() => None,
+            Ok(errors) => {
+                let summary = errors
+                    .iter()
+                    .filter_map(|e| e["message"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                refuse(
+                    format!("invalid arguments: {summary}"),
+                    Some(json!({ "errors": errors })),
+                )
+            }
+            Err(e) => refuse(format!("tool.inputSchema: {e}"), None),
+        }
     }
 
     /// The record of the step in progress, if any, by index.
@@ -1063,7 +1164,7 @@ impl Machine<'_> {
     }
 
     fn render_http(&self, http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {
-        let url = template::render(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
+        let url = template::render_url(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
         let headers = http
             .headers
             .iter()

@@ -13,9 +13,16 @@ pub struct TemplateError {
     pub message: String,
 }
 
+/// Instructions one rendering may execute: plenty for any real template, and an end to loops
+/// over hostile input.
+pub const FUEL: u64 = 200_000;
+/// Largest output of one rendering.
+pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+
 fn env() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
     // Workflows speak JSON: booleans render as `true`/`false`, not Python's `True`/`False`.
     env.set_formatter(|out, state, value| {
         if value.kind() == minijinja::value::ValueKind::Bool {
@@ -76,12 +83,64 @@ pub fn check_condition(expr: &str) -> Result<(), TemplateError> {
 
 /// Render a string template.
 pub fn render(template: &str, ctx: &Value) -> Result<String, TemplateError> {
+    render_in(&env(), template, ctx)
+}
+
+fn render_in(env: &Environment<'_>, template: &str, ctx: &Value) -> Result<String, TemplateError> {
     if !template.contains("{{") && !template.contains("{%") {
         return Ok(template.to_owned());
     }
-    env()
+    let out = env
         .render_str(template, minijinja::value::Serde(ctx))
-        .map_err(|e| error(template, e))
+        .map_err(|e| error(template, e))?;
+    if out.len() > MAX_RENDERED_BYTES {
+        return Err(TemplateError {
+            template: template.to_owned(),
+            message: format!("renders {} bytes; at most {MAX_RENDERED_BYTES}", out.len()),
+        });
+    }
+    Ok(out)
+}
+
+/// Characters an interpolated URL value keeps as they are (RFC 3986 unreserved).
+const URL_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Render a URL template: every interpolated value is percent-encoded (so a caller's argument
+/// cannot add a path, a query or another host) unless marked `| safe` by the Workflow's author;
+/// the result must be an absolute `http`/`https` URL with a host.
+pub fn render_url(template: &str, ctx: &Value) -> Result<String, TemplateError> {
+    let mut env = env();
+    env.set_formatter(|out, _state, value| {
+        let text = if value.kind() == minijinja::value::ValueKind::Bool {
+            if value.is_true() { "true" } else { "false" }.to_owned()
+        } else {
+            value.to_string()
+        };
+        if value.is_safe() {
+            out.write_str(&text)
+        } else {
+            let encoded = percent_encoding::utf8_percent_encode(&text, URL_VALUE).to_string();
+            out.write_str(&encoded)
+        }
+        .map_err(minijinja::Error::from)
+    });
+    let url = render_in(&env, template, ctx)?;
+    let fail = |message: String| TemplateError {
+        template: template.to_owned(),
+        message,
+    };
+    let parsed = reqwest::Url::parse(&url).map_err(|e| fail(format!("{url:?} is no URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(fail(format!("{url:?}: the scheme must be http or https")));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(fail(format!("{url:?} has no host")));
+    }
+    Ok(url)
 }
 
 /// Render every string leaf; a leaf that is a lone `{{ expr }}` keeps the JSON type of its value.
@@ -181,6 +240,45 @@ mod tests {
         assert!(!truthy("{{ args.n }} ", &ctx).unwrap());
         assert!(truthy("x {{ args.n }}", &ctx).unwrap());
         assert!(truthy("args.unknown", &ctx).is_err());
+    }
+
+    #[test]
+    fn loops_and_output_are_bounded() {
+        let ctx = json!({"args": {"n": 1_000_000}});
+        let e = render("{% for i in range(args.n) %}{{ i }}{% endfor %}", &ctx).unwrap_err();
+        assert!(
+            e.message.contains("fuel") || e.message.contains("range"),
+            "{e}"
+        );
+        let e = render("{{ 'x' * 2000000 }}", &ctx);
+        assert!(e.is_err(), "{e:?}");
+    }
+
+    #[test]
+    fn url_interpolations_are_encoded_and_the_result_checked() {
+        let ctx = json!({"args": {"id": "a/b?c=d#e", "base": "https://api.example/v1", "n": 3}});
+        assert_eq!(
+            render_url("https://h.example/items/{{ args.id }}?n={{ args.n }}", &ctx).unwrap(),
+            "https://h.example/items/a%2Fb%3Fc%3Dd%23e?n=3"
+        );
+        assert_eq!(
+            render_url("{{ args.base | safe }}/x", &ctx).unwrap(),
+            "https://api.example/v1/x"
+        );
+        // An argument cannot move the request to another host or scheme.
+        let evil = json!({"args": {"h": "evil.example/x", "u": "file:///etc/passwd"}});
+        assert!(render_url("https://{{ args.h }}.good.example/", &evil).is_err());
+        assert_eq!(
+            render_url("https://good.example/{{ args.h }}", &evil).unwrap(),
+            "https://good.example/evil.example%2Fx"
+        );
+        assert!(
+            render_url("{{ args.u | safe }}", &evil)
+                .unwrap_err()
+                .message
+                .contains("scheme")
+        );
+        assert!(render_url("{{ args.u }}", &evil).is_err());
     }
 
     #[test]

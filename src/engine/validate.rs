@@ -155,8 +155,24 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
                 dur(&f(field), d)?;
             }
         }
+        let literal = match &retry.limit {
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) => s.trim().parse::<u64>().ok(),
+            _ => None,
+        };
+        if let Some(n) = literal.filter(|n| *n > u64::from(super::budget::MAX_RETRY_LIMIT)) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "{}: {n} exceeds the maximum of {}",
+                    f("retry.limit"),
+                    super::budget::MAX_RETRY_LIMIT
+                ),
+            ));
+        }
         match &retry.limit {
-            None | Some(Value::Number(_)) => {}
+            None => {}
+            Some(Value::Number(n)) if n.as_u64().is_some() => {}
             Some(Value::String(s)) if s.contains("{{") => text(&f("retry.limit"), s)?,
             Some(Value::String(s)) if s.trim().parse::<u32>().is_ok() => {}
             Some(other) => {

@@ -29,6 +29,7 @@ use crate::api::{
     WorkflowRef, labels, reasons,
 };
 use crate::auth::{Resource, Verb};
+use crate::engine::budget;
 use crate::engine::input::may_answer;
 use crate::store::StoreError;
 
@@ -563,6 +564,14 @@ impl RunwayMcp {
                         "inputResponses.{key}.content must be an object"
                     )));
                 }
+                if let Some(c) = &content {
+                    budget::check(
+                        &format!("inputResponses.{key}.content"),
+                        c,
+                        budget::MAX_ANSWER_BYTES,
+                    )
+                    .map_err(invalid)?;
+                }
                 let spec = snapshot
                     .as_ref()
                     .and_then(|w| {
@@ -660,15 +669,12 @@ fn tool_of(wf: &Workflow) -> Tool {
 }
 
 fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
+    let instance = Value::Object(args.clone());
+    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES).map_err(invalid)?;
     let Some(schema) = &wf.spec.tool.input_schema else {
         return Ok(());
     };
-    let validator = jsonschema::draft202012::new(schema).map_err(internal)?;
-    let instance = Value::Object(args.clone());
-    let errors: Vec<Value> = validator
-        .iter_errors(&instance)
-        .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
-        .collect();
+    let errors = budget::schema_errors(schema, &instance).map_err(internal)?;
     if errors.is_empty() {
         return Ok(());
     }

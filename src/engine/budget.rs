@@ -1,0 +1,88 @@
+//! Budgets that keep one Run's data bounded whatever its callers and upstreams send: depth and
+//! size of arguments, answers and outputs, the size of the whole status, retries and the
+//! attempts kept. A Run that would exceed one fails (or is truncated) cleanly; nothing retries
+//! a write the store would refuse.
+
+use jiff::SignedDuration;
+use serde_json::Value;
+
+/// Deepest JSON nesting accepted in arguments, answers and kept outputs.
+pub const MAX_DEPTH: usize = 32;
+/// Largest `tools/call` arguments (serialized JSON).
+pub const MAX_ARGUMENT_BYTES: usize = 256 * 1024;
+/// Largest content of one input answer (serialized JSON).
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// Largest Run status (serialized JSON), well under the API server's 1.5 MiB object limit
+/// together with the spec.
+pub const MAX_STATUS_BYTES: usize = 1024 * 1024;
+/// Most retries a step may declare.
+pub const MAX_RETRY_LIMIT: u32 = 100;
+/// Shortest backoff between attempts, whatever a Workflow says.
+pub const MIN_BACKOFF: SignedDuration = SignedDuration::from_millis(50);
+/// Attempt records kept per step (the newest).
+pub const MAX_ATTEMPTS_KEPT: usize = 10;
+
+/// Nesting depth of a JSON value (a scalar is 0).
+pub fn depth(v: &Value) -> usize {
+    // Iterative, so that depth itself cannot overflow the stack on hostile input.
+    let mut deepest = 0;
+    let mut stack = vec![(v, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Whether `v` fits `max_bytes` and [`MAX_DEPTH`]; the error names `what`.
+pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), String> {
+    if depth(v) > MAX_DEPTH {
+        return Err(format!("{what} nests deeper than {MAX_DEPTH} levels"));
+    }
+    let size = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+    if size > max_bytes {
+        return Err(format!(
+            "{what} is {size} bytes; at most {max_bytes} are accepted"
+        ));
+    }
+    Ok(())
+}
+
+/// Validate arguments against a tool's input schema; the schema errors, as `{path, message}`.
+pub fn schema_errors(schema: &Value, args: &Value) -> Result<Vec<Value>, String> {
+    let validator = jsonschema::draft202012::new(schema).map_err(|e| e.to_string())?;
+    Ok(validator
+        .iter_errors(args)
+        .map(|e| serde_json::json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn nested(levels: usize) -> Value {
+        (0..levels).fold(json!(1), |v, _| json!([v]))
+    }
+
+    #[test]
+    fn depth_and_size_are_bounded() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!({"a": [1, {"b": 2}]})), 3);
+        assert!(check("x", &nested(MAX_DEPTH), 1024).is_ok());
+        assert!(
+            check("x", &nested(MAX_DEPTH + 1), 1024)
+                .unwrap_err()
+                .contains("deeper")
+        );
+        let big = json!("x".repeat(100));
+        assert!(check("x", &big, 50).unwrap_err().contains("at most 50"));
+        // Deeper than serde_json would even parse (128).
+        assert_eq!(depth(&nested(1000)), 1000);
+    }
+}
