@@ -411,25 +411,14 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Update the per-phase Run gauge from the store's cache.
+/// Update the per-phase Run gauge from the store's cache (counted in place, no Run copied).
 pub async fn count_runs(store: &dyn RunStore, metrics: &Metrics) {
-    let Ok(runs) = store.list(None, &Default::default()).await else {
+    let Ok(counts) = store.phase_counts().await else {
         return;
     };
-    let mut counts = std::collections::BTreeMap::new();
-    for p in [
-        "Pending",
-        "Running",
-        "Waiting",
-        "Cancelling",
-        "Succeeded",
-        "Failed",
-        "Cancelled",
-    ] {
-        counts.insert(p, 0i64);
-    }
-    for r in runs {
-        *counts.entry(r.phase().as_str()).or_default() += 1;
-    }
-    metrics.set_runs(&counts.into_iter().collect::<Vec<_>>());
+    let all: Vec<(&str, i64)> = crate::api::RunPhase::ALL
+        .iter()
+        .map(|p| (p.as_str(), counts.get(p).copied().unwrap_or(0)))
+        .collect();
+    metrics.set_runs(&all);
 }

@@ -74,6 +74,23 @@ impl Default for Metrics {
     }
 }
 
+/// The MCP methods counted by name; every other method is counted as `other`.
+pub const KNOWN_METHODS: &[&str] = &[
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "subscriptions/listen",
+    "resources/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "ping",
+    "initialize",
+];
+
 impl Metrics {
     /// A fresh registry with every Runway metric.
     pub fn new() -> Self {
@@ -149,6 +166,18 @@ impl Metrics {
 
     /// Count one MCP request.
     pub fn request(&self, method: &str, status: u16) {
+        // Label values come from callers: only known methods and real status codes, so that no
+        // caller can grow the metric without bound.
+        let method = KNOWN_METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other");
+        let status = if (100..600).contains(&status) {
+            status
+        } else {
+            0
+        };
         self.inner
             .requests
             .get_or_create(&RequestLabels {
@@ -213,5 +242,18 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
+    }
+
+    #[test]
+    fn callers_cannot_invent_label_values() {
+        let m = Metrics::new();
+        for i in 0..1000 {
+            m.request(&format!("made/up/{i}"), 200);
+        }
+        m.request("tools/list", 9999);
+        let text = m.encode();
+        assert!(text.contains("runway_mcp_requests_total{method=\"other\",status=\"200\"} 1000"));
+        assert!(text.contains("runway_mcp_requests_total{method=\"tools/list\",status=\"0\"} 1"));
+        assert!(!text.contains("made/up"));
     }
 }

@@ -126,7 +126,20 @@ pub enum InputAction {
 }
 
 /// Lifecycle phase of a Run.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    JsonSchema,
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+)]
 pub enum RunPhase {
     /// Created, not yet started by the controller.
     #[default]
@@ -146,6 +159,17 @@ pub enum RunPhase {
 }
 
 impl RunPhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [RunPhase; 7] = [
+        Self::Pending,
+        Self::Running,
+        Self::Waiting,
+        Self::Cancelling,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
     /// Whether the phase is final.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)

@@ -194,6 +194,28 @@ impl RunStore for KubeStore {
         }
     }
 
+    async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
+        // The cache, overlaid with this process's newer writes (as `list` does), by key.
+        let mut phases: HashMap<Key, (Option<u64>, crate::api::RunPhase)> = HashMap::new();
+        for r in self.runs.state() {
+            phases.insert(key_of(&r)?, (rv_num(&r), r.phase()));
+        }
+        for r in self.own_writes() {
+            let k = key_of(&r)?;
+            let newer = phases
+                .get(&k)
+                .is_none_or(|(rv, _)| rv.zip(rv_num(&r)).is_some_and(|(a, b)| b > a));
+            if newer {
+                phases.insert(k, (rv_num(&r), r.phase()));
+            }
+        }
+        let mut counts = BTreeMap::new();
+        for (_, phase) in phases.into_values() {
+            *counts.entry(phase).or_default() += 1;
+        }
+        Ok(counts)
+    }
+
     async fn list(
         &self,
         namespace: Option<&str>,

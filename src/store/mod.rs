@@ -67,6 +67,8 @@ pub trait RunStore: Send + Sync + 'static {
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<Run>, StoreError>;
+    /// How many Runs are in each phase (for metrics), without copying them.
+    async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError>;
     /// Replace metadata labels/annotations and spec, conditional on `metadata.resourceVersion`.
     /// Enforces the Run spec transition rules.
     async fn update(&self, run: Run) -> Result<Run, StoreError>;

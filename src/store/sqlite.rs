@@ -354,6 +354,15 @@ impl RunStore for SqliteStore {
         Ok(out)
     }
 
+    async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
+        let cache = self.inner.cache.read().expect("cache lock");
+        let mut counts = BTreeMap::new();
+        for r in cache.values() {
+            *counts.entry(r.phase()).or_default() += 1;
+        }
+        Ok(counts)
+    }
+
     async fn update(&self, run: Run) -> Result<Run, StoreError> {
         let key = key_of(&run)?;
         self.submit(move |b| {

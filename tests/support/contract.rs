@@ -60,6 +60,8 @@ pub async fn create_get_list<S: RunStore>(store: &S) {
     assert_eq!(store.list(None, &BTreeMap::new()).await.unwrap().len(), 3);
     let sel = BTreeMap::from([("runway.dev/workflow".to_string(), "wf2".to_string())]);
     assert_eq!(names(store.list(Some("a"), &sel).await.unwrap()), ["r2"]);
+    let counts = store.phase_counts().await.unwrap();
+    assert_eq!(counts.values().sum::<i64>(), 3, "{counts:?}");
 }
 
 pub async fn conditional_updates<S: RunStore>(store: &S) {
