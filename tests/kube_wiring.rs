@@ -150,9 +150,16 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     assert!((100..=120).contains(&deadline), "{deadline}");
     assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
 
-    // the container finishes with a JSON termination message; the Job completes
-    api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-x", "namespace": "team-a",
+    // the container finishes with a JSON termination message; the Job completes. A pod with
+    // the Job's label that the Job does not control is never read.
+    let job_uid = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap()["metadata"]["uid"].clone();
+    api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-fake", "namespace": "team-a",
         "labels": {"batch.kubernetes.io/job-name": "deploy-abc-build-1"}},
+        "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"evil\"}"}}}]}}));
+    api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-x", "namespace": "team-a",
+        "labels": {"batch.kubernetes.io/job-name": "deploy-abc-build-1"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "deploy-abc-build-1",
+            "uid": job_uid, "controller": true}]},
         "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"api:v2\"}"}}}]}}));
     let mut done = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
     done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
@@ -423,4 +430,25 @@ async fn header_secrets_are_read_from_the_runs_namespace() {
             == 1,
         "asked in the Run's namespace only"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_the_expected_name_that_the_run_does_not_own_is_not_adopted() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    // Someone who may create Jobs got there first, with the deterministic name.
+    api.put(
+        JOBS,
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a"},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "evil"}]}}},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]}}),
+    );
+    let outcome = JobExecutor::new(api.client())
+        .execute(&run, &job_effect(120), CancellationToken::new())
+        .await;
+    match outcome {
+        Some(Outcome::Fatal(e)) => assert!(e.message.contains("not owned by this run"), "{e:?}"),
+        other => panic!("a foreign Job was adopted: {other:?}"),
+    }
 }

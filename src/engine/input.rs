@@ -46,7 +46,14 @@ impl Machine<'_> {
         ctx: &Value,
     ) -> Result<(), String> {
         for req in &input.requests {
-            let key = format!("{}.{}", step.name, req.name);
+            // An answer written before the question was asked (with kubectl, say) must not
+            // answer it: such a key is taken, and the question gets a fresh one.
+            let plain = format!("{}.{}", step.name, req.name);
+            let key = if self.key_unused(&plain) {
+                plain
+            } else {
+                self.fresh_key(&step.name, &req.name)
+            };
             self.ask(i, step, req, key, ctx)?;
         }
         if let Some(t) = &input.timeout {
@@ -103,19 +110,22 @@ impl Machine<'_> {
         self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
     }
 
-    /// A key for asking `name` again that no answer has used yet.
+    /// Whether no answer, open question or earlier step has used `key`.
+    fn key_unused(&self, k: &str) -> bool {
+        !self.run.spec.input_responses.contains_key(k)
+            && !self.st.input_requests.contains_key(k)
+            && !self
+                .st
+                .steps
+                .iter()
+                .any(|r| r.input_keys.values().any(|v| v == k))
+    }
+
+    /// A key for asking `name` (again) that no answer has used yet.
     fn fresh_key(&self, step: &str, name: &str) -> String {
         (2..)
             .map(|n| format!("{step}.{name}.{n}"))
-            .find(|k| {
-                !self.run.spec.input_responses.contains_key(k)
-                    && !self.st.input_requests.contains_key(k)
-                    && !self
-                        .st
-                        .steps
-                        .iter()
-                        .any(|r| r.input_keys.values().any(|v| v == k))
-            })
+            .find(|k| self.key_unused(k))
             .expect("an unbounded range has an unused key")
     }
 

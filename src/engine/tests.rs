@@ -1180,3 +1180,27 @@ fn tool_steps_are_validated_at_load() {
         assert!(err.message.contains(needle), "{tool}: {err}");
     }
 }
+
+#[test]
+fn an_answer_written_before_the_question_does_not_answer_it() {
+    let w = approval_wf();
+    let mut run = new_run(json!({"x": 1}));
+    // Written with the Run (kubectl), before anything was asked.
+    answer(
+        &mut run,
+        "ask.a",
+        InputAction::Accept,
+        json!({"v": "pre"}),
+        "alice",
+        &[],
+    );
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Waiting);
+    assert_eq!(
+        st.input_requests.keys().collect::<Vec<_>>(),
+        ["ask.a.2", "ask.b"],
+        "the question went out under a key nobody had answered"
+    );
+    assert!(st.steps[0].output.is_none());
+}

@@ -101,14 +101,29 @@ fn fatal(message: String) -> Outcome {
     })
 }
 
+/// Whether `owners` name `uid` as their controller: the only proof that an object with the
+/// expected name is ours (anyone who may create Jobs or Pods in the namespace could have made
+/// one with that name first).
+fn controlled_by(
+    owners: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    uid: &str,
+) -> bool {
+    !uid.is_empty()
+        && owners.is_some_and(|o| o.iter().any(|r| r.uid == uid && r.controller == Some(true)))
+}
+
 impl JobExecutor {
-    async fn output(&self, ns: &str, job: &str) -> Value {
+    /// The termination message of the Job's pod; only pods the Job controls are read.
+    async fn output(&self, ns: &str, job: &str, job_uid: &str) -> Value {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let list = pods
             .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}")))
             .await;
         let message = list.ok().and_then(|l| {
             l.items.into_iter().find_map(|p| {
+                if !controlled_by(p.metadata.owner_references.as_ref(), job_uid) {
+                    return None;
+                }
                 p.status?
                     .container_statuses?
                     .into_iter()
@@ -163,6 +178,22 @@ impl JobExecutor {
                 }
             }
         }
+        let run_uid = run.metadata.uid.clone().unwrap_or_default();
+        match api.get_opt(job_name).await {
+            Ok(Some(j)) if controlled_by(j.metadata.owner_references.as_ref(), &run_uid) => {}
+            Ok(Some(_)) => {
+                return Some(fatal(format!(
+                    "job {job_name} exists and is not owned by this run; not adopting it"
+                )));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Some(Outcome::Failed {
+                    class: ErrorClass::Connection,
+                    message: e.to_string(),
+                });
+            }
+        }
         let wait = await_condition(api, job_name, |j: Option<&Job>| {
             j.and_then(finished).is_some()
         });
@@ -183,7 +214,11 @@ impl JobExecutor {
                 message: e.to_string(),
             }),
             Ok(Ok(job)) => {
-                let output = self.output(&ns, job_name).await;
+                let job_uid = job
+                    .as_ref()
+                    .and_then(|j| j.metadata.uid.clone())
+                    .unwrap_or_default();
+                let output = self.output(&ns, job_name, &job_uid).await;
                 match job.as_ref().and_then(finished) {
                     Some(true) => Some(Outcome::Succeeded(output)),
                     _ => {

@@ -102,7 +102,15 @@ def test_operator_identity_follows_release_namespace_and_service_account() -> No
 
 def test_create_with_own_identity_is_allowed(policy: dict[str, Any]) -> None:
     assert vap.create(policy, ALICE, alices_run()).allowed
-    assert vap.create(policy, ALICE, run(requestedBy={"username": "alice"})).allowed
+    assert vap.create(policy, ALICE, run(requestedBy={"username": "alice", "uid": "u-alice"})).allowed
+    no_uid = {"username": "carl", "groups": ["dev"]}
+    assert vap.create(policy, no_uid, run(requestedBy={"username": "carl"})).allowed
+
+
+def test_create_without_ones_uid_is_denied(policy: dict[str, Any]) -> None:
+    # The owner rule compares uids when both are known: leaving yours out would make the Run
+    # look like any principal's of that name.
+    assert denied(vap.create(policy, ALICE, run(requestedBy={"username": "alice"})), "uid u-alice")
 
 
 def test_create_with_forged_requested_by_is_denied(policy: dict[str, Any]) -> None:
