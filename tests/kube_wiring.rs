@@ -25,8 +25,15 @@ const JOBS: &str = "batch/v1/jobs";
 
 fn reviews(api: &FakeApi) {
     api.on_review(TOKENS, |body| match body["spec"]["token"].as_str() {
-        Some("agent-token") => json!({"authenticated": true, "user": {
+        Some("agent-token") => json!({"authenticated": true, "audiences": ["runway"], "user": {
             "username": "system:serviceaccount:team-a:agent", "uid": "u-1", "groups": ["system:serviceaccounts"]}}),
+        // Valid, but minted for another service.
+        Some("vault-token") => json!({"authenticated": true, "audiences": ["vault"], "user": {
+            "username": "system:serviceaccount:team-a:agent", "uid": "u-1"}}),
+        Some("nameless-token") => json!({"authenticated": true, "audiences": ["runway"], "user": {
+            "username": ""}}),
+        Some("scoped-token") => json!({"authenticated": true, "audiences": ["runway"], "user": {
+            "username": "carl", "uid": "u-2", "extra": {"scopes": ["runs:read"]}}}),
         _ => json!({"authenticated": false, "error": "invalid token"}),
     });
     api.on_review(ACCESS, |body| {
@@ -63,20 +70,28 @@ async fn token_and_access_reviews_are_sent_and_cached() {
     );
     assert!(auth.authenticate(Some("wrong")).await.is_err());
     assert!(auth.authenticate(None).await.is_err());
+    assert!(
+        auth.authenticate(Some("vault-token")).await.is_err(),
+        "a token for another audience"
+    );
+    assert!(
+        auth.authenticate(Some("nameless-token")).await.is_err(),
+        "an empty user name"
+    );
 
     assert!(
-        auth.allowed(&id.principal, Verb::Create, Resource::Runs, "team-a")
+        auth.allowed(&id, Verb::Create, Resource::Runs, "team-a")
             .await
             .unwrap()
     );
     assert!(
-        auth.allowed(&id.principal, Verb::Create, Resource::Runs, "team-a")
+        auth.allowed(&id, Verb::Create, Resource::Runs, "team-a")
             .await
             .unwrap()
     );
     assert!(
         !auth
-            .allowed(&id.principal, Verb::Create, Resource::Runs, "team-b")
+            .allowed(&id, Verb::Create, Resource::Runs, "team-b")
             .await
             .unwrap()
     );
@@ -86,6 +101,22 @@ async fn token_and_access_reviews_are_sent_and_cached() {
         sars[0].body["spec"],
         json!({"user": "system:serviceaccount:team-a:agent", "uid": "u-1", "groups": ["system:serviceaccounts"],
                "resourceAttributes": {"group": "runway.dev", "resource": "runs", "verb": "create", "namespace": "team-a"}})
+    );
+    // user.extra reaches the access review, and is part of what the answer is cached for.
+    let scoped = auth.authenticate(Some("scoped-token")).await.unwrap();
+    auth.allowed(&scoped, Verb::Get, Resource::Runs, "team-a")
+        .await
+        .unwrap();
+    let mut unscoped = scoped.clone();
+    unscoped.extra.clear();
+    auth.allowed(&unscoped, Verb::Get, Resource::Runs, "team-a")
+        .await
+        .unwrap();
+    let sars = api.requests("POST", "subjectaccessreviews");
+    assert_eq!(sars.len(), 4, "with and without extra are two questions");
+    assert_eq!(
+        sars[2].body["spec"]["extra"],
+        json!({"scopes": ["runs:read"]})
     );
     let text = metrics.encode();
     assert!(

@@ -125,6 +125,7 @@ impl Authenticator for AuthFile {
                 groups: entry.groups.clone(),
             },
             namespace: entry.namespace.clone(),
+            extra: Default::default(),
         })
     }
 }
@@ -137,11 +138,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 impl Authorizer for AuthFile {
     async fn allowed(
         &self,
-        p: &Principal,
+        who: &Identity,
         verb: Verb,
         resource: Resource,
         namespace: &str,
     ) -> Result<bool, AuthError> {
+        let p = &who.principal;
         Ok(self.rules.iter().any(|r| {
             (r.users.iter().any(|u| u == ANY || *u == p.username)
                 || r.groups.iter().any(|g| p.groups.contains(g)))
@@ -189,8 +191,8 @@ rules:
     #[tokio::test]
     async fn rules_grant_by_user_group_namespace_resource_and_verb() {
         let f = file();
-        let alice = f.authenticate(Some("a")).await.unwrap().principal;
-        let olga = f.authenticate(Some("o")).await.unwrap().principal;
+        let alice = f.authenticate(Some("a")).await.unwrap();
+        let olga = f.authenticate(Some("o")).await.unwrap();
         assert!(
             f.allowed(&alice, Verb::Create, Resource::Runs, "team-a")
                 .await

@@ -3,7 +3,7 @@
 //! by a hash of the token, and by user, groups, verb, resource and namespace.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use crate::telemetry::Metrics;
 
 /// Prefix of ServiceAccount user names.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
-/// Most entries a cache keeps before it is cleared.
+/// Most entries a cache keeps; past it the oldest entries make room.
 const MAX_ENTRIES: usize = 10_000;
 
 struct Cache<K, V> {
@@ -30,7 +30,7 @@ struct Cache<K, V> {
     entries: Mutex<HashMap<K, (Instant, V)>>,
 }
 
-impl<K: Eq + Hash, V: Clone> Cache<K, V> {
+impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     fn new(ttl: Duration) -> Self {
         Self {
             ttl,
@@ -48,14 +48,41 @@ impl<K: Eq + Hash, V: Clone> Cache<K, V> {
 
     fn put(&self, k: K, v: V) {
         let mut entries = self.entries.lock().expect("cache lock");
-        if entries.len() >= MAX_ENTRIES {
+        if entries.len() >= MAX_ENTRIES && !entries.contains_key(&k) {
             entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
+            // Still full of live entries: the oldest tenth goes, not everyone's answers at once
+            // (a flood of new callers must not turn every request into a review).
             if entries.len() >= MAX_ENTRIES {
-                entries.clear();
+                let mut ages: Vec<(Instant, K)> = entries
+                    .iter()
+                    .map(|(k, (at, _))| (*at, k.clone()))
+                    .collect();
+                ages.sort_by_key(|(at, _)| *at);
+                for (_, old) in ages.into_iter().take(MAX_ENTRIES / 10) {
+                    entries.remove(&old);
+                }
             }
         }
         entries.insert(k, (Instant::now(), v));
     }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.lock().expect("cache lock").len()
+    }
+}
+
+/// Everything an access decision depends on: the cache key of a SubjectAccessReview (the whole
+/// tuple, so that two questions can never share an answer).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Question {
+    user: String,
+    uid: Option<String>,
+    groups: Vec<String>,
+    extra: std::collections::BTreeMap<String, Vec<String>>,
+    verb: &'static str,
+    resource: &'static str,
+    namespace: String,
 }
 
 /// The namespace of a ServiceAccount user name, if it is one.
@@ -71,7 +98,7 @@ pub struct KubeAuth {
     client: Client,
     audiences: Vec<String>,
     tokens: Cache<[u8; 32], Option<Identity>>,
-    decisions: Cache<u64, bool>,
+    decisions: Cache<Question, bool>,
     metrics: Metrics,
 }
 
@@ -112,8 +139,17 @@ impl Authenticator for KubeAuth {
                     .await
                     .map_err(|e| AuthError::Backend(format!("TokenReview: {e}")))?;
                 let status = out.status.unwrap_or_default();
+                // A token for another audience is no token for us, whatever else it proves.
+                let audience_ok = self.audiences.is_empty()
+                    || status
+                        .audiences
+                        .as_ref()
+                        .is_some_and(|a| a.iter().any(|x| self.audiences.contains(x)));
                 let identity = match (status.authenticated, status.user) {
-                    (Some(true), Some(user)) => {
+                    (Some(true), Some(user))
+                        if audience_ok
+                            && user.username.as_deref().is_some_and(|u| !u.is_empty()) =>
+                    {
                         let username = user.username.unwrap_or_default();
                         let namespace = service_account_namespace(&username).map(str::to_owned);
                         Some(Identity {
@@ -123,6 +159,7 @@ impl Authenticator for KubeAuth {
                                 groups: user.groups.unwrap_or_default(),
                             },
                             namespace,
+                            extra: user.extra.unwrap_or_default().into_iter().collect(),
                         })
                     }
                     _ => None,
@@ -139,22 +176,21 @@ impl Authenticator for KubeAuth {
 impl Authorizer for KubeAuth {
     async fn allowed(
         &self,
-        p: &Principal,
+        who: &Identity,
         verb: Verb,
         resource: Resource,
         namespace: &str,
     ) -> Result<bool, AuthError> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (
-            &p.username,
-            &p.uid,
-            &p.groups,
-            verb.as_str(),
-            resource.as_str(),
-            namespace,
-        )
-            .hash(&mut h);
-        let key = h.finish();
+        let p = &who.principal;
+        let key = Question {
+            user: p.username.clone(),
+            uid: p.uid.clone(),
+            groups: p.groups.clone(),
+            extra: who.extra.clone(),
+            verb: verb.as_str(),
+            resource: resource.as_str(),
+            namespace: namespace.to_owned(),
+        };
         let cached = self.decisions.get(&key);
         self.metrics.auth_cache("access", cached.is_some());
         if let Some(d) = cached {
@@ -165,6 +201,7 @@ impl Authorizer for KubeAuth {
                 user: Some(p.username.clone()),
                 uid: p.uid.clone(),
                 groups: (!p.groups.is_empty()).then(|| p.groups.clone()),
+                extra: (!who.extra.is_empty()).then(|| who.extra.clone().into_iter().collect()),
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(GROUP.into()),
                     resource: Some(resource.as_str().into()),
@@ -190,6 +227,19 @@ impl Authorizer for KubeAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_entries_not_all() {
+        let c: Cache<usize, bool> = Cache::new(Duration::from_secs(60));
+        for i in 0..MAX_ENTRIES {
+            c.put(i, true);
+        }
+        c.put(MAX_ENTRIES, true);
+        assert_eq!(c.len(), MAX_ENTRIES - MAX_ENTRIES / 10 + 1);
+        assert_eq!(c.get(&0), None, "the oldest made room");
+        assert_eq!(c.get(&(MAX_ENTRIES - 1)), Some(true), "the newest stayed");
+        assert_eq!(c.get(&MAX_ENTRIES), Some(true));
+    }
 
     #[test]
     fn service_account_names_give_their_namespace() {

@@ -64,6 +64,9 @@ pub struct Identity {
     pub principal: Principal,
     /// Namespace `POST /mcp` serves for this caller, if it has one.
     pub namespace: Option<String>,
+    /// Extra attributes the authenticator gave (Kubernetes `user.extra`, e.g. scopes); passed on
+    /// to access reviews, which may decide on them.
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// Authentication and authorization failures.
@@ -87,10 +90,10 @@ pub trait Authenticator: Send + Sync + 'static {
 /// Access decisions.
 #[async_trait]
 pub trait Authorizer: Send + Sync + 'static {
-    /// Whether `principal` may `verb` `resource` in `namespace`.
+    /// Whether `who` may `verb` `resource` in `namespace`.
     async fn allowed(
         &self,
-        principal: &Principal,
+        who: &Identity,
         verb: Verb,
         resource: Resource,
         namespace: &str,
@@ -116,6 +119,7 @@ impl Authenticator for NoAuth {
                 groups: vec![],
             },
             namespace: Some(self.namespace.clone()),
+            extra: Default::default(),
         })
     }
 }
@@ -124,7 +128,7 @@ impl Authenticator for NoAuth {
 impl Authorizer for NoAuth {
     async fn allowed(
         &self,
-        _: &Principal,
+        _: &Identity,
         _: Verb,
         _: Resource,
         _: &str,

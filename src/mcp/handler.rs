@@ -93,7 +93,7 @@ async fn allowed(
 ) -> Result<bool, ErrorData> {
     state
         .authz
-        .allowed(&t.identity.principal, verb, resource, &t.namespace)
+        .allowed(&t.identity, verb, resource, &t.namespace)
         .await
         .map_err(internal)
 }
