@@ -174,6 +174,10 @@ struct McpFlags {
     /// Origins accepted on requests that carry `Origin` (`http://host:port`, `:*` for any port).
     #[arg(long = "allowed-origin")]
     allowed_origins: Vec<String>,
+    /// An address or CIDR range `http` and `tool` steps may reach even where the egress policy
+    /// denies it (link-local and cloud metadata, loopback for `operator`). Repeatable.
+    #[arg(long = "egress-allow", value_parser = parse_cidr)]
+    egress_allow: Vec<runway::steps::egress::Cidr>,
     /// Who may act on a task: its owner (or who may list runs), or anyone the namespace allows.
     #[arg(long, value_enum, default_value_t = runway::mcp::TaskAccess::Owner)]
     task_access: runway::mcp::TaskAccess,
@@ -184,7 +188,20 @@ struct McpFlags {
     state_key_file: Option<PathBuf>,
 }
 
+fn parse_cidr(s: &str) -> Result<runway::steps::egress::Cidr, String> {
+    s.parse()
+}
+
 impl McpFlags {
+    /// The egress policy: loopback is reachable from `runway serve` (a local tool) and not
+    /// from `runway operator`, where the operator's own ports are.
+    fn egress(&self, allow_loopback: bool) -> runway::steps::egress::Egress {
+        runway::steps::egress::Egress {
+            allow: self.egress_allow.clone(),
+            allow_loopback,
+        }
+    }
+
     fn config(&self) -> anyhow::Result<runway::mcp::Config> {
         let mut c = runway::mcp::Config::new();
         c.allowed_hosts = self.allowed_hosts.clone();
@@ -387,6 +404,7 @@ async fn main() -> ExitCode {
             workers,
             mcp,
         } => {
+            let operator_egress = mcp.egress(false);
             let mcp = match mcp.config() {
                 Ok(c) => c,
                 Err(e) => {
@@ -416,6 +434,7 @@ async fn main() -> ExitCode {
                 audiences: token_audiences,
                 auth_cache_ttl: ttl,
                 workers,
+                egress: operator_egress,
                 mcp,
                 state_key_secret,
             };
@@ -443,6 +462,7 @@ async fn main() -> ExitCode {
             namespace,
             mcp,
         } => {
+            let egress = mcp.egress(true);
             let mcp = match mcp.config() {
                 Ok(c) => c,
                 Err(e) => {
@@ -461,6 +481,7 @@ async fn main() -> ExitCode {
                 workers,
                 auth,
                 mcp,
+                egress,
             };
             match runway::server::Server::start(opts).await {
                 Ok(server) => {

@@ -51,6 +51,8 @@ pub struct Options {
     pub workers: usize,
     /// MCP endpoint settings. Without state keys, they come from `state_key_secret`.
     pub mcp: mcp::Config,
+    /// Where `http` and `tool` steps may connect.
+    pub egress: crate::steps::egress::Egress,
     /// Secret (in `lease_namespace`, key `state-key`) holding the state keys when `mcp` has
     /// none; read, or created once when missing, so every replica uses the same keys.
     pub state_key_secret: String,
@@ -248,10 +250,11 @@ async fn lead(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
-    let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())))
-        .with_tool(Arc::new(ToolExecutor::new(Arc::new(KubeSecrets::new(
-            client.clone(),
-        )))))
+    let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
+        .with_tool(Arc::new(ToolExecutor::new(
+            Arc::new(KubeSecrets::new(client.clone())),
+            &opts.egress,
+        )))
         .with_jobs(Arc::new(JobExecutor::new(client.clone())));
     let ctl = Controller::new(
         Arc::new(store),

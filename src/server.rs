@@ -38,6 +38,8 @@ pub struct Options {
     pub auth: AuthMode,
     /// MCP endpoint settings.
     pub mcp: mcp::Config,
+    /// Where `http` and `tool` steps may connect.
+    pub egress: crate::steps::egress::Egress,
 }
 
 /// Authentication of the embedded server.
@@ -147,7 +149,8 @@ impl Server {
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
         let secrets = Arc::new(secrets);
         let executor = Arc::new(
-            Executors::new(secrets.clone()).with_tool(Arc::new(ToolExecutor::new(secrets))),
+            Executors::new(secrets.clone(), &opts.egress)
+                .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress))),
         );
         let ctl = Controller::new(
             run_store.clone(),

@@ -485,7 +485,10 @@ spec:
     let dir = support::harness::TempDir::new();
     std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
     std::fs::write(dir.path().join("workflows/call.yaml"), wf).unwrap();
-    let real = runway::steps::Executors::new(Arc::new(runway::steps::StaticSecrets::default()));
+    let real = runway::steps::Executors::new(
+        Arc::new(runway::steps::StaticSecrets::default()),
+        &support::harness::local_egress(),
+    );
     // One worker: if the panic took it, nothing else would ever run.
     let h = Harness::start_with(dir, Arc::new(Explosive(real)), 1);
     let bad = h.create("call", json!({"explode": true})).await;
@@ -658,4 +661,30 @@ spec:
     for pair in started.windows(2) {
         assert!(pair[1].duration_since(pair[0]) >= runway::engine::budget::MIN_BACKOFF);
     }
+}
+
+#[tokio::test]
+async fn steps_cannot_reach_metadata_or_link_local_addresses() {
+    let wf = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: peek }
+spec:
+  steps:
+    - name: peek
+      http: { url: "http://169.254.169.254/latest/meta-data/" }
+"#;
+    let h = Harness::start(&[("peek.yaml", wf)]);
+    let run = h.create("peek", json!({})).await;
+    let done = h
+        .wait_for(run.metadata.name.as_deref().unwrap(), "finished", |r| {
+            r.phase().is_terminal()
+        })
+        .await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let message = done.status.unwrap().error.unwrap().message;
+    assert!(
+        message.contains("egress to 169.254.169.254 is not allowed"),
+        "{message}"
+    );
 }

@@ -289,6 +289,7 @@ fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
         auth_cache_ttl: Duration::from_secs(10),
         workers: 4,
         mcp,
+        egress: Default::default(),
         state_key_secret: "runway-state-key".into(),
     }
 }

@@ -19,14 +19,16 @@ pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 /// Executes `http` steps with one shared connection pool.
 pub struct HttpExecutor {
     client: reqwest::Client,
+    egress: super::egress::Egress,
     secrets: Arc<dyn SecretSource>,
 }
 
 impl HttpExecutor {
-    /// A new executor.
-    pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
+    /// A new executor that connects where `egress` allows.
+    pub fn new(secrets: Arc<dyn SecretSource>, egress: &super::egress::Egress) -> Self {
         Self {
-            client: super::http_client(),
+            client: egress.client(),
+            egress: egress.clone(),
             secrets,
         }
     }
@@ -63,6 +65,14 @@ impl HttpExecutor {
             Ok(m) => m,
             Err(_) => return fatal(format!("invalid HTTP method {:?}", req.method)),
         };
+        match reqwest::Url::parse(&req.url) {
+            Ok(url) => {
+                if let Err(e) = self.egress.check_url(&url) {
+                    return fatal(e);
+                }
+            }
+            Err(e) => return fatal(format!("url {:?}: {e}", req.url)),
+        }
         let mut builder = self
             .client
             .request(method, &req.url)

@@ -1,6 +1,7 @@
 //! Step executors: they perform the effects the engine asks for and report outcomes. Each one
 //! honours the attempt deadline and stops promptly when the Run is cancelled.
 
+pub mod egress;
 pub mod http;
 pub mod job;
 pub mod tool;
@@ -37,10 +38,10 @@ pub struct Executors {
 }
 
 impl Executors {
-    /// Executors with secrets from `secrets`.
-    pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
+    /// Executors with secrets from `secrets`, connecting where `egress` allows.
+    pub fn new(secrets: Arc<dyn SecretSource>, egress: &egress::Egress) -> Self {
         Self {
-            http: http::HttpExecutor::new(secrets),
+            http: http::HttpExecutor::new(secrets, egress),
             tool: None,
             job: None,
         }
@@ -112,15 +113,6 @@ impl SecretSource for StaticSecrets {
             .cloned()
             .ok_or(crate::store::StoreError::NotFound)
     }
-}
-
-/// The HTTP client of an executor: one connection pool, TLS through the process's provider.
-pub fn http_client() -> reqwest::Client {
-    crate::install_crypto_provider();
-    reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .build()
-        .expect("an HTTP client with default settings builds")
 }
 
 /// Rendered headers as `(name, value)` pairs, reading `valueFrom` Secrets in the Run's namespace.

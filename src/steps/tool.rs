@@ -55,14 +55,17 @@ type Session = RunningService<RoleClient, ClientConfig>;
 /// Executes `tool` steps and cancels their upstream tasks.
 pub struct ToolExecutor {
     client: reqwest::Client,
+    egress: super::egress::Egress,
     secrets: Arc<dyn SecretSource>,
 }
 
 impl ToolExecutor {
-    /// A new executor; `valueFrom` headers are read from `secrets`.
-    pub fn new(secrets: Arc<dyn SecretSource>) -> Self {
+    /// A new executor; `valueFrom` headers are read from `secrets`; it connects where
+    /// `egress` allows.
+    pub fn new(secrets: Arc<dyn SecretSource>, egress: &super::egress::Egress) -> Self {
         Self {
-            client: super::http_client(),
+            client: egress.client(),
+            egress: egress.clone(),
             secrets,
         }
     }
@@ -74,6 +77,9 @@ impl ToolExecutor {
         step: &ToolStep,
         headers: &[HeaderValue],
     ) -> Result<Upstream, Outcome> {
+        let url = reqwest::Url::parse(&step.server.url)
+            .map_err(|e| fatal(format!("tool.server.url {:?}: {e}", step.server.url)))?;
+        self.egress.check_url(&url).map_err(fatal)?;
         let resolved = super::resolve_headers(&*self.secrets, run, headers)
             .await
             .map_err(|e| fatal(format!("tool.server.{e}")))?;

@@ -502,6 +502,9 @@ impl Cluster {
                 &format!("--listen=127.0.0.1:{mcp}"),
                 &format!("--metrics-listen=127.0.0.1:{metrics}"),
                 &format!("--lease-name={LEASE}"),
+                // The tests' HTTP sinks run on this machine's loopback, which the operator's
+                // egress policy denies by default.
+                "--egress-allow=127.0.0.1/32",
             ]);
         if key_file {
             cmd.arg(format!("--state-key-file={}", self.state_key.display()));

@@ -46,6 +46,14 @@ impl Drop for TempDir {
     }
 }
 
+/// The egress policy of `runway serve`: loopback (where the tests' HTTP servers run) allowed.
+pub fn local_egress() -> runway::steps::egress::Egress {
+    runway::steps::egress::Egress {
+        allow_loopback: true,
+        ..Default::default()
+    }
+}
+
 pub struct Harness {
     pub dir: TempDir,
     pub store: SqliteStore,
@@ -68,7 +76,10 @@ impl Harness {
     /// Start a controller on the database and manifests already in `dir`.
     pub fn start_in(dir: TempDir) -> Self {
         runway::install_crypto_provider();
-        let executor = Arc::new(Executors::new(Arc::new(StaticSecrets::default())));
+        let executor = Arc::new(Executors::new(
+            Arc::new(StaticSecrets::default()),
+            &local_egress(),
+        ));
         Self::start_with(dir, executor, 8)
     }
 

@@ -90,6 +90,7 @@ impl Mcp {
             workers: 8,
             auth: AuthMode::File(dir.path().join("auth.yaml")),
             mcp,
+            egress: super::harness::local_egress(),
         })
         .await
         .unwrap();
