@@ -263,6 +263,7 @@ async fn lead(
         Arc::new(KubeEvents::new(client.clone(), opts.identity.clone())),
         controller::Config {
             workers: opts.workers,
+            workers_per_namespace: 0,
             metrics,
         },
     );

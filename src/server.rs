@@ -159,6 +159,7 @@ impl Server {
             Arc::new(LogEvents),
             controller::Config {
                 workers: opts.workers,
+                workers_per_namespace: 0,
                 metrics: opts.mcp.metrics.clone(),
             },
         );

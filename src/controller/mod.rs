@@ -62,6 +62,9 @@ impl EventSink for LogEvents {
 pub struct Config {
     /// Runs reconciled at once.
     pub workers: usize,
+    /// Runs of one namespace reconciled at once (0: half the workers, at least one), so that
+    /// one tenant cannot occupy every worker.
+    pub workers_per_namespace: usize,
     /// Where reconcile errors, queue depth and step durations are recorded.
     pub metrics: crate::telemetry::Metrics,
 }
@@ -70,6 +73,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             workers: 32,
+            workers_per_namespace: 0,
             metrics: Default::default(),
         }
     }
@@ -138,7 +142,10 @@ impl Controller {
             workflows,
             executor,
             events,
-            queue: Queue::default(),
+            queue: Queue::with_namespace_limit(match config.workers_per_namespace {
+                0 => config.workers.div_ceil(2),
+                n => n,
+            }),
             inflight: Mutex::new(HashMap::new()),
             config,
         })

@@ -1,4 +1,5 @@
-//! A work queue of Run keys: deduplicated, delayed, and never handing one key to two workers.
+//! A work queue of Run keys: deduplicated, delayed, never handing one key to two workers, and
+//! never handing one namespace more than its share of the workers.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
@@ -10,10 +11,17 @@ use tokio::time::Instant;
 pub type Key = (String, String);
 
 /// The queue.
-#[derive(Default)]
 pub struct Queue {
     state: Mutex<State>,
     notify: Notify,
+    /// Most keys of one namespace held by workers at once.
+    per_namespace: usize,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self::with_namespace_limit(usize::MAX)
+    }
 }
 
 #[derive(Default)]
@@ -21,9 +29,21 @@ struct State {
     due: BTreeSet<(Instant, Key)>,
     when: HashMap<Key, Instant>,
     active: HashSet<Key>,
+    /// Held keys per namespace.
+    busy: HashMap<String, usize>,
 }
 
 impl Queue {
+    /// A queue that hands out at most `n` keys of one namespace at a time, so that one tenant's
+    /// Runs cannot occupy every worker.
+    pub fn with_namespace_limit(n: usize) -> Self {
+        Self {
+            state: Mutex::default(),
+            notify: Notify::new(),
+            per_namespace: n.max(1),
+        }
+    }
+
     /// Process `key` now.
     pub fn add(&self, key: Key) {
         self.add_at(key, Instant::now());
@@ -63,16 +83,20 @@ impl Queue {
             let next_wake = {
                 let mut s = self.state.lock().expect("queue lock");
                 let now = Instant::now();
+                let limit = self.per_namespace;
                 let found = s
                     .due
                     .iter()
                     .take_while(|(t, _)| *t <= now)
-                    .find(|(_, k)| !s.active.contains(k))
+                    .find(|(_, k)| {
+                        !s.active.contains(k) && s.busy.get(&k.0).copied().unwrap_or(0) < limit
+                    })
                     .cloned();
                 if let Some((t, k)) = found {
                     s.due.remove(&(t, k.clone()));
                     s.when.remove(&k);
                     s.active.insert(k.clone());
+                    *s.busy.entry(k.0.clone()).or_default() += 1;
                     return k;
                 }
                 s.due
@@ -94,7 +118,16 @@ impl Queue {
 
     /// Release `key`; if it was added again meanwhile, another worker may take it now.
     pub fn done(&self, key: &Key) {
-        self.state.lock().expect("queue lock").active.remove(key);
+        let mut s = self.state.lock().expect("queue lock");
+        if s.active.remove(key)
+            && let Some(n) = s.busy.get_mut(&key.0)
+        {
+            *n -= 1;
+            if *n == 0 {
+                s.busy.remove(&key.0);
+            }
+        }
+        drop(s);
         self.notify.notify_waiters();
     }
 }
@@ -103,6 +136,22 @@ impl Queue {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn one_namespace_gets_at_most_its_share() {
+        let q = Queue::with_namespace_limit(1);
+        let key = |ns: &str, n: &str| (ns.to_owned(), n.to_owned());
+        q.add(key("busy", "1"));
+        q.add(key("busy", "2"));
+        q.add(key("quiet", "1"));
+        let first = q.pop().await;
+        assert_eq!(first, key("busy", "1"));
+        assert_eq!(q.pop().await, key("quiet", "1"), "busy/2 waits for busy/1");
+        let waiting = tokio::time::timeout(Duration::from_millis(50), q.pop()).await;
+        assert!(waiting.is_err(), "busy is at its limit");
+        q.done(&first);
+        assert_eq!(q.pop().await, key("busy", "2"));
+    }
 
     fn k(n: &str) -> Key {
         ("ns".into(), n.into())
