@@ -77,3 +77,9 @@ CRASH_SEED ?= 1
 .PHONY: crash-soak
 crash-soak:
 	RUNWAY_CRASH_KILLS=$(CRASH_KILLS) RUNWAY_CRASH_SEED=$(CRASH_SEED) $(CARGO) test --test crash_retry -- --nocapture
+
+## Property tests with many more inputs than CI gives them (zero panics expected).
+FUZZ_CASES ?= 20000
+.PHONY: fuzz-soak
+fuzz-soak:
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release --test properties
