@@ -688,3 +688,80 @@ spec:
         "{message}"
     );
 }
+
+/// The real executors, except that `tool` steps wait until the test releases them.
+struct SlowUpstream {
+    real: runway::steps::Executors,
+    release: tokio_util::sync::CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl runway::steps::Executor for SlowUpstream {
+    async fn execute(
+        &self,
+        run: &runway::api::Run,
+        effect: &runway::engine::Effect,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Option<runway::engine::Outcome> {
+        if matches!(effect.action, runway::engine::Action::Tool { .. }) {
+            self.release.cancelled().await;
+            return Some(runway::engine::Outcome::Succeeded(json!("upstream done")));
+        }
+        self.real.execute(run, effect, cancel).await
+    }
+}
+
+#[tokio::test]
+async fn runs_waiting_on_an_upstream_task_do_not_hold_the_workers() {
+    let wf = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: upstream }
+spec:
+  steps:
+    - name: call
+      tool: { server: { url: "http://upstream.example/mcp" }, name: work }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: quick }
+spec:
+  steps:
+    - { name: nap, delay: { duration: 10ms } }
+"#;
+    let dir = support::harness::TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/wf.yaml"), wf).unwrap();
+    let release = tokio_util::sync::CancellationToken::new();
+    let exec = SlowUpstream {
+        real: runway::steps::Executors::new(
+            Arc::new(runway::steps::StaticSecrets::default()),
+            &support::harness::local_egress(),
+        ),
+        release: release.clone(),
+    };
+    // One worker, and two Runs waiting on their upstream tasks.
+    let h = Harness::start_with(dir, Arc::new(exec), 1);
+    let waiting: Vec<String> =
+        futures::future::join_all((0..2).map(|_| h.create("upstream", json!({}))))
+            .await
+            .into_iter()
+            .map(|r| r.metadata.name.unwrap())
+            .collect();
+    for name in &waiting {
+        h.wait_for(name, "calling upstream", |r| r.phase() == RunPhase::Running)
+            .await;
+    }
+    let quick = h.create("quick", json!({})).await.metadata.name.unwrap();
+    let done = h
+        .wait_for(&quick, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded, "the worker was free");
+    release.cancel();
+    for name in &waiting {
+        let done = h
+            .wait_for(name, "finished", |r| r.phase().is_terminal())
+            .await;
+        assert_eq!(done.phase(), RunPhase::Succeeded);
+    }
+}

@@ -83,7 +83,10 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// What the gate may answer: a status it documents, and JSON-RPC when it is JSON.
 fn assert_defined(status: u16, content_type: &str, body: &str) {
     assert!(
-        [200, 202, 400, 401, 403, 404, 405, 406, 408, 413, 415, 429, 503].contains(&status),
+        [
+            200, 202, 400, 401, 403, 404, 405, 406, 408, 413, 415, 429, 503
+        ]
+        .contains(&status),
         "undocumented status {status}: {body}"
     );
     if content_type.starts_with("application/json") && !body.is_empty() {

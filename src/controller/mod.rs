@@ -89,7 +89,18 @@ pub struct Controller {
     /// Effects in progress, and whether their Run was already cancelled when they started
     /// (`finally` steps of a cancelled Run must not be aborted).
     inflight: Mutex<HashMap<Key, (CancellationToken, bool)>>,
+    /// Fires when the controller stops, ending detached effects.
+    stopping: CancellationToken,
     config: Config,
+}
+
+/// Effects that wait on something outside (a Job, an upstream task) for as long as it takes,
+/// and so run without holding a worker.
+fn waits_long(effect: &Effect) -> bool {
+    matches!(
+        effect.action,
+        crate::engine::Action::Job { .. } | crate::engine::Action::Tool { .. }
+    )
 }
 
 fn key(run: &Run) -> Key {
@@ -147,6 +158,7 @@ impl Controller {
                 n => n,
             }),
             inflight: Mutex::new(HashMap::new()),
+            stopping: CancellationToken::new(),
             config,
         })
     }
@@ -181,6 +193,7 @@ impl Controller {
             });
         }
         shutdown.cancelled().await;
+        self.stopping.cancel();
         tasks.shutdown().await;
     }
 
@@ -234,7 +247,7 @@ impl Controller {
     }
 
     /// Bring one Run as far as it can go now.
-    pub async fn reconcile(&self, k: &Key) {
+    pub async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.0, &k.1).await {
                 Ok(Some(run)) => run,
@@ -274,6 +287,9 @@ impl Controller {
                 None => run,
             };
             match decision.next {
+                Next::Execute(effect) if waits_long(&effect) => {
+                    return self.execute_detached(k, run, *effect);
+                }
                 Next::Execute(effect) => {
                     if !self.execute(k, &run, &effect).await {
                         return;
@@ -299,6 +315,42 @@ impl Controller {
         self.queue.add(k.clone());
     }
 
+    /// Perform an effect that may wait a long time (a Job, an upstream task) without holding
+    /// a worker: it runs in a task of its own, which records the outcome and queues the Run
+    /// again. While it runs, reconciles of the Run start nothing (the in-flight entry stays
+    /// until the outcome is recorded, so the same attempt never runs twice).
+    fn execute_detached(self: &Arc<Self>, k: &Key, run: Run, effect: Effect) {
+        let token = {
+            let mut inflight = self.inflight.lock().expect("inflight lock");
+            if inflight.contains_key(k) {
+                return;
+            }
+            let token = CancellationToken::new();
+            inflight.insert(k.clone(), (token.clone(), run.spec.cancel.is_some()));
+            token
+        };
+        let (me, k) = (self.clone(), k.clone());
+        tokio::spawn(async move {
+            let work = std::panic::AssertUnwindSafe(async {
+                let outcome = me.perform(&k, &run, &effect, token).await;
+                if let Some(outcome) = outcome {
+                    me.record(&k, &effect, outcome).await;
+                }
+            })
+            .catch_unwind();
+            let done = tokio::select! {
+                // The controller stopped: abandoned, as in a crash; the next leader resumes it.
+                _ = me.stopping.cancelled() => return,
+                done = work => done,
+            };
+            me.inflight.lock().expect("inflight lock").remove(&k);
+            if let Err(panic) = done {
+                me.fail_after_panic(&k, panic_message(&*panic)).await;
+            }
+            me.queue.add(k);
+        });
+    }
+
     /// Perform an effect and record its outcome. Returns whether to keep reconciling.
     async fn execute(&self, k: &Key, run: &Run, effect: &Effect) -> bool {
         let token = CancellationToken::new();
@@ -307,6 +359,21 @@ impl Controller {
             .lock()
             .expect("inflight lock")
             .insert(k.clone(), (token.clone(), already_cancelled));
+        let outcome = self.perform(k, run, effect, token).await;
+        self.inflight.lock().expect("inflight lock").remove(k);
+        let Some(outcome) = outcome else { return true };
+        self.record(k, effect, outcome).await
+    }
+
+    /// Run the executor for one attempt; `None` when it was cancelled first.
+    async fn perform(
+        &self,
+        k: &Key,
+        run: &Run,
+        effect: &Effect,
+        token: CancellationToken,
+    ) -> Option<Outcome> {
+        let already_cancelled = run.spec.cancel.is_some();
         // A cancel that landed between our read and registering the token is caught here.
         if !already_cancelled
             && let Ok(Some(latest)) = self.store.get(&k.0, &k.1).await
@@ -323,9 +390,7 @@ impl Controller {
             crate::engine::Action::Cleanup(_) => "cleanup",
         };
         self.config.metrics.step(kind, started);
-        self.inflight.lock().expect("inflight lock").remove(k);
-        let Some(outcome) = outcome else { return true };
-        self.record(k, effect, outcome).await
+        outcome
     }
 
     async fn record(&self, k: &Key, effect: &Effect, outcome: Outcome) -> bool {
