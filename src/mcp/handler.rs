@@ -490,7 +490,8 @@ impl RunwayMcp {
                 },
                 _ = ctx.ct.cancelled() => {
                     if !self.state.shutdown.is_cancelled() {
-                        self.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
+                        // Logged inside; the client is gone and cannot be told.
+                        let _ = self.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
                     }
                     return Err(err(codes::INTERNAL_ERROR, "request cancelled", None));
                 }
@@ -498,13 +499,15 @@ impl RunwayMcp {
         }
     }
 
-    async fn cancel(&self, t: &Tenant, name: &str, reason: &str) {
+    /// Record the cancel intent in `spec.cancel` (once). `Ok` only when it is durable (or the
+    /// Run is gone, finished or already cancelled).
+    async fn cancel(&self, t: &Tenant, name: &str, reason: &str) -> Result<(), StoreError> {
         loop {
-            let Ok(Some(mut run)) = self.state.store.get(&t.namespace, name).await else {
-                return;
+            let Some(mut run) = self.state.store.get(&t.namespace, name).await? else {
+                return Ok(());
             };
             if run.spec.cancel.is_some() || run.phase().is_terminal() {
-                return;
+                return Ok(());
             }
             run.spec.cancel = Some(CancelRequest {
                 reason: Some(reason.into()),
@@ -513,13 +516,14 @@ impl RunwayMcp {
             });
             match self.state.store.update(run).await {
                 Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return Ok(()),
                 Err(e) => {
                     tracing::error!(run = name, error = %e, "cannot record cancellation");
-                    return;
+                    return Err(e);
                 }
                 Ok(_) => {
                     tracing::info!(namespace = %t.namespace, run = name, by = %t.identity.principal.username, reason, "cancel requested");
-                    return;
+                    return Ok(());
                 }
             }
         }
@@ -937,9 +941,10 @@ impl ServerHandler for RunwayMcp {
         task_run(&self.state, &t, &request.task_id, Verb::Update)
             .await?
             .ok_or_else(unknown_task)?;
+        // Acknowledged only once the intent is durable; a store failure is an error, not an ack.
         self.cancel(&t, &request.task_id, "requested via tasks/cancel")
-            .await;
-        Ok(())
+            .await
+            .map_err(internal)
     }
 
     async fn on_custom_request(
