@@ -11,13 +11,13 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use support::harness::TempDir;
-use support::mcp::{AUTH, Client, parse_body};
+use support::mcp::{AUTH, Client};
 use support::process::{Process, free_port};
+use support::sink::Sink;
 
 /// Calls sent in each round, besides the re-sends.
 const BATCH: usize = 12;
@@ -44,33 +44,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Deliveries per `Idempotency-Key` header value.
-type Deliveries = Arc<Mutex<BTreeMap<String, usize>>>;
-
-async fn sink() -> (String, Deliveries) {
-    let seen: Deliveries = Arc::default();
-    let s = seen.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap| {
-            let s = s.clone();
-            async move {
-                let key = headers
-                    .get("idempotency-key")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("<none>")
-                    .to_owned();
-                *s.lock().unwrap().entry(key).or_default() += 1;
-                axum::Json(json!({"ok": true}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/hook"), seen)
-}
-
 fn workflow(url: &str) -> String {
     format!(
         r#"
@@ -93,44 +66,15 @@ spec:
     )
 }
 
-/// Send one idempotent call; `None` when the server did not answer (it died meanwhile).
-async fn call(c: &Client, key: &str, n: usize) -> Option<String> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": "hooks", "arguments": {"n": n},
-    "_meta": {
-        "io.modelcontextprotocol/protocolVersion": support::mcp::VERSION,
-        "io.modelcontextprotocol/clientCapabilities": c.caps,
-        "dev.runway/idempotencyKey": key,
-    }}});
-    let resp = c
-        .request("tools/call", Some("hooks"))
-        .json(&body)
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .ok()?;
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let text = resp.text().await.ok()?;
-    let msg = parse_body(&ct, &text).pop()?;
-    let id = msg["result"]["taskId"].as_str();
-    assert!(msg.get("error").is_none(), "call {key} refused: {msg}");
-    id.map(str::to_owned)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retried_idempotent_calls_survive_kill_9_without_duplicates() {
     let kills = env_u64("RUNWAY_CRASH_KILLS", 3);
     let seed = env_u64("RUNWAY_CRASH_SEED", 0x5eed_2026);
     let mut rng = Rng(seed | 1);
-    let (url, deliveries) = sink().await;
+    let sink = Sink::start().await;
     let dir = TempDir::new();
     std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
-    std::fs::write(dir.path().join("workflows/wf.yaml"), workflow(&url)).unwrap();
+    std::fs::write(dir.path().join("workflows/wf.yaml"), workflow(&sink.url)).unwrap();
     std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
     let port = free_port();
 
@@ -152,7 +96,12 @@ async fn retried_idempotent_calls_survive_kill_9_without_duplicates() {
         let last = round == kills;
         let calls = batch.clone().into_iter().map(|(key, n)| {
             let c = c.clone();
-            async move { (key.clone(), n, call(&c, &key, n).await) }
+            async move {
+                let got = c
+                    .idempotent_call("hooks", json!({"n": n}), &key, Duration::from_secs(10))
+                    .await;
+                (key.clone(), n, got)
+            }
         });
         let all = futures::future::join_all(calls);
         let results = if last {
@@ -217,7 +166,7 @@ async fn retried_idempotent_calls_survive_kill_9_without_duplicates() {
     );
     // Every step reached the sink under exactly one key: its own Run's.
     let uids: BTreeSet<String> = runs.iter().filter_map(|r| r.metadata.uid.clone()).collect();
-    let deliveries = deliveries.lock().unwrap().clone();
+    let deliveries = sink.deliveries();
     let mut expected = BTreeSet::new();
     for uid in &uids {
         for step in ["first", "second"] {

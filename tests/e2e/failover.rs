@@ -6,12 +6,12 @@ mod cluster;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cluster::{cluster, token};
 use serde_json::json;
-use support::mcp::{Client, parse_body};
+use support::mcp::Client;
+use support::sink::Sink;
 
 /// The tests here kill replicas: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -103,66 +103,13 @@ async fn the_other_replica_takes_over_when_the_leader_dies_and_a_restarted_one_r
     assert_eq!(steps.trim(), "1 1", "each step ran once");
 }
 
-/// Deliveries per `Idempotency-Key`.
-type Deliveries = Arc<Mutex<BTreeMap<String, usize>>>;
-
-async fn sink() -> (String, Deliveries) {
-    let seen: Deliveries = Arc::default();
-    let s = seen.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap| {
-            let s = s.clone();
-            async move {
-                let key = headers
-                    .get("idempotency-key")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("<none>")
-                    .to_owned();
-                *s.lock().unwrap().entry(key).or_default() += 1;
-                axum::Json(json!({"ok": true}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}/hook"), seen)
-}
-
-/// One idempotent call; `None` when the replica did not answer.
-async fn idempotent_call(c: &Client, key: &str) -> Option<String> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-    "name": "hooks", "arguments": {},
-    "_meta": {
-        "io.modelcontextprotocol/protocolVersion": support::mcp::VERSION,
-        "io.modelcontextprotocol/clientCapabilities": c.caps,
-        "dev.runway/idempotencyKey": key,
-    }}});
-    let resp = c
-        .request("tools/call", Some("hooks"))
-        .json(&body)
-        .timeout(Duration::from_secs(20))
-        .send()
-        .await
-        .ok()?;
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let msg = parse_body(&ct, &resp.text().await.ok()?).pop()?;
-    assert!(msg.get("error").is_none(), "call {key} refused: {msg}");
-    msg["result"]["taskId"].as_str().map(str::to_owned)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn retried_idempotent_calls_across_replicas_and_a_leader_kill_make_one_run_each() {
     let _one_at_a_time = SERIAL.lock().await;
     let c = cluster(2);
     let ns = c.namespace("idem");
-    let (url, deliveries) = sink().await;
+    let sink = Sink::start().await;
+    let url = &sink.url;
     let wf = format!(
         r#"
 apiVersion: runway.dev/v1alpha1
@@ -204,7 +151,8 @@ spec:
     for i in 0..6 {
         let key = format!("key-{i}");
         for cl in &clients {
-            let id = idempotent_call(cl, &key)
+            let id = cl
+                .idempotent_call("hooks", json!({}), &key, Duration::from_secs(20))
                 .await
                 .expect("a live replica answers");
             answers.entry(key.clone()).or_default().insert(id);
@@ -224,7 +172,10 @@ spec:
         tokio::spawn(async move {
             let mut got = Vec::new();
             for k in batch {
-                got.push((k.clone(), idempotent_call(&cl, &k).await));
+                let id = cl
+                    .idempotent_call("hooks", json!({}), &k, Duration::from_secs(20))
+                    .await;
+                got.push((k.clone(), id));
             }
             got
         })
@@ -247,7 +198,8 @@ spec:
     );
     for k in batch {
         // Every key again on a survivor: the ones answered before must come back the same.
-        let id = idempotent_call(&survivor, &k)
+        let id = survivor
+            .idempotent_call("hooks", json!({}), &k, Duration::from_secs(20))
             .await
             .expect("the survivor answers");
         answers.entry(k).or_default().insert(id);
@@ -268,7 +220,7 @@ spec:
         expected.insert(format!("{uid}/first"));
         expected.insert(format!("{uid}/second"));
     }
-    let seen: BTreeSet<String> = deliveries.lock().unwrap().keys().cloned().collect();
+    let seen: BTreeSet<String> = sink.deliveries().keys().cloned().collect();
     assert_eq!(
         seen, expected,
         "each step delivered under its one Run's key"
@@ -277,6 +229,6 @@ spec:
         "operator crash test: {} keys, {} unanswered when the leader died, {} deliveries",
         answers.len(),
         unanswered.len(),
-        deliveries.lock().unwrap().values().sum::<usize>()
+        sink.deliveries().values().sum::<usize>()
     );
 }

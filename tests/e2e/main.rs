@@ -6,8 +6,6 @@ mod cluster;
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, Mutex};
-
 use cluster::{Cluster, cluster, token};
 use serde_json::{Value, json};
 use support::mcp::Client;
@@ -442,31 +440,21 @@ spec:
 
 /// Play the kubelet: the Job's Pod ends with `message` as its termination message.
 fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
-    let mut pod = String::new();
-    let start = std::time::Instant::now();
-    while pod.is_empty() {
-        assert!(
-            start.elapsed() < cluster::PATIENCE,
-            "job {job} never got a pod"
-        );
-        pod = c
-            .admin(&[
-                "get",
-                "pods",
-                "-n",
-                ns,
-                "-l",
-                &format!("job-name={job}"),
-                "-o",
-                "jsonpath={.items[0].metadata.name}",
-                "--ignore-not-found",
-            ])
-            .trim()
-            .to_owned();
-        if pod.is_empty() {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
+    // The Job controller has made the Pod once the Job counts it as active.
+    c.wait_jsonpath(ns, &format!("job/{job}"), "{.status.active}", "1");
+    let pod = c
+        .admin(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            &format!("job-name={job}"),
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .trim()
+        .to_owned();
     let now = jiff::Timestamp::now().to_string();
     let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
         "name": "main", "image": "busybox:1.36", "imageID": "x", "ready": false,
@@ -486,30 +474,25 @@ fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
 }
 
 fn job_of(c: &Cluster, ns: &str, run: &str) -> String {
-    let mut job = String::new();
-    let start = std::time::Instant::now();
-    while job.is_empty() {
-        assert!(
-            start.elapsed() < cluster::PATIENCE,
-            "run {run} never made a job"
-        );
-        job = c
-            .admin(&[
-                "get",
-                "run",
-                run,
-                "-n",
-                ns,
-                "-o",
-                "jsonpath={.status.steps[0].jobName}",
-            ])
-            .trim()
-            .to_owned();
-        if job.is_empty() {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
-    job
+    let what = format!("run/{run}");
+    c.admin(&[
+        "wait",
+        "-n",
+        ns,
+        "--for=jsonpath={.status.steps[0].jobName}",
+        &what,
+        &format!("--timeout={}s", cluster::PATIENCE.as_secs()),
+    ]);
+    c.admin(&[
+        "get",
+        &what,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.status.steps[0].jobName}",
+    ])
+    .trim()
+    .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -542,36 +525,12 @@ async fn job_steps_run_as_owned_jobs_and_cancel_deletes_them() {
     ]);
 }
 
-/// A local HTTP endpoint that records the `Authorization` header of every request.
-async fn sink() -> (String, Arc<Mutex<Vec<String>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap| {
-            let s = s.clone();
-            async move {
-                let auth = headers
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                s.lock().unwrap().push(auth);
-                axum::Json(json!({"ok": true}))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), seen)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn secrets_reach_headers_and_finished_runs_are_garbage_collected() {
     let c = up();
     let ns = c.namespace("secrets");
-    let (url, seen) = sink().await;
+    let sink = support::sink::Sink::start().await;
+    let url = &sink.url;
     c.admin(&[
         "create",
         "secret",
@@ -592,7 +551,7 @@ spec:
     - name: post
       http:
         method: POST
-        url: "{url}/hook"
+        url: "{url}"
         headers:
           - name: Authorization
             valueFrom: {{ secretKeyRef: {{ name: hook, key: token }} }}
@@ -602,7 +561,7 @@ spec:
     let alice = mcp(c, 0, "alice", &ns);
     let id = task_id(&alice.call("hook", json!({})).await);
     alice.await_status(&id, "completed").await;
-    assert_eq!(*seen.lock().unwrap(), ["Bearer s3cret"]);
+    assert_eq!(*sink.authorization.lock().unwrap(), ["Bearer s3cret"]);
     c.admin(&[
         "wait",
         "-n",

@@ -302,6 +302,40 @@ impl Client {
             .await
     }
 
+    /// `tools/call` of `tool` under an idempotency key; the task id, or `None` when the server
+    /// gave no answer (it died meanwhile). A refusal fails the test.
+    pub async fn idempotent_call(
+        &self,
+        tool: &str,
+        args: Value,
+        key: &str,
+        timeout: std::time::Duration,
+    ) -> Option<String> {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": tool, "arguments": args,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": self.caps,
+            "dev.runway/idempotencyKey": key,
+        }}});
+        let resp = self
+            .request("tools/call", Some(tool))
+            .json(&body)
+            .timeout(timeout)
+            .send()
+            .await
+            .ok()?;
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let msg = parse_body(&ct, &resp.text().await.ok()?).pop()?;
+        assert!(msg.get("error").is_none(), "call {key} refused: {msg}");
+        msg["result"]["taskId"].as_str().map(str::to_owned)
+    }
+
     /// Follow `task` on `subscriptions/listen` until its status is `status`; returns the task.
     pub async fn await_status(&self, task: &str, status: &str) -> Value {
         self.await_task(task, &format!("status {status}"), |t| t["status"] == status)

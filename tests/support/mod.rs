@@ -6,4 +6,5 @@ pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
 pub mod process;
+pub mod sink;
 pub mod upstream;

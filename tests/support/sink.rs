@@ -1,0 +1,58 @@
+//! A local HTTP endpoint that webhook steps post to: it answers `{"ok": true}` and counts the
+//! deliveries per `Idempotency-Key` and the `Authorization` headers it saw.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+pub struct Sink {
+    /// `http://127.0.0.1:<port>/hook`.
+    pub url: String,
+    /// Deliveries per `Idempotency-Key` (`<none>` for requests without one).
+    pub by_key: Arc<Mutex<BTreeMap<String, usize>>>,
+    /// Every `Authorization` header received, in order.
+    pub authorization: Arc<Mutex<Vec<String>>>,
+}
+
+impl Sink {
+    pub async fn start() -> Self {
+        let by_key: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+        let authorization: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (k, a) = (by_key.clone(), authorization.clone());
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let (k, a) = (k.clone(), a.clone());
+                async move {
+                    let header = |name: &str, default: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or(default)
+                            .to_owned()
+                    };
+                    *k.lock()
+                        .unwrap()
+                        .entry(header("idempotency-key", "<none>"))
+                        .or_default() += 1;
+                    a.lock().unwrap().push(header("authorization", ""));
+                    axum::Json(json!({"ok": true}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            url: format!("http://{addr}/hook"),
+            by_key,
+            authorization,
+        }
+    }
+
+    /// A copy of the deliveries per key.
+    pub fn deliveries(&self) -> BTreeMap<String, usize> {
+        self.by_key.lock().unwrap().clone()
+    }
+}
