@@ -291,6 +291,16 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
         ],
     );
     c.wait_jsonpath(&ns, &run, "{.status.phase}", "Succeeded");
+    // GitOps tools read a finished Run as current: its status describes its latest generation
+    // (the answer made that generation 2).
+    let obj = get_json(c, &ns, &run);
+    assert_eq!(obj["metadata"]["generation"], 2);
+    assert_eq!(
+        obj["status"]["observedGeneration"],
+        obj["metadata"]["generation"]
+    );
+    assert_eq!(obj["status"]["conditions"][0]["type"], "Finished");
+    assert_eq!(obj["status"]["conditions"][0]["observedGeneration"], 2);
     let done = alice.get(&first).await;
     assert_eq!(
         done.result()["result"]["content"][0]["text"],
