@@ -122,13 +122,7 @@ fn log_to(cmd: &mut Command, file: &Path) {
     cmd.stdout(Stdio::null()).stderr(f);
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::support::process::free_port;
 
 fn assets() -> PathBuf {
     const BINARIES: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
@@ -435,6 +429,22 @@ impl Cluster {
     /// Run kubectl as the cluster admin; it must succeed.
     pub fn admin(&self, args: &[&str]) -> String {
         self.ok("admin", args)
+    }
+
+    /// A merge patch of `what` (`run/<name>`) as `user`, as `kubectl patch --type=merge` does.
+    pub fn patch(&self, user: &str, ns: &str, what: &str, patch: &serde_json::Value) -> Output {
+        self.kubectl(
+            user,
+            &[
+                "patch",
+                what,
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+        )
     }
 
     /// Apply YAML as `user` (server-side).

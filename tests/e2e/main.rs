@@ -203,34 +203,12 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     // Forged identities are refused by the admission policy.
     let forged = json!({"spec": {"inputResponses": {"approval.decision":
         {"action": "accept", "content": {"approve": true}, "answeredBy": "alice"}}}});
-    let out = c.kubectl(
-        "carol",
-        &[
-            "patch",
-            &run,
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &forged.to_string(),
-        ],
-    );
+    let out = c.patch("carol", &ns, &run, &forged);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ValidatingAdmissionPolicy"), "{err}");
     let forged_cancel = json!({"spec": {"cancel": {"reason": "x", "requestedBy": "alice"}}});
-    let out = c.kubectl(
-        "carol",
-        &[
-            "patch",
-            &run,
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &forged_cancel.to_string(),
-        ],
-    );
+    let out = c.patch("carol", &ns, &run, &forged_cancel);
     assert!(!out.status.success(), "a forged cancel was accepted");
     let forged_run = "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: { name: forged }\n\
         spec:\n  workflowRef: { name: approve }\n  arguments: { service: x }\n  \
@@ -278,17 +256,11 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     let answer = json!({"spec": {"inputResponses": {"approval.decision":
         {"action": "accept", "content": {"approve": true}, "answeredBy": "carol",
          "answeredByGroups": ["ops"]}}}});
-    c.ok(
-        "carol",
-        &[
-            "patch",
-            &run,
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &answer.to_string(),
-        ],
+    let out = c.patch("carol", &ns, &run, &answer);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     c.wait_jsonpath(&ns, &run, "{.status.phase}", "Succeeded");
     // GitOps tools read a finished Run as current: its status describes its latest generation
@@ -335,17 +307,11 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     let third = task_id(&alice.call("approve", json!({"service": "web"})).await);
     alice.await_status(&third, "input_required").await;
     let cancel = json!({"spec": {"cancel": {"reason": "not today", "requestedBy": "carol"}}});
-    c.ok(
-        "carol",
-        &[
-            "patch",
-            &format!("run/{third}"),
-            "-n",
-            &ns,
-            "--type=merge",
-            "-p",
-            &cancel.to_string(),
-        ],
+    let out = c.patch("carol", &ns, &format!("run/{third}"), &cancel);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     c.wait_jsonpath(&ns, &format!("run/{third}"), "{.status.phase}", "Cancelled");
     let events = c.admin(&["describe", &format!("run/{third}"), "-n", &ns]);
