@@ -195,11 +195,18 @@ def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> No
         f"--allowed-host=runway.{NAMESPACE}.svc.cluster.local",
         "--task-access=owner",
         "--state-key-file=/etc/runway/state/state-key",
+        "--token-audience=runway",
         "--auth-cache-ttl=10s",
         "--log-format=json",
     ]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
     assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+
+
+def test_tokens_for_the_api_server_can_be_accepted_by_choice() -> None:
+    c = one(render({"auth": {"tokenAudiences": []}}), "Deployment")
+    args = c["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not any(a.startswith("--token-audience") for a in args)
 
 
 def test_every_option_reaches_the_operator() -> None:

@@ -43,6 +43,12 @@ pub const USERS: &[(&str, &str)] = &[
     ("mallory", ""),
 ];
 
+/// The audience the chart's operator accepts tokens for (`auth.tokenAudiences`).
+pub const AUDIENCE: &str = "runway";
+
+/// The API server's own token audience (its ServiceAccount issuer).
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
 /// The bearer token of a static user.
 pub fn token(user: &str) -> String {
     format!("{user}-token")
@@ -289,6 +295,10 @@ impl Cluster {
             &format!("--etcd-servers={etcd_url}"),
             "--service-cluster-ip-range=10.0.0.0/24",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            // The static users' tokens carry no audience of their own: the API server vouches
+            // for them for its own audiences, so Runway's (the chart's default) is added here,
+            // as a cluster admin who signs people in with static tokens or OIDC would.
+            &format!("--api-audiences={API_AUDIENCE},{AUDIENCE}"),
             "--service-account-key-file=sa.pub",
             "--service-account-signing-key-file=sa.key",
             "--authorization-mode=RBAC",
@@ -515,6 +525,7 @@ impl Cluster {
                 // The tests' HTTP sinks run on this machine's loopback, which the operator's
                 // egress policy denies by default.
                 "--egress-allow=127.0.0.1/32",
+                &format!("--token-audience={AUDIENCE}"),
             ]);
         if key_file {
             cmd.arg(format!("--state-key-file={}", self.state_key.display()));

@@ -6,7 +6,7 @@ mod cluster;
 #[path = "../support/mod.rs"]
 mod support;
 
-use cluster::{Cluster, cluster, token};
+use cluster::{AUDIENCE, Cluster, cluster, token};
 use serde_json::{Value, json};
 use support::mcp::Client;
 
@@ -392,6 +392,46 @@ async fn tenants_are_isolated_by_token_review_and_access_review() {
     let alice = mcp(c, 1, "alice", &ns);
     assert!(alice.cancel(&id).await.last().get("error").is_none());
     c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_tokens_minted_for_runway_are_accepted() {
+    let c = up();
+    let ns = c.namespace("audience");
+    apply_ok(c, &ns, NAP);
+    c.admin(&["create", "serviceaccount", "agent", "-n", &ns]);
+    c.admin(&[
+        "create",
+        "rolebinding",
+        "agent-call",
+        "-n",
+        &ns,
+        "--clusterrole=runway-caller",
+        &format!("--serviceaccount={ns}:agent"),
+    ]);
+    let mint = |audience: Option<&str>| {
+        let mut args = vec!["create", "token", "agent", "-n", &ns];
+        args.extend(audience.map(|a| ["--audience", a]).into_iter().flatten());
+        c.admin(&args).trim().to_owned()
+    };
+    // A ServiceAccount's own namespace is served on `/mcp` without naming it.
+    let agent = |token: &str| Client::new(&c.base(0), Some(token), "/mcp");
+
+    let ours = agent(&mint(Some(AUDIENCE)))
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(ours.status, 200, "{:?}", ours.messages);
+    assert_eq!(ours.result()["tools"][0]["name"], "nap");
+    // A token for the API server alone and one minted for another service are both refused.
+    // (A token requested without an audience gets all of the API server's `--api-audiences`,
+    // which here include Runway's, so it would pass: see docs/security.md.)
+    for audience in [Some(cluster::API_AUDIENCE), Some("vault")] {
+        let reply = agent(&mint(audience))
+            .rpc("tools/list", None, json!({}))
+            .await;
+        assert_eq!(reply.status, 401, "{audience:?}: {:?}", reply.messages);
+        assert_eq!(reply.error_code(), -32001);
+    }
 }
 
 const JOB: &str = r#"
