@@ -17,6 +17,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::mcp::codes::INVALID_PARAMS;
 use crate::mcp::{
     META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION, TASKS_EXTENSION,
 };
@@ -29,6 +30,9 @@ pub mod exit {
     pub const FAILED: u8 = 1;
     /// Bad usage, or the server could not be reached or refused the request.
     pub const ERROR: u8 = 2;
+    /// An answer was not taken: its question is not open (unknown key, answered already, the
+    /// task ended) or the server refused it (the reason is printed).
+    pub const NOT_TAKEN: u8 = 3;
     /// Interrupted (Ctrl-C).
     pub const INTERRUPTED: u8 = 130;
 }
@@ -334,12 +338,22 @@ async fn follow(
                 for (key, req) in requests.as_object().into_iter().flatten() {
                     answers.insert(key.clone(), prompter.answer(key, req).await?);
                 }
-                session
+                // A refused answer leaves its question open: say why, and the next round
+                // asks again.
+                match session
                     .update_task(UpdateTaskParams::new(
                         id.to_owned(),
                         answers.into_iter().collect(),
                     ))
-                    .await?;
+                    .await
+                    .map_err(ClientError::from)
+                {
+                    Ok(()) => {}
+                    Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
+                        eprintln!("  {message}");
+                    }
+                    Err(e) => return Err(e),
+                }
                 continue;
             }
             _ => {}
@@ -373,15 +387,42 @@ pub async fn answer(
     response: Value,
 ) -> Result<u8, ClientError> {
     let session = connect(target, true).await?;
+    // The server acknowledges answers to keys that are not open without taking them (a retry
+    // must not fail), so the client looks first to tell the person what happened.
+    let task = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+    let open: Vec<String> = match &task.task.payload {
+        TaskPayload::InputRequired { input_requests } => input_requests.keys().cloned().collect(),
+        _ => vec![],
+    };
+    if !open.iter().any(|k| k == key) {
+        let now = if open.is_empty() {
+            "it asks nothing now".to_owned()
+        } else {
+            format!("open: {}", open.join(", "))
+        };
+        eprintln!("answer not taken: {key} is not an open question of task {id} ({now})");
+        return Ok(exit::NOT_TAKEN);
+    }
     let mut responses = BTreeMap::new();
     responses.insert(key.to_owned(), response);
-    session
+    match session
         .update_task(UpdateTaskParams::new(
             id.to_owned(),
             responses.into_iter().collect(),
         ))
-        .await?;
-    Ok(exit::OK)
+        .await
+        .map_err(ClientError::from)
+    {
+        Ok(()) => {
+            eprintln!("answer to {key} taken");
+            Ok(exit::OK)
+        }
+        Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
+            eprintln!("answer not taken: {message}");
+            Ok(exit::NOT_TAKEN)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// `runway tasks cancel`.

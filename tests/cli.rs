@@ -148,17 +148,24 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
 
     // wait until the approval is asking, then answer it from the command line
     c.await_status(&approve, "input_required").await;
-    let mut answer = client_cmd(&dir, &p);
-    answer.args([
-        "tasks",
-        "answer",
-        &approve,
-        "review.decision",
-        "--accept",
-        r#"{"approve": true, "reason": "ok"}"#,
-    ]);
-    let (code, _, err) = run_with_stdin(answer, "").await;
+    let answer = |key: &str, content: &str| {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["tasks", "answer", &approve, key, "--accept", content]);
+        run_with_stdin(cmd, "")
+    };
+    // A mistyped key and an answer the question's schema refuses are not taken: exit 3, why.
+    let (code, _, err) = answer("review.decison", r#"{"approve": true}"#).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("not an open question") && err.contains("open: review.decision"),
+        "{err}"
+    );
+    let (code, _, err) = answer("review.decision", r#"{"approve": "yes"}"#).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("boolean"), "{err}");
+    let (code, _, err) = answer("review.decision", r#"{"approve": true, "reason": "ok"}"#).await;
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("answer to review.decision taken"), "{err}");
     let out = watching.wait_with_output().await.unwrap();
     assert_eq!(out.status.code(), Some(0));
     let lines = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -170,6 +177,11 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
         lines.lines().last().unwrap().starts_with("completed"),
         "{lines}"
     );
+
+    // Answered already, and the task has ended: not taken.
+    let (code, _, err) = answer("review.decision", r#"{"approve": false}"#).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("asks nothing now"), "{err}");
 
     let mut cancel = client_cmd(&dir, &p);
     cancel.args(["tasks", "cancel", &nap]);

@@ -53,6 +53,27 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: signoff, namespace: NS }
+spec:
+  tool: { description: Needs a sign-off from the approvers group. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: release
+            message: "Release?"
+            approvers: { groups: [approvers] }
+            requestedSchema:
+              type: object
+              properties:
+                approve: { type: boolean }
+                channel: { type: string, enum: [stable, beta] }
+              required: [approve]
+          - { name: note, message: "Anything to add?" }
+  result: { content: [ { type: text, text: "{{ inputs.release.channel }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: tool-error, namespace: NS }
 spec:
   tool: { description: Fails as a tool error. }
@@ -213,7 +234,7 @@ async fn input_is_answered_one_key_at_a_time_and_concurrent_answers_record_once(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ineligible_approvers_are_ignored() {
+async fn ineligible_answers_are_refused_with_the_reason_and_the_question_stays_open() {
     let s = server().await;
     let alice = s.client("alice-token");
     let id = task_id(&alice.call("gated", json!({})).await);
@@ -221,24 +242,169 @@ async fn ineligible_approvers_are_ignored() {
         .await;
     let key = "ask.ok";
     // alice requested it; she is not an ops approver either
-    alice
+    let refused = alice
         .update(&id, json!({ key: {"action": "accept", "content": {}} }))
         .await;
+    assert_eq!(refused.error_code(), -32602, "{:?}", refused.messages);
+    let error = &refused.last()["error"];
+    assert!(
+        error["data"]["refused"][key]
+            .as_str()
+            .unwrap()
+            .contains("requested this run"),
+        "{error}"
+    );
+    assert_eq!(error["data"]["taken"], json!([]));
     let run = runway::store::RunStore::get(s.store(), "team-a", &id)
         .await
         .unwrap()
         .unwrap();
     assert!(run.spec.input_responses.is_empty());
+    assert!(alice.get(&id).await.result()["inputRequests"][key].is_object());
     // bob is in ops
-    s.client("bob-token")
+    let taken = s
+        .client("bob-token")
         .update(&id, json!({ key: {"action": "accept", "content": {}} }))
         .await;
+    assert_eq!(taken.result()["resultType"], "complete");
     let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
     assert_eq!(
         done.spec.input_responses[key].answered_by.as_deref(),
         Some("bob")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_must_match_the_requested_schema_and_good_ones_are_kept() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let paula = s.client("paula-token");
+    let id = task_id(&alice.call("signoff", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    for (bad, why) in [
+        (json!({"channel": "stable"}), "approve"),
+        (json!({"approve": true, "channel": "nightly"}), "nightly"),
+        (json!({"approve": "yes"}), "boolean"),
+    ] {
+        let reply = paula
+            .update(
+                &id,
+                json!({"ask.release": {"action": "accept", "content": bad}}),
+            )
+            .await;
+        assert_eq!(reply.error_code(), -32602, "{:?}", reply.messages);
+        let message = reply.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            message.contains("ask.release") && message.contains(why),
+            "{message}"
+        );
+    }
+    // A valid answer, an invalid one and entries for unknown keys in one update: the valid
+    // answer is taken, the invalid one refused, the unknown ignored.
+    let mixed = alice
+        .update(
+            &id,
+            json!({
+                "ask.note": {"action": "accept", "content": {}},
+                "ask.release": {"action": "maybe"},
+                "no-such-key": 42,
+            }),
+        )
+        .await;
+    let data = &mixed.last()["error"]["data"];
+    assert_eq!(data["taken"], json!(["ask.note"]), "{:?}", mixed.messages);
+    assert!(
+        data["refused"]["ask.release"]
+            .as_str()
+            .unwrap()
+            .contains("action")
+    );
+    assert_eq!(data["ignored"], json!(["no-such-key"]));
+    // Answering a closed key again is ignored, not an error.
+    let again = alice
+        .update(
+            &id,
+            json!({"ask.note": {"action": "accept", "content": {}}}),
+        )
+        .await;
+    assert_eq!(again.result()["resultType"], "complete");
+    let open = alice.get(&id).await.result()["inputRequests"].clone();
+    assert_eq!(
+        open.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["ask.release"]
+    );
+
+    let ok = paula
+        .update(
+            &id,
+            json!({"ask.release": {"action": "accept", "content": {"approve": true, "channel": "beta"}}}),
+        )
+        .await;
+    assert_eq!(ok.result()["resultType"], "complete", "{:?}", ok.messages);
+    let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    assert_eq!(
+        alice.get(&id).await.result()["result"]["content"][0]["text"],
+        "beta"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let paula = s.client("paula-token");
+    let dave = s.client("dave-token");
+    let id = task_id(&alice.call("signoff", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    // dave has the same rights as paula but is not an approver: the owner rule hides the Run.
+    assert_eq!(dave.get(&id).await.error_code(), -32602);
+    // paula may not list runs, but the open question names her group.
+    let seen = paula.get(&id).await;
+    assert_eq!(
+        seen.result()["status"],
+        "input_required",
+        "{:?}",
+        seen.messages
+    );
+    assert!(seen.result()["inputRequests"]["ask.release"].is_object());
+    let (status, mut frames) = listen(&paula, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    let ack = frames.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([id.clone()])
+    );
+    drop(frames);
+    // Reading and answering, yes; cancelling someone else's Run, no.
+    assert_eq!(paula.cancel(&id).await.error_code(), -32602);
+    let reply = paula
+        .update(
+            &id,
+            json!({"ask.release": {"action": "accept", "content": {"approve": true}}}),
+        )
+        .await;
+    assert_eq!(
+        reply.result()["resultType"],
+        "complete",
+        "{:?}",
+        reply.messages
+    );
+    // Her question answered, the Run no longer waits for her: it is alice's again.
+    s.wait(&id, "release answered", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|st| !st.input_requests.contains_key("ask.release"))
+    })
+    .await;
+    assert_eq!(paula.get(&id).await.error_code(), -32602);
+    assert_eq!(alice.get(&id).await.result()["status"], "input_required");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

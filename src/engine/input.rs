@@ -37,6 +37,53 @@ pub fn may_answer(
     Ok(())
 }
 
+/// Whether `request` names its approvers and `username` (in `groups`) is one of them who may
+/// answer: such a person may read and answer the Run while the request is open, although the
+/// owner rule would not show them someone else's Run. Requests anyone may answer give no one
+/// extra access.
+pub fn is_named_approver(
+    request: &InputRequestSpec,
+    requester: Option<&Principal>,
+    username: &str,
+    groups: &[String],
+) -> bool {
+    request
+        .approvers
+        .as_ref()
+        .is_some_and(|a| !(a.users.is_empty() && a.groups.is_empty()))
+        && may_answer(request, requester, username, groups).is_ok()
+}
+
+/// Why `content` is not an answer `requested_schema` accepts (`None` when it is). An accept
+/// without content is checked as the empty object, so required fields are enforced.
+pub fn answer_schema_error(
+    requested_schema: Option<&Value>,
+    content: Option<&Value>,
+) -> Option<String> {
+    let schema = requested_schema?;
+    let empty = json!({});
+    let errors = match super::budget::schema_errors(schema, content.unwrap_or(&empty)) {
+        Ok(errors) => errors,
+        Err(e) => return Some(format!("requestedSchema cannot be compiled: {e}")),
+    };
+    (!errors.is_empty()).then(|| {
+        let detail = errors
+            .iter()
+            .map(|e| {
+                let path = e["path"].as_str().unwrap_or_default();
+                let message = e["message"].as_str().unwrap_or_default();
+                if path.is_empty() {
+                    message.to_owned()
+                } else {
+                    format!("{path}: {message}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!("the answer does not match requestedSchema: {detail}")
+    })
+}
+
 impl Machine<'_> {
     pub(super) fn open_input(
         &mut self,
@@ -148,12 +195,21 @@ impl Machine<'_> {
                 continue;
             };
             let who = resp.answered_by.clone().unwrap_or_else(|| "unknown".into());
-            if let Err(why) = may_answer(
+            let refused = may_answer(
                 req,
                 self.run.spec.requested_by.as_ref(),
                 &who,
                 &resp.answered_by_groups,
-            ) {
+            )
+            .err()
+            .or_else(|| {
+                (resp.action == InputAction::Accept)
+                    .then(|| {
+                        answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref())
+                    })
+                    .flatten()
+            });
+            if let Some(why) = refused {
                 self.st.notes.push(Note {
                     key: key.clone(),
                     answered_by: Some(who.clone()),

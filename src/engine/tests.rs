@@ -401,6 +401,49 @@ fn ineligible_answers_are_noted_and_the_request_is_asked_again() {
 }
 
 #[test]
+fn answers_that_do_not_match_the_requested_schema_are_noted_and_asked_again() {
+    let w = wf(json!({
+        "steps": [{"name": "ask", "input": {"requests": [
+            {"name": "size", "message": "How many?", "requestedSchema": {
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 1}},
+                "required": ["n"]}}
+        ]}}],
+        "result": {"content": [{"type": "text", "text": "{{ inputs.size.n }}"}]}
+    }));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    // written with kubectl, past the endpoint's check
+    answer(
+        &mut run,
+        "ask.size",
+        InputAction::Accept,
+        json!({"n": "three"}),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Waiting);
+    assert!(
+        st.notes[0].message.contains("requestedSchema"),
+        "{:?}",
+        st.notes
+    );
+    assert!(st.input_requests.contains_key("ask.size.2"));
+    answer(
+        &mut run,
+        "ask.size.2",
+        InputAction::Accept,
+        json!({"n": 3}),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(2));
+    assert_eq!(status(&run).phase, RunPhase::Succeeded);
+}
+
+#[test]
 fn cancel_action_reasks_and_decline_fails_unless_allowed() {
     let w = approval_wf();
     let mut run = new_run(json!({"x": 1}));

@@ -30,7 +30,7 @@ use crate::api::{
 };
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
-use crate::engine::input::may_answer;
+use crate::engine::input::{answer_schema_error, is_named_approver, may_answer};
 use crate::store::StoreError;
 
 /// How long clients may cache `server/discover` and `tools/list`.
@@ -125,9 +125,64 @@ pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api:
         .map(|w| w.spec)
 }
 
-/// Whether the caller may act on `run` with `verb`: RBAC plus the owner rule.
-async fn may_act(state: &McpState, t: &Tenant, run: &Run, verb: Verb) -> bool {
-    if !allowed(state, t, verb, Resource::Runs)
+/// What a caller wants to do with a task; each needs its RBAC verb and the owner rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// `tasks/get`, `subscriptions/listen`: `get runs`.
+    Read,
+    /// `tasks/update`: `update runs`.
+    Answer,
+    /// `tasks/cancel`: `update runs`.
+    Cancel,
+}
+
+impl Access {
+    fn verb(self) -> Verb {
+        match self {
+            Self::Read => Verb::Get,
+            Self::Answer | Self::Cancel => Verb::Update,
+        }
+    }
+}
+
+/// Whether an open input request of `run` names `me` among its approvers.
+fn awaits_answer_from(run: &Run, me: &crate::api::Principal) -> bool {
+    let Some(snapshot) = run.workflow_snapshot() else {
+        return false;
+    };
+    let open = run.status.as_ref().map(|s| &s.input_requests);
+    open.into_iter().flatten().any(|(_, req)| {
+        request_spec(&snapshot, &req.step, &req.name).is_some_and(|spec| {
+            is_named_approver(
+                &spec,
+                run.spec.requested_by.as_ref(),
+                &me.username,
+                &me.groups,
+            )
+        })
+    })
+}
+
+/// The manifest of input request `name` of step `step`.
+fn request_spec(
+    wf: &crate::api::WorkflowSpec,
+    step: &str,
+    name: &str,
+) -> Option<crate::api::InputRequestSpec> {
+    wf.steps
+        .iter()
+        .chain(&wf.finally)
+        .find(|s| s.name == step)
+        .and_then(|s| s.input.as_ref())
+        .and_then(|i| i.requests.iter().find(|r| r.name == name))
+        .cloned()
+}
+
+/// Whether the caller may act on `run`: RBAC plus the owner rule, under which the requester,
+/// whoever may list runs, and — to read and answer, not to cancel — the approvers an open
+/// question names may act.
+async fn may_act(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
+    if !allowed(state, t, access.verb(), Resource::Runs)
         .await
         .unwrap_or(false)
     {
@@ -141,22 +196,23 @@ async fn may_act(state: &McpState, t: &Tenant, run: &Run, verb: Verb) -> bool {
         p.username == me.username && (p.uid.is_none() || me.uid.is_none() || p.uid == me.uid)
     });
     owner
+        || (access != Access::Cancel && awaits_answer_from(run, me))
         || allowed(state, t, Verb::List, Resource::Runs)
             .await
             .unwrap_or(false)
 }
 
-/// The Run behind a task id if the caller may act on it with `verb`; `None` for every kind of
-/// "no". The id's shape and the caller's namespace rights are checked before the store is asked,
-/// so a caller without rights learns nothing, and no id reaches an API path unless it is a name.
+/// The Run behind a task id if the caller may act on it; `None` for every kind of "no". The
+/// id's shape and the caller's namespace rights are checked before the store is asked, so a
+/// caller without rights learns nothing, and no id reaches an API path unless it is a name.
 pub(super) async fn task_run(
     state: &McpState,
     t: &Tenant,
     task_id: &str,
-    verb: Verb,
+    access: Access,
 ) -> Result<Option<Run>, ErrorData> {
     if !crate::api::is_dns_subdomain(task_id)
-        || !allowed(state, t, verb, Resource::Runs)
+        || !allowed(state, t, access.verb(), Resource::Runs)
             .await
             .unwrap_or(false)
     {
@@ -170,12 +226,15 @@ pub(super) async fn task_run(
     else {
         return Ok(None);
     };
-    Ok(may_act(state, t, &run, verb).await.then_some(run))
+    Ok(may_act(state, t, &run, access).await.then_some(run))
 }
 
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".
 pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Run> {
-    task_run(state, t, task_id, Verb::Get).await.ok().flatten()
+    task_run(state, t, task_id, Access::Read)
+        .await
+        .ok()
+        .flatten()
 }
 
 fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
@@ -304,16 +363,21 @@ impl RunwayMcp {
                     invalid(format!("inputResponses.{}: must be an object", q.key))
                 })?;
                 match resp.get("action").and_then(Value::as_str) {
-                    Some("accept") => match resp.get("content") {
-                        Some(Value::Object(c)) => args.extend(c.clone()),
-                        None | Some(Value::Null) => {}
-                        Some(_) => {
+                    Some("accept") => {
+                        let content = resp.get("content").filter(|c| !c.is_null());
+                        if content.is_some_and(|c| !c.is_object()) {
                             return Err(invalid(format!(
                                 "inputResponses.{}.content must be an object",
                                 q.key
                             )));
                         }
-                    },
+                        if let Some(why) = answer_schema_error(Some(&q.requested_schema), content) {
+                            return Err(invalid(format!("inputResponses.{}: {why}", q.key)));
+                        }
+                        if let Some(Value::Object(c)) = content {
+                            args.extend(c.clone());
+                        }
+                    }
                     Some("decline") => {
                         let text = format!("{} declined", q.key);
                         return Ok(Err(CallToolResult::error(vec![
@@ -529,13 +593,16 @@ impl RunwayMcp {
         }
     }
 
-    /// Record answers to open input keys: first answer wins, others are ignored.
+    /// Record answers to open input keys: the first valid answer to a key wins. Entries for
+    /// keys that are unknown or already answered are ignored; answers to open keys that are
+    /// malformed, do not match the request's `requestedSchema`, or come from someone the
+    /// request does not let answer are refused, and their questions stay open.
     async fn answer(
         &self,
         t: &Tenant,
         name: &str,
         responses: &BTreeMap<String, Value>,
-    ) -> Result<(), ErrorData> {
+    ) -> Result<Answers, ErrorData> {
         loop {
             let mut run = self
                 .state
@@ -547,80 +614,125 @@ impl RunwayMcp {
             let snapshot = run.workflow_snapshot();
             let open = run.status.clone().unwrap_or_default().input_requests;
             let me = &t.identity.principal;
-            let mut changed = false;
+            let mut outcome = Answers::default();
             for (key, value) in responses {
-                let Some(req) = open.get(key) else { continue };
-                if run.spec.input_responses.contains_key(key) {
+                let Some(req) = open.get(key) else {
+                    outcome.ignored.push(key.clone());
                     continue;
-                }
-                let action = value
-                    .get("action")
-                    .cloned()
-                    .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "inputResponses.{key}.action must be accept, decline or cancel"
-                        ))
-                    })?;
-                let content = value.get("content").cloned().filter(|c| !c.is_null());
-                if content.as_ref().is_some_and(|c| !c.is_object()) {
-                    return Err(invalid(format!(
-                        "inputResponses.{key}.content must be an object"
-                    )));
-                }
-                if let Some(c) = &content {
-                    budget::check(
-                        &format!("inputResponses.{key}.content"),
-                        c,
-                        budget::MAX_ANSWER_BYTES,
-                    )
-                    .map_err(invalid)?;
+                };
+                if run.spec.input_responses.contains_key(key) {
+                    outcome.ignored.push(key.clone());
+                    continue;
                 }
                 let spec = snapshot
                     .as_ref()
-                    .and_then(|w| {
-                        w.steps
-                            .iter()
-                            .chain(&w.finally)
-                            .find(|s| s.name == req.step)
-                            .cloned()
-                    })
-                    .and_then(|s| s.input)
-                    .and_then(|i| i.requests.into_iter().find(|r| r.name == req.name));
-                if let Some(spec) = &spec
-                    && let Err(why) = may_answer(
-                        spec,
-                        run.spec.requested_by.as_ref(),
-                        &me.username,
-                        &me.groups,
-                    )
-                {
-                    tracing::warn!(namespace = %t.namespace, run = name, key, reason = crate::api::event_reasons::INPUT_REJECTED, "answer ignored: {why}");
-                    continue;
+                    .and_then(|w| request_spec(w, &req.step, &req.name));
+                match check_answer(key, value, req, spec.as_ref(), &run, me) {
+                    Ok((action, content)) => {
+                        run.spec.input_responses.insert(
+                            key.clone(),
+                            InputResponse {
+                                action,
+                                content,
+                                answered_by: Some(me.username.clone()),
+                                answered_by_groups: me.groups.clone(),
+                                answered_at: Some(Timestamp::now().to_string()),
+                            },
+                        );
+                        outcome.taken.push(key.clone());
+                    }
+                    Err(why) => {
+                        tracing::info!(namespace = %t.namespace, run = name, key, reason = crate::api::event_reasons::INPUT_REJECTED, "answer refused: {why}");
+                        outcome.refused.insert(key.clone(), why);
+                    }
                 }
-                run.spec.input_responses.insert(
-                    key.clone(),
-                    InputResponse {
-                        action,
-                        content,
-                        answered_by: Some(me.username.clone()),
-                        answered_by_groups: me.groups.clone(),
-                        answered_at: Some(Timestamp::now().to_string()),
-                    },
-                );
-                changed = true;
             }
-            if !changed {
-                return Ok(());
+            if outcome.taken.is_empty() {
+                return Ok(outcome);
             }
             match self.state.store.update(run).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(outcome),
                 Err(StoreError::Conflict) => continue,
                 Err(StoreError::NotFound) => return Err(unknown_task()),
                 Err(e) => return Err(internal(e)),
             }
         }
     }
+}
+
+/// What became of the answers of one `tasks/update`.
+#[derive(Debug, Default)]
+struct Answers {
+    /// Keys whose answers were recorded.
+    taken: Vec<String>,
+    /// Open keys whose answers were refused, with the reason.
+    refused: BTreeMap<String, String>,
+    /// Keys that are not open (unknown, or answered already).
+    ignored: Vec<String>,
+}
+
+impl Answers {
+    /// `tasks/update` answers with an empty result unless an answer to an open question was
+    /// refused; then an error says which and why (and which answers were taken anyway).
+    fn into_result(self) -> Result<(), ErrorData> {
+        if self.refused.is_empty() {
+            return Ok(());
+        }
+        let why = self
+            .refused
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(err(
+            codes::INVALID_PARAMS,
+            format!("answer refused, the question stays open: {why}"),
+            Some(json!({"taken": self.taken, "refused": self.refused, "ignored": self.ignored})),
+        ))
+    }
+}
+
+/// Whether `value` may answer the open request `req`: a known action, an object as content
+/// within the answer budget, from someone the request lets answer, and (for `accept`) content
+/// that matches the `requestedSchema` the client was shown.
+fn check_answer(
+    key: &str,
+    value: &Value,
+    req: &crate::api::OpenInputRequest,
+    spec: Option<&crate::api::InputRequestSpec>,
+    run: &Run,
+    me: &crate::api::Principal,
+) -> Result<(InputAction, Option<Value>), String> {
+    let action = value
+        .get("action")
+        .cloned()
+        .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
+        .ok_or_else(|| "action must be accept, decline or cancel".to_owned())?;
+    let content = value.get("content").cloned().filter(|c| !c.is_null());
+    if content.as_ref().is_some_and(|c| !c.is_object()) {
+        return Err("content must be an object".into());
+    }
+    if let Some(c) = &content {
+        budget::check(
+            &format!("inputResponses.{key}.content"),
+            c,
+            budget::MAX_ANSWER_BYTES,
+        )?;
+    }
+    if let Some(spec) = spec {
+        may_answer(
+            spec,
+            run.spec.requested_by.as_ref(),
+            &me.username,
+            &me.groups,
+        )?;
+    }
+    if action == InputAction::Accept
+        && let Some(why) = answer_schema_error(req.params.get("requestedSchema"), content.as_ref())
+    {
+        return Err(why);
+    }
+    Ok((action, content))
 }
 
 /// (finished main steps, total main steps) of a Run; finished Runs are complete.
@@ -922,14 +1034,16 @@ impl ServerHandler for RunwayMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let t = tenant(&ctx)?;
-        let run = task_run(&self.state, &t, &request.task_id, Verb::Update)
+        let run = task_run(&self.state, &t, &request.task_id, Access::Answer)
             .await?
             .ok_or_else(unknown_task)?;
         if run.phase().is_terminal() {
             return Ok(());
         }
         let responses: BTreeMap<String, Value> = request.input_responses.into_iter().collect();
-        self.answer(&t, &request.task_id, &responses).await
+        self.answer(&t, &request.task_id, &responses)
+            .await?
+            .into_result()
     }
 
     async fn cancel_task(
@@ -938,7 +1052,7 @@ impl ServerHandler for RunwayMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let t = tenant(&ctx)?;
-        task_run(&self.state, &t, &request.task_id, Verb::Update)
+        task_run(&self.state, &t, &request.task_id, Access::Cancel)
             .await?
             .ok_or_else(unknown_task)?;
         // Acknowledged only once the intent is durable; a store failure is an error, not an ack.

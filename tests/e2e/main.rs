@@ -316,6 +316,39 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     c.wait_jsonpath(&ns, &format!("run/{third}"), "{.status.phase}", "Cancelled");
     let events = c.admin(&["describe", &format!("run/{third}"), "-n", &ns]);
     assert!(events.contains("CancelRequested"), "{events}");
+
+    // Over MCP, with the tenant roles and no `list runs`: the approver the question names
+    // reads and answers alice's Run; bob, with the same roles but not in ops, sees nothing.
+    let fourth = task_id(&alice.call("approve", json!({"service": "queue"})).await);
+    alice.await_status(&fourth, "input_required").await;
+    assert_eq!(
+        mcp(c, 1, "bob", &ns).get(&fourth).await.error_code(),
+        -32602
+    );
+    let carol = mcp(c, 1, "carol", &ns);
+    let asked = carol.get(&fourth).await;
+    assert_eq!(
+        asked.result()["inputRequests"]["approval.decision"]["params"]["message"],
+        "Deploy queue?"
+    );
+    let reply = carol
+        .update(
+            &fourth,
+            json!({"approval.decision": {"action": "accept", "content": {"approve": true}}}),
+        )
+        .await;
+    assert_eq!(
+        reply.result()["resultType"],
+        "complete",
+        "{:?}",
+        reply.messages
+    );
+    c.wait_jsonpath(
+        &ns,
+        &format!("run/{fourth}"),
+        "{.status.phase}",
+        "Succeeded",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

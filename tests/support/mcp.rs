@@ -14,7 +14,8 @@ pub const VERSION: &str = "2026-07-28";
 pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 
 /// The auth file most tests use: alice, dave (dev) and bob (dev, ops: may list runs) in team-a,
-/// carol in team-b, olga operates team-a, rita may only read runs.
+/// carol in team-b, olga operates team-a, rita may only read runs, paula (dev, approvers) may
+/// not list runs.
 pub const AUTH: &str = r#"
 tokens:
   - { token: alice-token, user: alice, groups: [dev], namespace: team-a }
@@ -23,6 +24,7 @@ tokens:
   - { token: carol-token, user: carol, groups: [b-devs], namespace: team-b }
   - { token: olga-token, user: olga, groups: [operators], namespace: team-a }
   - { token: reader-token, user: rita, groups: [readers], namespace: team-a }
+  - { token: paula-token, user: paula, groups: [dev, approvers], namespace: team-a }
 rules:
   - { groups: [dev], namespaces: [team-a], resources: [runs], verbs: [get, watch, create, update] }
   - { groups: [dev], namespaces: [team-a], resources: [workflows], verbs: [get, list] }
