@@ -311,12 +311,63 @@ enum Command {
         #[command(subcommand)]
         command: TasksCommand,
     },
+    /// Check a directory of Workflow manifests as `runway serve` loads it and list every
+    /// Workflow with its tool and Ready condition; exits 1 when a file or Workflow is broken.
+    Workflows {
+        /// Directory of Workflow manifests.
+        #[arg(long, default_value = "workflows")]
+        workflows: PathBuf,
+        /// Check as the Kubernetes store would (`job` steps allowed).
+        #[arg(long)]
+        jobs: bool,
+    },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crds {
         /// Write `<plural>.<group>.yaml` files into this directory instead of printing.
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+}
+
+/// `runway workflows`: the manifest directory as the embedded server sees it.
+fn list_workflows(dir: &std::path::Path, jobs: bool) -> ExitCode {
+    use runway::store::manifests::ManifestWorkflows;
+    if !dir.is_dir() {
+        eprintln!("runway: {} is not a directory", dir.display());
+        return ExitCode::from(2);
+    }
+    let src = ManifestWorkflows::load(dir, runway::engine::validate::Capabilities { jobs });
+    let rows = src.snapshot();
+    let mut broken = !src.problems().is_empty();
+    println!(
+        "{:<16} {:<24} {:<24} {:<6} {:<16} MESSAGE",
+        "NAMESPACE", "NAME", "TOOL", "READY", "REASON"
+    );
+    for wf in &rows {
+        let c = wf.status.as_ref().and_then(|s| s.conditions.first());
+        broken |= !wf.is_ready();
+        println!(
+            "{:<16} {:<24} {:<24} {:<6} {:<16} {}",
+            wf.metadata.namespace.as_deref().unwrap_or_default(),
+            wf.metadata.name.as_deref().unwrap_or_default(),
+            wf.tool_name(),
+            c.map_or("Unknown", |c| c.status.as_str()),
+            c.map_or("", |c| c.reason.as_str()),
+            if wf.is_ready() {
+                ""
+            } else {
+                c.map_or("", |c| c.message.as_str())
+            },
+        );
+    }
+    for p in src.problems() {
+        eprintln!("{}: {}", p.file.display(), p.message);
+    }
+    if broken {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn init_logs(format: LogFormat, default: &str) {
@@ -378,12 +429,16 @@ async fn main() -> ExitCode {
     // Client commands talk to people: only warnings unless RUST_LOG says otherwise.
     let quiet = matches!(cli.command, Command::Call { .. } | Command::Tasks { .. });
     // rmcp logs every stateless request at info; its warnings are what operators need.
-    init_logs(
-        cli.log_format,
-        if quiet { "warn" } else { "info,rmcp=warn" },
-    );
+    // `runway workflows` prints its findings as a table; the loader's log would repeat them.
+    let default_logs = match cli.command {
+        Command::Workflows { .. } => "error",
+        _ if quiet => "warn",
+        _ => "info,rmcp=warn",
+    };
+    init_logs(cli.log_format, default_logs);
     match cli.command {
         c @ (Command::Call { .. } | Command::Tasks { .. }) => client_command(c).await,
+        Command::Workflows { workflows, jobs } => list_workflows(&workflows, jobs),
         Command::Crds { dir } => match crds(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -171,28 +171,10 @@ pub fn workflow_status(
     now: jiff::Timestamp,
 ) -> WorkflowStatus {
     let caps = Capabilities { jobs: true };
-    let (ok, reason, message) = match validate::workflow(wf, caps) {
+    let (ok, reason, message) = match validate::readiness(wf, all.iter().map(|w| w.as_ref()), caps)
+    {
         Err(e) => (false, e.reason, e.message),
-        Ok(()) => {
-            let clash = all.iter().find(|o| {
-                o.metadata.namespace == wf.metadata.namespace
-                    && o.metadata.name < wf.metadata.name
-                    && o.tool_name() == wf.tool_name()
-                    && validate::workflow(o, caps).is_ok()
-            });
-            match clash {
-                Some(o) => (
-                    false,
-                    reasons::DUPLICATE_TOOL,
-                    format!(
-                        "tool name {} is already offered by workflow {}",
-                        wf.tool_name(),
-                        o.name_any()
-                    ),
-                ),
-                None => (true, reasons::VALID, "workflow is valid".to_owned()),
-            }
-        }
+        Ok(()) => (true, reasons::VALID, "workflow is valid".to_owned()),
     };
     let previous = wf.status.as_ref().and_then(|s| s.conditions.first());
     let same = previous.is_some_and(|p| {
@@ -272,7 +254,21 @@ async fn lead(
         workflows: workflows.clone(),
     });
     let api: Api<Workflow> = Api::all(client);
-    let validator = KubeController::new(api, watcher::Config::default())
+    // Readiness depends on the other Workflows of the namespace (the tool-name rule): when one
+    // changes or goes, the others are decided again, so a Workflow that waited behind an
+    // older one with its tool name becomes Ready once that one is gone.
+    let neighbours = workflows.clone();
+    let validator = KubeController::new(api.clone(), watcher::Config::default())
+        .watches(api, watcher::Config::default(), move |changed: Workflow| {
+            neighbours
+                .all()
+                .into_iter()
+                .filter(|o| {
+                    o.namespace() == changed.namespace() && o.name_any() != changed.name_any()
+                })
+                .map(|o| kube::runtime::reflector::ObjectRef::from_obj(o.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile_workflow, workflow_error, ctx)
         .for_each(|_| async {});

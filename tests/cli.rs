@@ -364,3 +364,47 @@ async fn newest_run(dir: &std::path::Path, except: &[&String]) -> Option<String>
         .into_iter()
         .find(|n| n.starts_with("nap-") && !except.contains(&n))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_workflows_lists_status_and_fails_on_broken_manifests() {
+    let dir = TempDir::new();
+    let wf_dir = dir.path().join("workflows");
+    std::fs::create_dir_all(&wf_dir).unwrap();
+    std::fs::write(wf_dir.join("wf.yaml"), WORKFLOWS).unwrap();
+    let list = || {
+        let mut cmd = runway();
+        cmd.args(["workflows", "--workflows"]).arg(&wf_dir);
+        run_with_stdin(cmd, "")
+    };
+    let (code, out, err) = list().await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("approve") && l.contains("True")),
+        "{out}"
+    );
+
+    std::fs::write(
+        wf_dir.join("typo.yaml"),
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: { name: typo, namespace: team-a }\nspec:\n  stpes: []\n",
+    )
+    .unwrap();
+    std::fs::write(
+        wf_dir.join("kind.yaml"),
+        "apiVersion: runway.dev/v1alpha1\nkind: Workfow\nmetadata: { name: k }\n",
+    )
+    .unwrap();
+    let (code, out, err) = list().await;
+    assert_eq!(code, 1, "{out}{err}");
+    let row = out.lines().find(|l| l.contains(" typo ")).unwrap();
+    assert!(
+        row.contains("False")
+            && row.contains("InvalidManifest")
+            && row.contains("spec.stpes (line 5)"),
+        "{row}"
+    );
+    assert!(
+        err.contains("kind.yaml") && err.contains("kind Workfow"),
+        "{err}"
+    );
+}

@@ -15,7 +15,7 @@ apiVersion: runway.dev/v1alpha1
 kind: Workflow
 metadata: { name: nap, namespace: team-a }
 spec:
-  tool: { description: Sleeps, durably. }
+  tool: { description: "Sleeps, durably." }
   steps:
     - { name: sleep, delay: { duration: "{{ args.ms }}ms" } }
   result: { content: [ { type: text, text: "slept {{ args.ms }}" } ] }

@@ -116,6 +116,30 @@ async fn broken_manifests_are_not_ready_and_say_why() {
             "InvalidSpec",
             "result.content[0].type",
         ),
+        (
+            "typo",
+            "  stpes:\n    - name: a\n      delay: { duration: 1s }\n",
+            "InvalidManifest",
+            "unknown field spec.stpes (line 5)",
+        ),
+        (
+            "nestedtypo",
+            "  steps:\n    - name: a\n      delay: { duration: 1s }\n      retry: { limt: 3 }\n",
+            "InvalidManifest",
+            "unknown field spec.steps.0.retry.limt (line 8)",
+        ),
+        (
+            "condition",
+            "  steps:\n    - name: a\n      when: \"inputs.x ==\"\n      delay: { duration: 1s }\n",
+            "InvalidTemplate",
+            "step a: when",
+        ),
+        (
+            "words",
+            "  steps:\n    - name: a\n      timeout: 5 minutes\n      delay: { duration: 1s }\n",
+            "InvalidDuration",
+            "5 minutes",
+        ),
     ];
     let files: Vec<(String, String)> = cases
         .iter()
@@ -143,6 +167,68 @@ async fn broken_manifests_are_not_ready_and_say_why() {
         );
         assert!(!w.is_ready());
     }
+}
+
+#[tokio::test]
+async fn a_new_workflow_never_takes_a_tool_name_from_an_older_one() {
+    let (d, src) = load(&[(
+        "m.yaml",
+        &wf("middle", "  tool: { name: same }\n  steps: []\n"),
+    )]);
+    assert!(src.get("default", "middle").await.unwrap().is_ready());
+    // A later file whose Workflow sorts first by name: it waits, the older one keeps the tool.
+    std::fs::write(
+        d.path().join("a.yaml"),
+        wf("aardvark", "  tool: { name: same }\n  steps: []\n"),
+    )
+    .unwrap();
+    assert!(src.reload());
+    assert!(src.get("default", "middle").await.unwrap().is_ready());
+    let newer = src.get("default", "aardvark").await.unwrap();
+    let (status, reason, message) = ready_condition(&newer);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "DuplicateTool")
+    );
+    assert!(message.contains("workflow middle"), "{message}");
+    // Once the older one is gone, the newer one serves the tool.
+    std::fs::remove_file(d.path().join("m.yaml")).unwrap();
+    assert!(src.reload());
+    assert!(src.get("default", "aardvark").await.unwrap().is_ready());
+}
+
+#[tokio::test]
+async fn documents_of_runway_dev_must_be_workflows_of_a_known_version() {
+    for (doc, needle) in [
+        (
+            "apiVersion: runway.dev/v1alpha1\nkind: Workfow\nmetadata: { name: x }\nspec: { steps: [] }\n",
+            "kind Workfow",
+        ),
+        (
+            "apiVersion: runway.dev/v1\nkind: Workflow\nmetadata: { name: x }\nspec: { steps: [] }\n",
+            "runway.dev/v1 kind Workflow",
+        ),
+        (
+            "kind: Workflow\nmetadata: { name: x }\nspec: { steps: [] }\n",
+            "without apiVersion",
+        ),
+    ] {
+        let file = format!("{}\n---\n{doc}", wf("fine", "  steps: []\n"));
+        let (_d, src) = load(&[("bad.yaml", &file)]);
+        let problems = src.problems();
+        assert_eq!(problems.len(), 1, "{doc}");
+        assert!(
+            problems[0].message.contains(needle) && problems[0].message.contains("line 8"),
+            "{:?}",
+            problems[0].message
+        );
+    }
+    // Other groups' kinds (an Argo Workflow, a ConfigMap) are none of this server's business.
+    let argo =
+        "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata: { name: argo }\nspec: {}\n";
+    let (_d, src) = load(&[("argo.yaml", argo)]);
+    assert!(src.problems().is_empty());
+    assert!(src.list("default").await.is_empty());
 }
 
 #[tokio::test]

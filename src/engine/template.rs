@@ -76,9 +76,17 @@ pub fn check_value(value: &Value) -> Result<(), TemplateError> {
     }
 }
 
-/// Check that a `when`-style expression compiles.
+/// Check that a `when` condition compiles the way [`truthy`] reads it: a bare expression
+/// (`not inputs.ok`), one `{{ expression }}`, or a template with text around its tags.
 pub fn check_condition(expr: &str) -> Result<(), TemplateError> {
-    check(expr)
+    if expr.contains("{{") && lone_expression(expr).is_none() {
+        return check(expr);
+    }
+    let source = lone_expression(expr).unwrap_or(expr);
+    env()
+        .compile_expression(source)
+        .map(|_| ())
+        .map_err(|e| error(expr, e))
 }
 
 /// Render a string template.
@@ -221,6 +229,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v, json!({"count": 3, "t": ["a"], "s": "n=3"}));
+    }
+
+    #[test]
+    fn conditions_are_checked_as_they_are_evaluated() {
+        for good in [
+            "not inputs.decision.approve",
+            "{{ args.n > 1 }}",
+            "x is {{ args.n }}",
+        ] {
+            assert!(check_condition(good).is_ok(), "{good}");
+        }
+        for bad in ["inputs.x ==", "not (args.n", "{{ args.n >", "a {{ b"] {
+            assert!(check_condition(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -37,6 +37,46 @@ pub fn workflow(wf: &Workflow, caps: Capabilities) -> Result<(), Invalid> {
     spec(&wf.spec, caps)
 }
 
+/// The `Ready` verdict of `wf` among the Workflows of its namespace (`namespace` may include
+/// `wf` itself): its own validity, then the tool-name rule. Of the valid Workflows offering one
+/// tool name, the oldest (by creation time, then name) keeps it, so applying a new Workflow can
+/// never take a tool away from the one that serves it. Both stores decide readiness here.
+pub fn readiness<'a>(
+    wf: &Workflow,
+    namespace: impl IntoIterator<Item = &'a Workflow>,
+    caps: Capabilities,
+) -> Result<(), Invalid> {
+    workflow(wf, caps)?;
+    let age = |w: &Workflow| {
+        (
+            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            w.metadata.name.clone(),
+        )
+    };
+    let mine = age(wf);
+    let holder = namespace
+        .into_iter()
+        .filter(|o| {
+            o.metadata.namespace == wf.metadata.namespace
+                && o.metadata.name != wf.metadata.name
+                && o.tool_name() == wf.tool_name()
+                && age(o) < mine
+                && workflow(o, caps).is_ok()
+        })
+        .min_by_key(|o| age(o));
+    match holder {
+        Some(o) => Err(invalid(
+            reasons::DUPLICATE_TOOL,
+            format!(
+                "tool name {} is already offered by workflow {}, which is older",
+                wf.tool_name(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Validate a Workflow spec (no CEL: for callers that already ran it).
 pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
     if let Some(schema) = &spec.tool.input_schema {
@@ -141,7 +181,8 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
     let name = &step.name;
     let f = |field: &str| format!("step {name}: {field}");
     if let Some(when) = &step.when {
-        text(&f("when"), when)?;
+        template::check_condition(when)
+            .map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{}: {e}", f("when"))))?;
     }
     if let Some(t) = &step.timeout {
         dur(&f("timeout"), t)?;

@@ -99,19 +99,42 @@ fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, SystemTime, u64)> {
 /// A Workflow document of a file, or the key and error of one that does not deserialize.
 type Document = Result<Workflow, (Key, String)>;
 
-/// Parse one file into Workflow documents; other kinds are skipped.
+/// The API group of Runway's resources; a document of this group must be a kind this server
+/// reads, so that `kind: Workfow` or a wrong version is an error, not a skipped file.
+const GROUP: &str = "runway.dev";
+/// The `apiVersion` of the Workflows this server reads.
+const API_VERSION: &str = "runway.dev/v1alpha1";
+
+/// Parse one file into Workflow documents; documents of other API groups are skipped.
 fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
+    let sources = document_texts(&text);
     let mut out = Vec::new();
-    for doc in docs {
+    for (n, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
         }
-        if doc.get("kind").and_then(Value::as_str) != Some("Workflow")
-            || doc.get("apiVersion").and_then(Value::as_str) != Some("runway.dev/v1alpha1")
-        {
+        let source = sources.get(n).copied().unwrap_or((0, ""));
+        let api_version = doc.get("apiVersion").and_then(Value::as_str);
+        let kind = doc.get("kind").and_then(Value::as_str);
+        let ours = api_version.is_some_and(|v| v.split('/').next() == Some(GROUP));
+        if !ours {
+            if kind == Some("Workflow") && api_version.is_none() {
+                return Err(format!(
+                    "line {}: a Workflow without apiVersion (use {API_VERSION})",
+                    source.0 + 1
+                ));
+            }
             continue;
+        }
+        if api_version != Some(API_VERSION) || kind != Some("Workflow") {
+            return Err(format!(
+                "line {}: {} {} is not something this server reads (it reads kind Workflow of {API_VERSION})",
+                source.0 + 1,
+                api_version.unwrap_or_default(),
+                kind.map_or_else(|| "without kind".to_owned(), |k| format!("kind {k}")),
+            ));
         }
         let meta = doc.get("metadata");
         let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
@@ -120,18 +143,109 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
             .and_then(Value::as_str)
             .unwrap_or(DEFAULT_NAMESPACE);
         let Some(name) = name else {
-            return Err("a Workflow without metadata.name".into());
+            return Err(format!(
+                "line {}: a Workflow without metadata.name",
+                source.0 + 1
+            ));
         };
         let key = (ns.to_owned(), name.to_owned());
-        match serde_path_to_error::deserialize::<_, Workflow>(doc) {
+        let mut unknown = Vec::new();
+        let parsed = serde_path_to_error::deserialize::<_, Workflow>(
+            serde_ignored::Deserializer::new(doc, &mut |path: serde_ignored::Path<'_>| {
+                // `?` marks an optional value's contents: not a part of the path a person writes.
+                let path = path
+                    .to_string()
+                    .split('.')
+                    .filter(|segment| *segment != "?")
+                    .collect::<Vec<_>>()
+                    .join(".");
+                // The type keeps them as its identity, not as fields.
+                if path != "apiVersion" && path != "kind" {
+                    unknown.push(path);
+                }
+            }),
+        );
+        match parsed {
+            Ok(_) if !unknown.is_empty() => {
+                let named = unknown
+                    .iter()
+                    .map(|p| match line_of(source, p) {
+                        Some(l) => format!("{p} (line {l})"),
+                        None => p.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                out.push(Err((key, format!("unknown field {named}"))));
+            }
             Ok(mut wf) => {
                 wf.metadata.namespace = Some(key.0.clone());
                 out.push(Ok(wf));
             }
-            Err(e) => out.push(Err((key, format!("{}: {}", e.path(), e.inner())))),
+            Err(e) => {
+                let path = e.path().to_string();
+                let at = line_of(source, &path)
+                    .map(|l| format!(" (line {l})"))
+                    .unwrap_or_default();
+                out.push(Err((key, format!("{path}{at}: {}", e.inner()))));
+            }
         }
     }
     Ok(out)
+}
+
+/// Each YAML document of `text` with the index of its first line, split at `---` lines.
+fn document_texts(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut first_line = 0;
+    let mut offset = 0;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if line.trim_end() == "---" || line.starts_with("--- ") {
+            if i > 0 {
+                out.push((first_line, &text[start..offset]));
+            }
+            start = offset + line.len();
+            first_line = i + 1;
+        }
+        offset += line.len();
+    }
+    out.push((first_line, &text[start..]));
+    // A leading `---` opens the first document rather than closing an empty one.
+    if text.trim_start().starts_with("---") && out.first().is_some_and(|(_, t)| t.trim().is_empty())
+    {
+        out.remove(0);
+    }
+    out
+}
+
+/// The 1-based line of the file where the last key of `path` (`spec.steps.0.retry.limt`) is
+/// written in `doc`: the first line after its parent's that names the key. A best effort for
+/// messages; `None` when the key cannot be found.
+fn line_of((first_line, doc): (usize, &str), path: &str) -> Option<usize> {
+    let mut from = 0;
+    let lines: Vec<&str> = doc.lines().collect();
+    for key in path
+        .split('.')
+        .filter(|k| k.parse::<usize>().is_err() && *k != "?")
+    {
+        let found = lines
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, l)| names_key(l, key))?;
+        from = found.0;
+    }
+    Some(first_line + from + 1)
+}
+
+/// Whether a YAML line writes `key:` (block or flow style).
+fn names_key(line: &str, key: &str) -> bool {
+    line.match_indices(key).any(|(i, _)| {
+        let before = line[..i].chars().next_back();
+        let after = &line[i + key.len()..];
+        before.is_none_or(|c| matches!(c, ' ' | '{' | ',' | '-' | '"' | '\''))
+            && after.trim_start_matches(['"', '\'']).starts_with(':')
+    })
 }
 
 impl ManifestWorkflows {
@@ -200,20 +314,8 @@ impl ManifestWorkflows {
                 }
             }
         }
-        mark_duplicate_tools(&mut next);
-        for ((ns, name), wf) in &next {
-            let now = wf.status.as_ref().and_then(|s| s.conditions.first());
-            let before = previous
-                .get(&(ns.clone(), name.clone()))
-                .and_then(|w| w.status.as_ref())
-                .and_then(|s| s.conditions.first());
-            if let Some(c) = now
-                && c.status != "True"
-                && before.map(|b| (&b.reason, &b.message)) != Some((&c.reason, &c.message))
-            {
-                tracing::warn!(namespace = %ns, workflow = %name, reason = %c.reason, "workflow not ready: {}", c.message);
-            }
-        }
+        mark_duplicate_tools(&mut next, &previous, self.inner.caps);
+        log_changes(&previous, &next);
         let changed = next != previous;
         state.workflows = next;
         state.by_file = by_file;
@@ -234,6 +336,12 @@ impl ManifestWorkflows {
         };
         wf.status = Some(keep_transition_time(status, previous));
         wf
+    }
+
+    /// Every Workflow of every namespace, ordered by namespace and name.
+    pub fn snapshot(&self) -> Vec<Workflow> {
+        let state = self.inner.state.read().expect("state lock");
+        state.workflows.values().cloned().collect()
     }
 
     /// Files that could not be parsed at the last reload.
@@ -262,6 +370,33 @@ impl ManifestWorkflows {
     }
 }
 
+/// Say what a reload changed: Workflows added, changed, removed, becoming Ready, and every
+/// Workflow that is (still) not Ready, so the log after each reload is complete on its own.
+fn log_changes(previous: &BTreeMap<Key, Workflow>, next: &BTreeMap<Key, Workflow>) {
+    for ((ns, name), wf) in next {
+        let before = previous.get(&(ns.clone(), name.clone()));
+        let c = wf.status.as_ref().and_then(|s| s.conditions.first());
+        let (reason, message) = c.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
+        match before {
+            None => {
+                tracing::info!(namespace = %ns, workflow = %name, ready = wf.is_ready(), "workflow added")
+            }
+            Some(b) if b.metadata.generation != wf.metadata.generation => {
+                tracing::info!(namespace = %ns, workflow = %name, ready = wf.is_ready(), generation = ?wf.metadata.generation, "workflow changed")
+            }
+            Some(_) => {}
+        }
+        if !wf.is_ready() {
+            tracing::warn!(namespace = %ns, workflow = %name, reason, "workflow not ready: {message}");
+        } else if before.is_some_and(|b| !b.is_ready()) {
+            tracing::info!(namespace = %ns, workflow = %name, tool = wf.tool_name(), "workflow ready");
+        }
+    }
+    for (ns, name) in previous.keys().filter(|k| !next.contains_key(*k)) {
+        tracing::info!(namespace = %ns, workflow = %name, "workflow removed");
+    }
+}
+
 fn key_of(wf: &Workflow) -> Key {
     (
         wf.metadata
@@ -282,7 +417,11 @@ fn carry_identity(wf: &mut Workflow, previous: Option<&Workflow>) {
         }
         None => {
             wf.metadata.uid = Some(new_uid());
-            wf.metadata.creation_timestamp = Some(crate::api::kube_time(jiff::Timestamp::now()));
+            // Full precision (the API server keeps seconds): the tool-name rule orders by
+            // creation time, and files added within one second must still come in order.
+            wf.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
             wf.metadata.generation = Some(1);
         }
     }
@@ -339,23 +478,20 @@ fn invalid_manifest(
     wf
 }
 
-fn mark_duplicate_tools(all: &mut BTreeMap<Key, Workflow>) {
-    let mut seen: HashMap<(String, String), String> = HashMap::new();
-    for ((ns, name), wf) in all.iter_mut() {
+/// Apply the tool-name rule to the Workflows that are valid on their own.
+fn mark_duplicate_tools(
+    all: &mut BTreeMap<Key, Workflow>,
+    previous: &BTreeMap<Key, Workflow>,
+    caps: Capabilities,
+) {
+    let snapshot: Vec<Workflow> = all.values().cloned().collect();
+    for (key, wf) in all.iter_mut() {
         if !wf.is_ready() {
             continue;
         }
-        let tool = wf.tool_name().to_owned();
-        if let Some(first) = seen.get(&(ns.clone(), tool.clone())) {
-            let status = ready(
-                wf,
-                false,
-                reasons::DUPLICATE_TOOL,
-                format!("tool name {tool} is already offered by workflow {first}"),
-            );
-            wf.status = Some(status);
-        } else {
-            seen.insert((ns.clone(), tool), name.clone());
+        if let Err(e) = validate::readiness(wf, &snapshot, caps) {
+            let status = ready(wf, false, e.reason, e.message);
+            wf.status = Some(keep_transition_time(status, previous.get(key)));
         }
     }
 }

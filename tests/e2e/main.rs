@@ -157,6 +157,118 @@ async fn crds_install_and_kubectl_shows_workflows_with_gitops_status() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn typos_are_refused_and_a_tool_name_stays_with_the_older_workflow() {
+    let c = up();
+    let ns = c.namespace("strict");
+    // kubectl validates fields strictly against the CRD schema: misspelt fields are errors.
+    for (bad, field) in [
+        (NAP.replace("  steps:", "  stpes:"), "stpes"),
+        (
+            NAP.replace(
+                "    - name: sleep",
+                "    - name: sleep\n      retry: { limt: 3 }",
+            ),
+            "limt",
+        ),
+    ] {
+        let out = c.apply("admin", &ns, &bad);
+        assert!(!out.status.success(), "{bad} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // Server-side apply words it "field not declared in schema", client-side "unknown field".
+        assert!(
+            err.contains(field)
+                && (err.contains("not declared in schema") || err.contains("unknown field")),
+            "{err}"
+        );
+    }
+    // What only Runway can check is a Ready=False reason: a `when` that does not compile, a
+    // duration in words.
+    for (bad, reason) in [
+        (
+            NAP.replace(
+                "    - name: sleep",
+                "    - name: sleep\n      when: \"args.wait ==\"",
+            ),
+            "InvalidTemplate",
+        ),
+        (
+            NAP.replace(r#""{{ args.wait }}""#, "5 minutes"),
+            "InvalidDuration",
+        ),
+    ] {
+        assert!(c.apply("admin", &ns, &bad).status.success());
+        c.admin(&[
+            "wait",
+            "-n",
+            &ns,
+            "--for=condition=Ready=False",
+            "--timeout=60s",
+            "wf/nap",
+        ]);
+        let wf = get_json(c, &ns, "wf/nap");
+        assert_eq!(wf["status"]["conditions"][0]["reason"], reason, "{wf}");
+        c.admin(&["delete", "-n", &ns, "wf/nap", "--wait"]);
+    }
+
+    // Two Workflows offering one tool: the older keeps it, whatever the names.
+    apply_ok(
+        c,
+        &ns,
+        &NAP.replace("name: nap", "name: older")
+            .replace("  steps:", "  tool: { name: nap }\n  steps:"),
+    );
+    let created = get_json(c, &ns, "wf/older")["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // creationTimestamp has whole seconds: the newer one must be created in a later second
+    // for "older" to mean anything.
+    let created: jiff::Timestamp = created.parse().unwrap();
+    let later = created + jiff::SignedDuration::from_secs(1);
+    if let Ok(wait) = std::time::Duration::try_from(jiff::Timestamp::now().duration_until(later)) {
+        tokio::time::sleep(wait).await;
+    }
+    let newer = NAP
+        .replace("name: nap", "name: a-newer")
+        .replace("  steps:", "  tool: { name: nap }\n  steps:");
+    assert!(c.apply("admin", &ns, &newer).status.success());
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready=False",
+        "--timeout=60s",
+        "wf/a-newer",
+    ]);
+    let wf = get_json(c, &ns, "wf/a-newer");
+    assert_eq!(
+        wf["status"]["conditions"][0]["reason"], "DuplicateTool",
+        "{wf}"
+    );
+    assert!(
+        wf["status"]["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("workflow older"),
+        "{wf}"
+    );
+    assert_eq!(
+        get_json(c, &ns, "wf/older")["status"]["conditions"][0]["status"],
+        "True"
+    );
+    // When the older one goes, the newer one takes the tool without being touched.
+    c.admin(&["delete", "-n", &ns, "wf/older"]);
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf/a-newer",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_tool_call_is_a_run_that_any_replica_and_kubectl_follow() {
     let c = up();
     let ns = c.namespace("calls");
