@@ -54,6 +54,13 @@ pub enum ClientError {
     /// Bad input on the command line or the terminal.
     #[error("{0}")]
     Usage(String),
+    /// The server could not be reached (connection refused, reset, timed out): worth retrying
+    /// while following a task, which carries on without the client.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The person pressed Ctrl-C at a prompt.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 impl From<rmcp::ServiceError> for ClientError {
@@ -63,8 +70,80 @@ impl From<rmcp::ServiceError> for ClientError {
                 code: e.code.0 as i64,
                 message: e.message.to_string(),
             },
+            rmcp::ServiceError::TransportSend(e) => transport_error(&e, None),
+            rmcp::ServiceError::TransportClosed => {
+                Self::Unreachable("the connection to the server closed".into())
+            }
             other => Self::Protocol(other.to_string()),
         }
+    }
+}
+
+/// A transport failure in the user's terms: the HTTP status or network condition and what to
+/// do about it, never the library's type names.
+fn transport_error(
+    e: &rmcp::transport::DynamicTransportError,
+    target: Option<&Target>,
+) -> ClientError {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let url = target.map_or("the server", |t| t.url.as_str());
+    let Some(http) = e
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    else {
+        return ClientError::Protocol(format!("talking to {url} failed: {}", e.error));
+    };
+    match http {
+        StreamableHttpError::AuthRequired(_) => ClientError::Protocol(match target {
+            Some(Target { token: None, .. }) => format!(
+                "HTTP 401 from {url}: it wants a bearer token; pass --token-file FILE (or set RUNWAY_TOKEN_FILE)"
+            ),
+            _ => format!(
+                "HTTP 401 from {url}: the token was not accepted (unknown, expired, revoked, or minted for another audience)"
+            ),
+        }),
+        StreamableHttpError::InsufficientScope(_) => ClientError::Protocol(format!(
+            "HTTP 403 from {url}: the token lacks the scope this request needs"
+        )),
+        StreamableHttpError::HttpStatus(s) if s.status == 429 || s.status >= 500 => {
+            ClientError::Unreachable(format!("HTTP {} from {url}", s.status))
+        }
+        StreamableHttpError::HttpStatus(s) => {
+            ClientError::Protocol(format!("HTTP {} from {url}", s.status))
+        }
+        StreamableHttpError::Client(r) if r.is_connect() || r.is_timeout() || r.is_request() => {
+            ClientError::Unreachable(format!(
+                "cannot reach {url}: {}",
+                if r.is_connect() {
+                    "connection refused or host unreachable (is the server running?)"
+                } else if r.is_timeout() {
+                    "timed out"
+                } else {
+                    "the connection failed"
+                }
+            ))
+        }
+        other => ClientError::Protocol(format!("talking to {url} failed: {other}")),
+    }
+}
+
+/// A failure to start a session in the user's terms.
+fn connect_error(e: rmcp::service::ClientInitializeError, target: &Target) -> ClientError {
+    use rmcp::service::ClientInitializeError as E;
+    match e {
+        E::TransportError { error, .. } => transport_error(&error, Some(target)),
+        E::JsonRpcError(e) if e.message.contains("HTTP 404") => ClientError::Protocol(format!(
+            "HTTP 404 from {}: no MCP endpoint there; the path is /mcp or /namespaces/<namespace>/mcp",
+            target.url
+        )),
+        E::JsonRpcError(e) => ClientError::Rpc {
+            code: e.code.0 as i64,
+            message: e.message.to_string(),
+        },
+        other => ClientError::Protocol(format!(
+            "cannot start a session with {}: {other}",
+            target.url
+        )),
     }
 }
 
@@ -105,7 +184,7 @@ async fn connect(target: &Target, tasks: bool) -> Result<Session, ClientError> {
         },
     )
     .await
-    .map_err(|e| ClientError::Protocol(format!("cannot connect to {}: {e}", target.url)))
+    .map_err(|e| connect_error(e, target))
 }
 
 /// Parse `--arg k=v` pairs over `--json`. A value is JSON when it parses, else a string; a
@@ -137,26 +216,42 @@ pub fn arguments(
     Ok(args)
 }
 
-/// Reads answers to input requests from the terminal.
+/// Reads answers to input requests from the terminal, and notices Ctrl-C.
 pub struct Prompter {
     lines: tokio::io::Lines<BufReader<tokio::io::Stdin>>,
-}
-
-impl Default for Prompter {
-    fn default() -> Self {
-        Self {
-            lines: BufReader::new(tokio::io::stdin()).lines(),
-        }
-    }
+    /// One listener for the whole command: a Ctrl-C pressed between two waits is kept for the
+    /// next one instead of being lost (SIGINT no longer ends the process once it is listened to).
+    interrupts: tokio::signal::unix::Signal,
 }
 
 impl Prompter {
+    /// A prompter on standard input; must be created inside the runtime.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            lines: BufReader::new(tokio::io::stdin()).lines(),
+            interrupts: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves when Ctrl-C is pressed (or was, since the last time this resolved).
+    pub async fn interrupted(&mut self) {
+        self.interrupts.recv().await;
+    }
+
     async fn ask(&mut self, prompt: &str) -> Result<String, ClientError> {
         eprint!("{prompt}");
         let _ = std::io::stderr().flush();
-        match self.lines.next_line().await {
-            Ok(Some(l)) => Ok(l.trim().to_owned()),
-            _ => Err(ClientError::Usage("no answer on standard input".into())),
+        // Once a Ctrl-C handler exists the terminal's SIGINT no longer ends the process, so
+        // the prompt listens for it itself.
+        tokio::select! {
+            line = self.lines.next_line() => match line {
+                Ok(Some(l)) => Ok(l.trim().to_owned()),
+                _ => Err(ClientError::Usage("no answer on standard input".into())),
+            },
+            _ = self.interrupts.recv() => {
+                eprintln!();
+                Err(ClientError::Interrupted)
+            }
         }
     }
 
@@ -212,6 +307,18 @@ impl Prompter {
     }
 }
 
+/// Print a line on stdout. A reader that went away (`| head`) ends the output, not the
+/// process with a panic.
+fn out(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
+        std::process::exit(0);
+    }
+}
+
 fn print_result(result: &Value) -> u8 {
     let mut out = std::io::stdout();
     for item in result["content"].as_array().into_iter().flatten() {
@@ -262,7 +369,7 @@ pub async fn call(
     loop {
         let response = tokio::select! {
             r = session.call_tool_once(params.clone()) => r?,
-            _ = tokio::signal::ctrl_c() => {
+            _ = prompter.interrupted() => {
                 // Dropping a blocking call's connection cancels its Run on the server.
                 eprintln!("interrupted; the run was cancelled");
                 return Ok(exit::INTERRUPTED);
@@ -278,7 +385,14 @@ pub async fn call(
                 let requests = serde_json::to_value(&ir.input_requests).unwrap_or(Value::Null);
                 let mut answers = BTreeMap::new();
                 for (key, req) in requests.as_object().into_iter().flatten() {
-                    answers.insert(key.clone(), prompter.answer(key, req).await?);
+                    match prompter.answer(key, req).await {
+                        Ok(a) => answers.insert(key.clone(), a),
+                        Err(ClientError::Interrupted) => {
+                            eprintln!("interrupted; nothing was started");
+                            return Ok(exit::INTERRUPTED);
+                        }
+                        Err(e) => return Err(e),
+                    };
                 }
                 let mut next =
                     CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
@@ -289,7 +403,7 @@ pub async fn call(
             CallToolResponse::Task(t) => {
                 let id = t.task.task_id.clone();
                 eprintln!("task {id}");
-                return follow(&session, &id, t.task.poll_interval_ms, prompter).await;
+                return follow(target, session, &id, t.task.poll_interval_ms, prompter).await;
             }
             _ => return Err(ClientError::Protocol("unexpected response".into())),
         }
@@ -297,15 +411,47 @@ pub async fn call(
 }
 
 async fn follow(
-    session: &Session,
+    target: &Target,
+    mut session: Session,
     id: &str,
     poll_ms: Option<u64>,
     prompter: &mut Prompter,
 ) -> Result<u8, ClientError> {
     let mut last_message = None;
     let mut interval = Duration::from_millis(poll_ms.unwrap_or(1000).max(50));
+    let mut outage = Outage::default();
     loop {
-        let got = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+        let got = match session.get_task(GetTaskParams::new(id.to_owned())).await {
+            Ok(got) => {
+                outage.over();
+                got
+            }
+            // The Run carries on without us: a server restart or a dropped connection is
+            // waited out, with bounded backoff, up to a limit.
+            Err(e) => match ClientError::from(e) {
+                ClientError::Unreachable(why) => {
+                    let Some(wait) = outage.next(&why) else {
+                        eprintln!(
+                            "giving up after {}s; task {id} keeps running (runway tasks get {id})",
+                            OUTAGE_LIMIT.as_secs()
+                        );
+                        return Err(ClientError::Unreachable(why));
+                    };
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = prompter.interrupted() => return Ok(interrupted(id)),
+                    }
+                    // A failed transport may not recover by itself: start a fresh session.
+                    match connect(target, true).await {
+                        Ok(fresh) => session = fresh,
+                        Err(ClientError::Unreachable(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                    continue;
+                }
+                other => return Err(other),
+            },
+        };
         let task = got.task;
         if let Some(ms) = task.task.poll_interval_ms {
             interval = Duration::from_millis(ms.max(50));
@@ -336,7 +482,11 @@ async fn follow(
                 let requests = serde_json::to_value(input_requests).unwrap_or(Value::Null);
                 let mut answers = BTreeMap::new();
                 for (key, req) in requests.as_object().into_iter().flatten() {
-                    answers.insert(key.clone(), prompter.answer(key, req).await?);
+                    match prompter.answer(key, req).await {
+                        Ok(a) => answers.insert(key.clone(), a),
+                        Err(ClientError::Interrupted) => return Ok(interrupted(id)),
+                        Err(e) => return Err(e),
+                    };
                 }
                 // A refused answer leaves its question open: say why, and the next round
                 // asks again.
@@ -360,11 +510,49 @@ async fn follow(
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("interrupted; task {id} keeps running (runway tasks get {id})");
-                return Ok(exit::INTERRUPTED);
-            }
+            _ = prompter.interrupted() => return Ok(interrupted(id)),
         }
+    }
+}
+
+/// Leave a task to run on: say how to come back to it.
+fn interrupted(id: &str) -> u8 {
+    eprintln!(
+        "interrupted; task {id} keeps running (runway tasks get {id}, runway tasks watch {id})"
+    );
+    exit::INTERRUPTED
+}
+
+/// How long `runway call` waits for an unreachable server before it gives up on following.
+const OUTAGE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Backoff while the server cannot be reached: 250 ms doubling to 5 s, for at most
+/// [`OUTAGE_LIMIT`] in a row.
+#[derive(Default)]
+struct Outage {
+    since: Option<tokio::time::Instant>,
+    delay: Duration,
+}
+
+impl Outage {
+    /// The wait before the next attempt, or `None` past the limit.
+    fn next(&mut self, why: &str) -> Option<Duration> {
+        let since = *self.since.get_or_insert_with(|| {
+            eprintln!("  {why}; retrying");
+            tokio::time::Instant::now()
+        });
+        if since.elapsed() >= OUTAGE_LIMIT {
+            return None;
+        }
+        self.delay = (self.delay * 2).clamp(Duration::from_millis(250), Duration::from_secs(5));
+        Some(self.delay)
+    }
+
+    fn over(&mut self) {
+        if self.since.take().is_some() {
+            eprintln!("  reconnected");
+        }
+        self.delay = Duration::ZERO;
     }
 }
 
@@ -372,10 +560,7 @@ async fn follow(
 pub async fn get(target: &Target, id: &str) -> Result<u8, ClientError> {
     let session = connect(target, true).await?;
     let task = session.get_task(GetTaskParams::new(id.to_owned())).await?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&task).unwrap_or_default()
-    );
+    out(&serde_json::to_string_pretty(&task).unwrap_or_default());
     Ok(exit::OK)
 }
 
@@ -483,7 +668,10 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
                 } else if msg["method"] == crate::mcp::listen::TASK_NOTIFICATION {
                     let p = &msg["params"];
                     let status = p["status"].as_str().unwrap_or("?");
-                    println!("{status}\t{}", p["statusMessage"].as_str().unwrap_or(""));
+                    out(&format!(
+                        "{status}\t{}",
+                        p["statusMessage"].as_str().unwrap_or("")
+                    ));
                     match status {
                         "completed" => {
                             return Ok(if p["result"]["isError"] == true {

@@ -112,7 +112,8 @@ async fn client_command(command: Command) -> ExitCode {
                 no_task,
                 target,
             } => {
-                let mut prompter = client::Prompter::default();
+                let mut prompter = client::Prompter::new()
+                    .map_err(|e| ClientError::Usage(format!("cannot listen for Ctrl-C: {e}")))?;
                 client::call(
                     &target.target()?,
                     &tool,
@@ -156,13 +157,19 @@ async fn client_command(command: Command) -> ExitCode {
         }
     }
     .await;
-    match result {
-        Ok(code) => ExitCode::from(code),
+    let code = match result {
+        Ok(code) => code,
+        Err(ClientError::Interrupted) => exit::INTERRUPTED,
         Err(e) => {
             eprintln!("runway: {e}");
-            ExitCode::from(exit::ERROR)
+            exit::ERROR
         }
-    }
+    };
+    // A prompt's read of standard input runs on a blocking thread that only a new line or the
+    // end of input would release; leaving through the runtime's shutdown would wait for it.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(i32::from(code))
 }
 
 /// Flags of the MCP endpoint, shared by `serve` and `operator`.
@@ -432,7 +439,8 @@ async fn main() -> ExitCode {
     // `runway workflows` prints its findings as a table; the loader's log would repeat them.
     let default_logs = match cli.command {
         Command::Workflows { .. } => "error",
-        _ if quiet => "warn",
+        // The client explains failures itself; rmcp's own error lines name library internals.
+        _ if quiet => "warn,rmcp=off",
         _ => "info,rmcp=warn",
     };
     init_logs(cli.log_format, default_logs);

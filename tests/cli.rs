@@ -40,6 +40,15 @@ metadata: { name: nap, namespace: team-a }
 spec:
   tool: { description: Sleeps. }
   steps: [ { name: sleep, delay: { duration: 1h } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: pause, namespace: team-a }
+spec:
+  tool: { description: Pauses for two seconds. }
+  execution: { pollInterval: 100ms }
+  steps: [ { name: sleep, delay: { duration: 2s } } ]
+  result: { content: [ { type: text, text: "paused" } ] }
 "#;
 
 fn runway() -> Command {
@@ -407,4 +416,120 @@ async fn runway_workflows_lists_status_and_fails_on_broken_manifests() {
         err.contains("kind.yaml") && err.contains("kind Workfow"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_call_follows_its_task_across_a_server_restart() {
+    use tokio::io::AsyncBufReadExt;
+    let (dir, p) = setup().await;
+    let port: u16 = p.base().rsplit(':').next().unwrap().parse().unwrap();
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "pause"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    read_until(&mut lines, "task pause-").await;
+    p.kill9().await;
+    read_until(&mut lines, "retrying").await;
+    let _p = Process::start(dir.path(), port).await;
+    read_until(&mut lines, "reconnected").await;
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "paused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_a_prompt_leaves_and_says_how_to_come_back() {
+    use tokio::io::AsyncBufReadExt;
+    let (dir, p) = setup().await;
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "approve", "--arg", "change=v9"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let _stdin = child.stdin.take();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let id = read_until(&mut lines, "task approve-").await;
+    let id = id.trim().strip_prefix("task ").unwrap().to_owned();
+    read_until(&mut lines, "Approve v9?").await;
+    interrupt(&child).await;
+    let line = read_until(&mut lines, "keeps running").await;
+    assert!(line.contains(&format!("runway tasks get {id}")), "{line}");
+    assert_eq!(child.wait().await.unwrap().code(), Some(130));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_say_what_happened_in_the_users_terms() {
+    let (dir, p) = setup().await;
+    std::fs::write(dir.path().join("wrong.token"), "nope\n").unwrap();
+    let unused = free_port();
+    let cases: [(Vec<String>, Option<&str>, &str); 4] = [
+        (
+            vec![format!("{}/namespaces/team-a/mcp", p.base())],
+            None,
+            "HTTP 401 from",
+        ),
+        (
+            vec![format!("{}/namespaces/team-a/mcp", p.base())],
+            Some("wrong.token"),
+            "token was not accepted",
+        ),
+        (
+            vec![format!("http://127.0.0.1:{unused}/mcp")],
+            Some("alice.token"),
+            "cannot reach",
+        ),
+        (
+            vec![format!("{}/nowhere", p.base())],
+            Some("alice.token"),
+            "HTTP 404",
+        ),
+    ];
+    for (url, token, needle) in cases {
+        let mut cmd = runway();
+        cmd.env_remove("RUST_LOG")
+            .env_remove("RUNWAY_TOKEN_FILE")
+            .args(["call", "nap", "--url", &url[0]]);
+        if let Some(t) = token {
+            cmd.arg("--token-file").arg(dir.path().join(t));
+        }
+        let (code, _, err) = run_with_stdin(cmd, "").await;
+        assert_eq!(code, 2, "{url:?}: {err}");
+        assert!(err.contains(needle), "{url:?}: {err}");
+        if token.is_none() {
+            assert!(err.contains("pass --token-file"), "{err}");
+        }
+        assert!(
+            !err.contains("rmcp") && !err.contains("Transport") && !err.contains("ERROR"),
+            "library internals leak: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_to_a_closed_pipe_ends_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (dir, p) = setup().await;
+    let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+    let id = c.call("nap", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A pipe whose reader is gone, as with `runway tasks get … | head` after head exits.
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    drop(unsafe { OwnedFd::from_raw_fd(fds[0]) });
+    let writer = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["tasks", "get", &id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped());
+    let out = cmd.spawn().unwrap().wait_with_output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
 }
