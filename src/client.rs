@@ -278,33 +278,123 @@ impl Prompter {
                 json!({"action": "decline"})
             });
         }
+        let required: Vec<&str> = params["requestedSchema"]["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
         let mut content = JsonObject::new();
+        // Properties come in the order the server sent them: the manifest's order.
         for (name, schema) in props {
-            let ty = schema["type"].as_str().unwrap_or("string");
-            let title = schema["title"].as_str().unwrap_or(&name);
+            let field = Field::new(&name, &schema, required.contains(&name.as_str()));
             loop {
-                let raw = self.ask(&format!("  {title} ({ty}): ")).await?;
-                let v = match ty {
-                    "boolean" => match raw.to_ascii_lowercase().as_str() {
-                        "y" | "yes" | "true" => Some(Value::Bool(true)),
-                        "n" | "no" | "false" => Some(Value::Bool(false)),
-                        _ => None,
-                    },
-                    "integer" => raw.parse::<i64>().ok().map(Value::from),
-                    "number" => raw.parse::<f64>().ok().map(Value::from),
-                    _ => Some(Value::String(raw)),
-                };
-                match v {
-                    Some(v) => {
+                let raw = self.ask(&field.prompt()).await?;
+                match field.read(&raw) {
+                    Ok(Some(v)) => {
                         content.insert(name.clone(), v);
                         break;
                     }
-                    None => eprintln!("  not a {ty}; try again"),
+                    Ok(None) => break,
+                    Err(why) => eprintln!("  {why}; try again"),
                 }
             }
         }
         Ok(json!({"action": "accept", "content": content}))
     }
+}
+
+/// One property of an elicitation form, as the terminal asks it.
+struct Field<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    required: bool,
+}
+
+impl<'a> Field<'a> {
+    fn new(name: &'a str, schema: &'a Value, required: bool) -> Self {
+        Self {
+            name,
+            schema,
+            required,
+        }
+    }
+
+    fn ty(&self) -> &str {
+        self.schema["type"].as_str().unwrap_or("string")
+    }
+
+    /// Allowed values: `enum`, or the `const`s of a titled `oneOf`.
+    fn choices(&self) -> Vec<Value> {
+        if let Some(e) = self.schema["enum"].as_array() {
+            return e.clone();
+        }
+        self.schema["oneOf"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.get("const").cloned())
+            .collect()
+    }
+
+    /// `  Channel* (string, one of stable|beta, default beta): `
+    fn prompt(&self) -> String {
+        let title = self.schema["title"].as_str().unwrap_or(self.name);
+        let mut hints = vec![self.ty().to_owned()];
+        let choices = self.choices();
+        if !choices.is_empty() {
+            let list: Vec<String> = choices.iter().map(plain).collect();
+            hints.push(format!("one of {}", list.join("|")));
+        }
+        if let Some(d) = self.schema.get("default") {
+            hints.push(format!("default {}", plain(d)));
+        } else if !self.required {
+            hints.push("optional, Enter skips".into());
+        }
+        let mark = if self.required { "*" } else { "" };
+        format!("  {title}{mark} ({}): ", hints.join(", "))
+    }
+
+    /// The value typed, `None` to leave the property out, or why the input is not accepted.
+    fn read(&self, raw: &str) -> Result<Option<Value>, String> {
+        if raw.is_empty() {
+            return match (self.schema.get("default"), self.required) {
+                (Some(d), _) => Ok(Some(d.clone())),
+                (None, false) => Ok(None),
+                (None, true) => Err("an answer is required".into()),
+            };
+        }
+        let ty = self.ty();
+        let v = match ty {
+            "boolean" => match raw.to_ascii_lowercase().as_str() {
+                "y" | "yes" | "true" => Value::Bool(true),
+                "n" | "no" | "false" => Value::Bool(false),
+                _ => return Err("not a boolean (y/n)".into()),
+            },
+            "integer" => raw
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|_| "not an integer".to_owned())?,
+            "number" => raw
+                .parse::<f64>()
+                .map(Value::from)
+                .map_err(|_| "not a number".to_owned())?,
+            _ => Value::String(raw.to_owned()),
+        };
+        // The same check the server makes, field by field, so a mistake is caught here.
+        let one = json!({"type": "object", "properties": {self.name: self.schema}});
+        match crate::engine::input::answer_schema_error(Some(&one), Some(&json!({self.name: v}))) {
+            None => Ok(Some(v)),
+            Some(why) => Err(why
+                .replace("the answer does not match requestedSchema: ", "")
+                .replace(&format!("/{}: ", self.name), "")),
+        }
+    }
+}
+
+/// A JSON scalar as a person would type it.
+fn plain(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 
 /// Print a line on stdout. A reader that went away (`| head`) ends the output, not the

@@ -190,7 +190,8 @@ struct McpFlags {
     task_access: runway::mcp::TaskAccess,
     /// File holding the keys (≥ 32 bytes each, one per line, newest first) that sign
     /// `requestState` and name idempotent Runs; the first signs, the others still verify (key
-    /// rotation). Without it: `serve` keeps a key in its database, `operator` in a Secret.
+    /// rotation). The file must exist (it is read, never created). Without the flag: `serve`
+    /// keeps a key in its database, `operator` in a Secret.
     #[arg(long)]
     state_key_file: Option<PathBuf>,
 }

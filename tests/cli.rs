@@ -43,6 +43,26 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: place, namespace: team-a }
+spec:
+  tool: { description: Asks where and how many. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: where
+            message: "Where to?"
+            requestedSchema:
+              type: object
+              properties:
+                zone: { type: string, enum: [eu, us] }
+                count: { type: integer, minimum: 1, default: 2 }
+                note: { type: string }
+              required: [zone]
+  result: { content: [ { type: text, text: "{{ inputs.where.count }} in {{ inputs.where.zone }}, note: {{ inputs.where.note | default('none') }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: pause, namespace: team-a }
 spec:
   tool: { description: Pauses for two seconds. }
@@ -532,4 +552,79 @@ async fn output_to_a_closed_pipe_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+/// `runway` under a pseudo-terminal (util-linux `script`), as a person at a terminal runs it.
+fn in_a_terminal(dir: &TempDir, p: &Process, args: &str) -> Command {
+    let mut cmd = Command::new("script");
+    cmd.args(["--quiet", "--return", "--command"])
+        .arg(format!("{} {args}", env!("CARGO_BIN_EXE_runway")))
+        .arg("/dev/null")
+        .env("RUNWAY_URL", format!("{}/namespaces/team-a/mcp", p.base()))
+        .env("RUNWAY_TOKEN_FILE", dir.path().join("alice.token"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Read the terminal's output until it contains `needle`; returns everything read so far.
+async fn screen_until(out: &mut tokio::process::ChildStdout, seen: &mut String, needle: &str) {
+    use tokio::io::AsyncReadExt;
+    tokio::time::timeout(support::harness::PATIENCE, async {
+        let mut buf = [0u8; 4096];
+        while !seen.contains(needle) {
+            let n = out.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the terminal closed before {needle:?}: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {needle:?} on the terminal: {seen}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_prompt_follows_the_manifest_and_checks_each_answer() {
+    let (dir, p) = setup().await;
+    let mut child = in_a_terminal(&dir, &p, "call place").spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    screen_until(&mut out, &mut seen, "Where to?").await;
+    // Manifest order (zone, count, note), required marks, choices and defaults; every wrong
+    // answer is caught before anything is sent.
+    for (expect, typed) in [
+        ("zone* (string, one of eu|us): ", "\n"),
+        ("an answer is required", "mars\n"),
+        ("\"mars\" is not one of", "eu\n"),
+        ("count (integer, default 2): ", "0\n"),
+        ("minimum", "\n"),
+        ("note (string, optional, Enter skips): ", "\n"),
+    ] {
+        screen_until(&mut out, &mut seen, expect).await;
+        stdin.write_all(typed.as_bytes()).await.unwrap();
+    }
+    screen_until(&mut out, &mut seen, "2 in eu, note: none").await;
+    assert!(child.wait().await.unwrap().success(), "{seen}");
+    let order: Vec<usize> = ["zone*", "count (", "note ("]
+        .iter()
+        .map(|f| seen.find(f).unwrap())
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{seen}");
+
+    // Ctrl-C typed at the prompt: the terminal sends SIGINT; the task keeps running.
+    let mut child = in_a_terminal(&dir, &p, "call place").spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    screen_until(&mut out, &mut seen, "zone*").await;
+    stdin.write_all(b"\x03").await.unwrap();
+    screen_until(
+        &mut out,
+        &mut seen,
+        "keeps running (runway tasks get place-",
+    )
+    .await;
+    assert_eq!(child.wait().await.unwrap().code(), Some(130), "{seen}");
 }

@@ -774,3 +774,20 @@ async fn each_principal_holds_a_bounded_number_of_listen_streams() {
         .await;
     assert_eq!(r.status, StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_refuses_task_ids_in_the_wrong_place_instead_of_following_nothing() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let id = task_id(&alice.call("nap", json!({})).await);
+    let reply = alice
+        .rpc("subscriptions/listen", None, json!({"taskIds": [id]}))
+        .await;
+    assert_eq!(reply.error_code(), -32602, "{:?}", reply.messages);
+    assert!(
+        reply.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("params.notifications.taskIds")
+    );
+}

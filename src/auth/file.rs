@@ -21,6 +21,10 @@ use crate::api::Principal;
 
 /// Wildcard in rules.
 const ANY: &str = "*";
+/// Verbs a rule may name (the ones Runway asks about, and the wildcard).
+const VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", ANY];
+/// Resources a rule may name.
+const RESOURCES: [&str; 3] = ["runs", "workflows", ANY];
 
 /// The parsed file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -90,14 +94,39 @@ impl AuthFile {
     pub fn load(path: &Path) -> Result<Self, FileError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| FileError::Read(path.display().to_string(), e))?;
-        let file: AuthFile = serde_saphyr::from_str(&text)
-            .map_err(|e| FileError::Parse(path.display().to_string(), e.to_string()))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse and check the text of a file called `name` (for messages).
+    pub fn parse(text: &str, name: &str) -> Result<Self, FileError> {
+        let file: AuthFile = serde_saphyr::from_str(text)
+            .map_err(|e| FileError::Parse(name.to_owned(), e.to_string()))?;
+        let bad = |m: String| FileError::Parse(name.to_owned(), m);
         for t in &file.tokens {
             if t.token.is_empty() || t.user.is_empty() {
-                return Err(FileError::Parse(
-                    path.display().to_string(),
-                    "a token entry needs token and user".into(),
-                ));
+                return Err(bad("a token entry needs token and user".into()));
+            }
+        }
+        // A misspelt verb or resource would never match: refuse it rather than deny silently.
+        for (i, r) in file.rules.iter().enumerate() {
+            if let Some(v) = r.verbs.iter().find(|v| !VERBS.contains(&v.as_str())) {
+                return Err(bad(format!(
+                    "rules[{i}]: unknown verb {v:?} (one of {})",
+                    VERBS.join(", ")
+                )));
+            }
+            if let Some(x) = r
+                .resources
+                .iter()
+                .find(|x| !RESOURCES.contains(&x.as_str()))
+            {
+                return Err(bad(format!(
+                    "rules[{i}]: unknown resource {x:?} (one of {})",
+                    RESOURCES.join(", ")
+                )));
+            }
+            if r.users.is_empty() && r.groups.is_empty() {
+                return Err(bad(format!("rules[{i}]: names no users and no groups")));
             }
         }
         Ok(file)
@@ -157,6 +186,37 @@ impl Authorizer for AuthFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_documented_example_loads_and_typos_are_refused() {
+        let doc = include_str!("../../docs/auth-file.md");
+        let example = doc
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("docs/auth-file.md has a YAML example");
+        let f = AuthFile::parse(example, "example").unwrap();
+        assert_eq!(f.tokens.len(), 3);
+        assert_eq!(f.secrets["team-a/webhook"]["token"], "s3cr3t");
+        for (bad, why) in [
+            (
+                example.replace("verbs: [list]", "verbs: [lsit]"),
+                "unknown verb \"lsit\"",
+            ),
+            (
+                example.replace("resources: [workflows]", "resources: [workflow]"),
+                "unknown resource",
+            ),
+            (
+                example.replace("{ users: [carol], ", "{ "),
+                "names no users and no groups",
+            ),
+            (example.replace("user: alice", "usr: alice"), "usr"),
+        ] {
+            let e = AuthFile::parse(&bad, "f").unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+    }
 
     fn file() -> AuthFile {
         serde_saphyr::from_str(

@@ -104,6 +104,14 @@ pub async fn serve(
             );
         }
     }
+    if params.get("taskIds").is_some() {
+        return rpc_error(
+            StatusCode::OK,
+            id,
+            codes::INVALID_PARAMS,
+            "taskIds belongs under notifications: params.notifications.taskIds",
+        );
+    }
     let requested = params
         .get("notifications")
         .cloned()
