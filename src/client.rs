@@ -458,7 +458,16 @@ pub async fn call(
     let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args.clone());
     loop {
         let response = tokio::select! {
-            r = session.call_tool_once(params.clone()) => r?,
+            r = session.call_tool_once(params.clone()) => match r.map_err(ClientError::from) {
+                Ok(response) => response,
+                // A blocking call whose work failed ends as a failed task does: same words,
+                // same exit status. Errors about the request itself stay usage errors.
+                Err(ClientError::Rpc { code, message }) if !refused_request(code) => {
+                    eprintln!("call failed: {message} ({code})");
+                    return Ok(exit::FAILED);
+                }
+                Err(e) => return Err(e),
+            },
             _ = prompter.interrupted() => {
                 // Dropping a blocking call's connection cancels its Run on the server.
                 eprintln!("interrupted; the run was cancelled");
@@ -558,7 +567,7 @@ async fn follow(
             }
             TaskPayload::Failed { error } => {
                 eprintln!(
-                    "task failed: {} ({})",
+                    "call failed: {} ({})",
                     error.get("message").and_then(Value::as_str).unwrap_or("?"),
                     error.get("code").cloned().unwrap_or(Value::Null)
                 );
@@ -603,6 +612,24 @@ async fn follow(
             _ = prompter.interrupted() => return Ok(interrupted(id)),
         }
     }
+}
+
+/// Whether a JSON-RPC error code says the request was refused (malformed, unauthorized, unknown
+/// tool, bad arguments, missing capability) rather than that the work it started failed.
+fn refused_request(code: i64) -> bool {
+    use crate::mcp::codes;
+    [
+        codes::PARSE_ERROR,
+        codes::INVALID_REQUEST,
+        codes::METHOD_NOT_FOUND,
+        codes::INVALID_PARAMS,
+        codes::HEADER_MISMATCH,
+        codes::MISSING_CAPABILITY,
+        codes::UNSUPPORTED_VERSION,
+        codes::UNAUTHENTICATED,
+        codes::FORBIDDEN,
+    ]
+    .contains(&code)
 }
 
 /// Leave a task to run on: say how to come back to it.

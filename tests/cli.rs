@@ -63,6 +63,13 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: broken, namespace: team-a }
+spec:
+  tool: { description: Fails with a protocol error. }
+  steps: [ { name: f, fail: { error: { code: -32042, message: "upstream broke" } } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: pause, namespace: team-a }
 spec:
   tool: { description: Pauses for two seconds. }
@@ -627,4 +634,19 @@ async fn the_terminal_prompt_follows_the_manifest_and_checks_each_answer() {
     )
     .await;
     assert_eq!(child.wait().await.unwrap().code(), Some(130), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_exits_the_same_with_and_without_a_task() {
+    let (dir, p) = setup().await;
+    for extra in [None, Some("--no-task")] {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["call", "broken"]).args(extra);
+        let (code, _, err) = run_with_stdin(cmd, "").await;
+        assert_eq!(code, 1, "{extra:?}: {err}");
+        assert!(
+            err.contains("call failed: upstream broke (-32042)"),
+            "{extra:?}: {err}"
+        );
+    }
 }
