@@ -19,7 +19,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::mcp::codes::INVALID_PARAMS;
 use crate::mcp::{
-    META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION, TASKS_EXTENSION,
+    META_AWAITING_YOU, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    TASKS_EXTENSION,
 };
 
 /// Exit codes of the client commands.
@@ -551,6 +552,13 @@ async fn follow(
                 other => return Err(other),
             },
         };
+        // Runway says which open questions this caller may answer; other servers do not, and
+        // then every question is asked.
+        let awaiting: Option<Vec<String>> = got
+            .meta
+            .as_ref()
+            .and_then(|m| m.0.get(META_AWAITING_YOU))
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
         let task = got.task;
         if let Some(ms) = task.task.poll_interval_ms {
             interval = Duration::from_millis(ms.max(50));
@@ -579,8 +587,39 @@ async fn follow(
             }
             TaskPayload::InputRequired { input_requests } => {
                 let requests = serde_json::to_value(input_requests).unwrap_or(Value::Null);
+                let mine: Vec<(&String, &Value)> = requests
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| awaiting.as_ref().is_none_or(|a| a.contains(k)))
+                    .collect();
+                if mine.is_empty() {
+                    let others: Vec<&String> = requests
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, _)| k)
+                        .collect();
+                    let note = format!(
+                        "waiting for someone else to answer {}",
+                        others
+                            .iter()
+                            .map(|k| k.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    if last_message.as_deref() != Some(note.as_str()) {
+                        eprintln!("  {note}");
+                        last_message = Some(note);
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval) => {}
+                        _ = prompter.interrupted() => return Ok(interrupted(id)),
+                    }
+                    continue;
+                }
                 let mut answers = BTreeMap::new();
-                for (key, req) in requests.as_object().into_iter().flatten() {
+                for (key, req) in mine {
                     match prompter.answer(key, req).await {
                         Ok(a) => answers.insert(key.clone(), a),
                         Err(ClientError::Interrupted) => return Ok(interrupted(id)),

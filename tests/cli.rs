@@ -63,6 +63,18 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: gated, namespace: team-a }
+spec:
+  tool: { description: Needs an ops approver other than the requester. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "ok?", approvers: { groups: [ops] }, distinctFromRequester: true }
+  result: { content: [ { type: text, text: "approved" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: broken, namespace: team-a }
 spec:
   tool: { description: Fails with a protocol error. }
@@ -649,4 +661,34 @@ async fn a_failed_call_exits_the_same_with_and_without_a_task() {
             "{extra:?}: {err}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_call_waits_for_questions_that_are_someone_elses_to_answer() {
+    use tokio::io::AsyncBufReadExt;
+    let (dir, p) = setup().await;
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.args(["call", "gated"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let id = read_until(&mut lines, "task gated-").await;
+    let id = id.trim().strip_prefix("task ").unwrap().to_owned();
+    // alice requested it and may not answer: she is not asked, she is told.
+    read_until(&mut lines, "waiting for someone else to answer ask.ok").await;
+    let bob = Client::new(&p.base(), Some("bob-token"), "/namespaces/team-a/mcp");
+    let taken = bob
+        .update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
+        .await;
+    assert_eq!(
+        taken.result()["resultType"],
+        "complete",
+        "{:?}",
+        taken.messages
+    );
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "approved");
 }

@@ -374,6 +374,15 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
         seen.messages
     );
     assert!(seen.result()["inputRequests"]["ask.release"].is_object());
+    // Each reader is told which of the open questions wait for them.
+    assert_eq!(
+        seen.result()["_meta"]["dev.runway/awaitingYou"],
+        json!(["ask.note", "ask.release"])
+    );
+    assert_eq!(
+        alice.get(&id).await.result()["_meta"]["dev.runway/awaitingYou"],
+        json!(["ask.note"])
+    );
     let (status, mut frames) = listen(&paula, &[&id]).await;
     assert_eq!(status, StatusCode::OK);
     let ack = frames.next().await.unwrap();

@@ -163,6 +163,43 @@ fn awaits_answer_from(run: &Run, me: &crate::api::Principal) -> bool {
     })
 }
 
+/// The open input keys of `run` the caller may answer (RBAC `update runs` and the approver
+/// rule), so that a person sees which questions wait for them; `None` when nothing is asked.
+async fn awaiting_answer_from(state: &McpState, t: &Tenant, run: &Run) -> Option<Vec<String>> {
+    let open = run
+        .status
+        .as_ref()
+        .map(|s| &s.input_requests)
+        .filter(|o| !o.is_empty() && !run.phase().is_terminal())?;
+    if !allowed(state, t, Verb::Update, Resource::Runs)
+        .await
+        .unwrap_or(false)
+    {
+        return Some(vec![]);
+    }
+    let snapshot = run.workflow_snapshot();
+    let me = &t.identity.principal;
+    open.iter()
+        .filter(|(key, req)| {
+            !run.spec.input_responses.contains_key(*key)
+                && snapshot
+                    .as_ref()
+                    .and_then(|w| request_spec(w, &req.step, &req.name))
+                    .is_none_or(|spec| {
+                        may_answer(
+                            &spec,
+                            run.spec.requested_by.as_ref(),
+                            &me.username,
+                            &me.groups,
+                        )
+                        .is_ok()
+                    })
+        })
+        .map(|(key, _)| key.clone())
+        .collect::<Vec<_>>()
+        .into()
+}
+
 /// The manifest of input request `name` of step `step`.
 fn request_spec(
     wf: &crate::api::WorkflowSpec,
@@ -1025,7 +1062,16 @@ impl ServerHandler for RunwayMcp {
             .await
             .ok_or_else(unknown_task)?;
         let live = live_spec(&self.state, &run).await;
-        Ok(GetTaskResult::new(task::project(&run, live.as_ref())))
+        let mut result = GetTaskResult::new(task::project(&run, live.as_ref()));
+        // Present (possibly empty) whenever questions are open, so a client can tell "none of
+        // them is yours" from a server that does not say.
+        if let Some(awaiting) = awaiting_answer_from(&self.state, &t, &run).await {
+            let mut meta = rmcp::model::MetaObject::default();
+            meta.0
+                .insert(super::META_AWAITING_YOU.into(), json!(awaiting));
+            result.meta = Some(meta);
+        }
+        Ok(result)
     }
 
     async fn update_task(

@@ -40,6 +40,8 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// `_meta` key of an idempotent `tools/call`.
 pub const META_IDEMPOTENCY_KEY: &str = "dev.runway/idempotencyKey";
+/// `_meta` key of a `tasks/get` result: the open input keys the caller may answer.
+pub const META_AWAITING_YOU: &str = "dev.runway/awaitingYou";
 /// Header naming the JSON-RPC method.
 pub const HEADER_METHOD: &str = "mcp-method";
 /// Header naming the tool or task.
