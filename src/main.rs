@@ -194,6 +194,19 @@ struct McpFlags {
     /// keeps a key in its database, `operator` in a Secret.
     #[arg(long)]
     state_key_file: Option<PathBuf>,
+    /// How long a `requestState` handed out with an `input_required` answer stays valid: the
+    /// time a person has to answer a question asked before the task exists (e.g. 1h, 30m).
+    #[arg(long, default_value = "1h", value_parser = parse_positive_duration)]
+    request_state_ttl: std::time::Duration,
+}
+
+fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = runway::engine::duration::parse(s)?;
+    let d = std::time::Duration::try_from(d).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(d)
 }
 
 fn parse_cidr(s: &str) -> Result<runway::steps::egress::Cidr, String> {
@@ -215,6 +228,7 @@ impl McpFlags {
         c.allowed_hosts = self.allowed_hosts.clone();
         c.allowed_origins = self.allowed_origins.clone();
         c.task_access = self.task_access;
+        c.state_ttl = self.request_state_ttl;
         // Empty: the server supplies its durable key (database or Secret).
         c.state_keys.clear();
         if let Some(f) = &self.state_key_file {

@@ -461,6 +461,34 @@ async fn blocking_calls_stream_progress_and_return_the_result() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_past_its_lifetime_is_refused() {
+    let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.state_ttl = std::time::Duration::from_millis(1)
+    })
+    .await;
+    let c = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let res = c.call("hello", json!({})).await.result().clone();
+    let state = res["requestState"].as_str().unwrap().to_owned();
+    // The lifetime is a clock, not an event: let it pass.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let answer = json!({"who": {"action": "accept", "content": {"name": "Ada"}}});
+    let late = c
+        .rpc("tools/call", Some("hello"), json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": state}))
+        .await;
+    assert_eq!(late.error_code(), -32602, "{:?}", late.messages);
+    assert!(
+        late.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requestState"),
+        "{:?}",
+        late.messages
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn argument_elicitation_round_trips_and_refuses_tampered_state() {
     let s = server().await;
     let c = s

@@ -358,11 +358,19 @@ impl RunwayMcp {
 
     fn open(&self, t: &Tenant, sealed: &str) -> Result<Resume, ErrorData> {
         let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
-        self.state
-            .codecs
-            .iter()
-            .find_map(|c| c.open_json_with(sealed, ad.as_bytes()).ok())
-            .ok_or_else(|| invalid("invalid requestState"))
+        let mut expired = false;
+        for codec in &self.state.codecs {
+            match codec.open_json_with(sealed, ad.as_bytes()) {
+                Ok(resume) => return Ok(resume),
+                Err(rmcp::model::RequestStateError::Expired) => expired = true,
+                Err(_) => {}
+            }
+        }
+        Err(invalid(if expired {
+            "requestState expired: call the tool again without it to be asked again"
+        } else {
+            "invalid requestState"
+        }))
     }
 
     async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {

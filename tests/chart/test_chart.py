@@ -194,6 +194,7 @@ def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> No
         f"--allowed-host=runway.{NAMESPACE}.svc",
         f"--allowed-host=runway.{NAMESPACE}.svc.cluster.local",
         "--task-access=owner",
+        "--request-state-ttl=1h",
         "--state-key-file=/etc/runway/state/state-key",
         "--token-audience=runway",
         "--auth-cache-ttl=10s",
@@ -222,6 +223,7 @@ def test_every_option_reaches_the_operator() -> None:
         "--allowed-host=runway.example.com:8443",
         "--allowed-origin=https://console.example.com",
         "--task-access=namespace",
+        "--request-state-ttl=15m",
         "--state-key-file=/etc/runway/state/hmac",
         "--token-audience=runway",
         "--token-audience=https://kubernetes.default.svc",
@@ -352,6 +354,7 @@ def test_all_options_sets_every_value() -> None:
     "bad",
     [
         {"mcp": {"taskAccess": "everyone"}},
+        {"mcp": {"requestStateTTL": "an hour"}},
         {"logFormat": "xml"},
         {"replicaCount": 0},
         {"unknownValue": True},
