@@ -158,3 +158,128 @@ async fn the_readme_demo_runs_as_written() {
     }
     assert!(server.is_some(), "the demo starts a server");
 }
+
+/// Split a shell line into words: whitespace separates, single quotes group.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut word));
+                    any = false;
+                }
+            }
+            c => {
+                word.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(word);
+    }
+    words
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_example_recipe_works_as_written() {
+    let text = include_str!("../examples/approval.yaml");
+    let dir = TempDir::new();
+    std::os::unix::fs::symlink(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        dir.path().join("examples"),
+    )
+    .unwrap();
+    // The auth file the comment shows, with its indentation.
+    let auth: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("#   auth.yaml:"))
+        .skip(1)
+        .take_while(|l| l.len() > 1)
+        .map(|l| format!("{}\n", &l["#     ".len()..]))
+        .collect();
+    std::fs::write(dir.path().join("auth.yaml"), &auth).unwrap();
+    let port = free_port();
+    let mut server = None;
+    let mut call = None;
+    let mut task = String::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("#   $ ")) {
+        let background = line.trim_end().ends_with('&');
+        for part in line.trim_end().trim_end_matches('&').split("&&") {
+            let mut words = shell_words(part);
+            if words[0] == "echo" {
+                assert_eq!(words[2], ">", "{part}");
+                std::fs::write(dir.path().join(&words[3]), format!("{}\n", words[1])).unwrap();
+                continue;
+            }
+            assert_eq!(words[0], "runway", "{part}");
+            for w in words.iter_mut().filter(|w| *w == "<taskId>") {
+                *w = task.clone();
+            }
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+            cmd.args(&words[1..])
+                .current_dir(dir.path())
+                .env_remove("RUST_LOG")
+                .env_remove("RUNWAY_TOKEN_FILE")
+                .env("RUNWAY_URL", format!("http://127.0.0.1:{port}/mcp"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true);
+            if words[1] == "serve" {
+                cmd.args(["--listen", &format!("127.0.0.1:{port}")]);
+            }
+            let mut child = cmd.spawn().unwrap();
+            if !background {
+                let out = child.wait_with_output().await.unwrap();
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(0), "{part}: {err}");
+                assert!(err.contains("answer to approval.decision taken"), "{err}");
+                continue;
+            }
+            let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+            let wanted = if words[1] == "serve" {
+                "runway serve started"
+            } else {
+                "waiting for someone else to answer approval.decision"
+            };
+            tokio::time::timeout(support::harness::PATIENCE, async {
+                while let Some(l) = lines.next_line().await.unwrap() {
+                    if let Some(id) = l.strip_prefix("task ") {
+                        task = id.trim().to_owned();
+                    }
+                    if l.contains(wanted) {
+                        return;
+                    }
+                }
+                panic!("{part}: no {wanted:?}");
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{part}: no {wanted:?}"));
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            if words[1] == "serve" {
+                server = Some(child);
+            } else {
+                call = Some(child);
+            }
+        }
+    }
+    assert!(
+        server.is_some() && task.starts_with("approve-deploy-"),
+        "{task}"
+    );
+    let out = call.unwrap().wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().next(),
+        Some("Deployment of api approved.")
+    );
+}
