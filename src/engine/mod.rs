@@ -170,8 +170,11 @@ pub enum Outcome {
     Failed {
         /// Kind of failure.
         class: ErrorClass,
-        /// Why.
+        /// Why, in words fit for the caller and the task's `statusMessage`.
         message: String,
+        /// What only the Run's readers should see (an upstream's response body, say): kept in
+        /// the step's record, never in the Run's message or the tool error.
+        detail: Option<String>,
     },
     /// A `tool` step's upstream call failed. The retry policy applies as for `Failed`; when the
     /// step fails for good and `error` is set, the Run ends with that protocol-level error.
@@ -446,8 +449,20 @@ fn record_outcome(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) 
             rec.finished_at = Some(ts(now));
             rec.message = None;
         }
-        Outcome::Failed { class, message } => {
+        Outcome::Failed {
+            class,
+            message,
+            detail,
+        } => {
             fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+            if let Some(d) = detail {
+                let rec = &mut st.steps[idx];
+                let full = format!("{}: {d}", rec.message.as_deref().unwrap_or_default());
+                if let Some(last) = rec.attempts.last_mut() {
+                    last.message = full.clone();
+                }
+                rec.message = Some(full);
+            }
         }
         Outcome::UpstreamFailed {
             class,

@@ -180,6 +180,7 @@ fn retries_back_off_exponentially_then_fail_as_a_tool_error() {
     let w = http_wf();
     let mut run = new_run(json!({"id": 1}));
     let fail = || Outcome::Failed {
+        detail: None,
         class: ErrorClass::ServerError,
         message: "HTTP 503".into(),
     };
@@ -223,6 +224,7 @@ fn failures_outside_retry_on_do_not_retry() {
         &mut run,
         &next,
         Outcome::Failed {
+            detail: None,
             class: ErrorClass::ClientError,
             message: "HTTP 404".into(),
         },
@@ -231,6 +233,34 @@ fn failures_outside_retry_on_do_not_retry() {
     settle(&mut run, &w, at(0));
     assert_eq!(status(&run).phase, RunPhase::Failed);
     assert_eq!(status(&run).steps[0].attempt, 1);
+}
+
+#[test]
+fn an_upstream_body_stays_in_the_step_record_not_in_the_task_message() {
+    let w = wf(json!({"steps": [{"name": "call", "http": {"url": "http://x"}}]}));
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            class: ErrorClass::ClientError,
+            message: "HTTP 401".into(),
+            detail: Some("{\"error\": \"bad key sk-live-123\"}".into()),
+        },
+        at(0),
+    );
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    let step = st.steps[0].message.as_deref().unwrap();
+    assert!(step.contains("HTTP 401") && step.contains("sk-live-123"), "{step}");
+    assert!(st.steps[0].attempts[0].message.contains("sk-live-123"));
+    let public = st.status_message.as_deref().unwrap();
+    assert!(public.contains("HTTP 401") && !public.contains("sk-live"), "{public}");
+    let text = st.result.as_ref().unwrap()["content"][0]["text"].as_str().unwrap();
+    assert!(!text.contains("sk-live"), "{text}");
+    assert!(!st.conditions[0].message.contains("sk-live"));
 }
 
 #[test]
@@ -854,6 +884,7 @@ fn cancelling_cleans_up_the_upstream_task_before_finally() {
         &mut run,
         &next,
         Outcome::Failed {
+            detail: None,
             class: ErrorClass::Connection,
             message: "down".into(),
         },
@@ -1073,6 +1104,7 @@ fn a_retry_after_an_ended_upstream_task_calls_again_and_after_a_lost_connection_
         &mut run,
         &next,
         Outcome::Failed {
+            detail: None,
             class: ErrorClass::Connection,
             message: "refused".into(),
         },

@@ -50,7 +50,7 @@ impl HttpExecutor {
             _ = cancel.cancelled() => None,
             out = async {
                 match timeout {
-                    Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| Outcome::Failed {
+                    Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| Outcome::Failed { detail: None,
                         class: ErrorClass::Timeout,
                         message: "timed out".into(),
                     }),
@@ -96,6 +96,7 @@ impl HttpExecutor {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
                 return Outcome::Failed {
+                    detail: None,
                     class: ErrorClass::Timeout,
                     message: e.to_string(),
                 };
@@ -103,6 +104,7 @@ impl HttpExecutor {
             Err(e) if e.is_builder() => return fatal(format!("invalid request: {e}")),
             Err(e) => {
                 return Outcome::Failed {
+                    detail: None,
                     class: ErrorClass::Connection,
                     message: format!("{}: {}", req.url, error_chain(&e)),
                 };
@@ -118,6 +120,7 @@ impl HttpExecutor {
             Ok(b) => b,
             Err(message) => {
                 return Outcome::Failed {
+                    detail: None,
                     class: ErrorClass::Connection,
                     message,
                 };
@@ -140,9 +143,11 @@ impl HttpExecutor {
             Value::String(s) => s.chars().take(200).collect(),
             other => other.to_string().chars().take(200).collect(),
         };
+        // The body may carry anything the upstream chose to say; it stays with the step.
         Outcome::Failed {
             class,
-            message: format!("HTTP {status}: {snippet}"),
+            message: format!("HTTP {status}"),
+            detail: (!snippet.is_empty()).then_some(snippet),
         }
     }
 }

@@ -153,6 +153,7 @@ impl JobExecutor {
             Ok(j) => j,
             Err(e) => {
                 return Some(Outcome::Failed {
+                    detail: None,
                     class: ErrorClass::Connection,
                     message: e.to_string(),
                 });
@@ -172,6 +173,7 @@ impl JobExecutor {
                 }
                 Err(e) => {
                     return Some(Outcome::Failed {
+                        detail: None,
                         class: ErrorClass::Connection,
                         message: e.to_string(),
                     });
@@ -189,6 +191,7 @@ impl JobExecutor {
             Ok(None) => {}
             Err(e) => {
                 return Some(Outcome::Failed {
+                    detail: None,
                     class: ErrorClass::Connection,
                     message: e.to_string(),
                 });
@@ -206,10 +209,12 @@ impl JobExecutor {
         };
         match done {
             Err(_) => Some(Outcome::Failed {
+                detail: None,
                 class: ErrorClass::Timeout,
                 message: format!("job {job_name} timed out"),
             }),
             Ok(Err(e)) => Some(Outcome::Failed {
+                detail: None,
                 class: ErrorClass::Connection,
                 message: e.to_string(),
             }),
@@ -232,6 +237,7 @@ impl JobExecutor {
                             .and_then(|c| c.message)
                             .unwrap_or_else(|| "failed".into());
                         Some(Outcome::Failed {
+                            detail: None,
                             class: ErrorClass::ServerError,
                             message: format!("job {job_name}: {why}"),
                         })
@@ -266,6 +272,7 @@ impl Executor for JobExecutor {
                         Some(Outcome::Succeeded(json!({"deleted": name})))
                     }
                     Err(e) => Some(Outcome::Failed {
+                        detail: None,
                         class: ErrorClass::Connection,
                         message: e.to_string(),
                     }),

@@ -114,6 +114,7 @@ impl ToolExecutor {
             }
             Ok(Err(o)) => o,
             Err(_) => Outcome::Failed {
+                detail: None,
                 class: ErrorClass::Timeout,
                 message: format!("tasks/cancel {task_id} on {}: timed out", up.url),
             },
@@ -179,6 +180,7 @@ impl Executor for ToolExecutor {
                 Some(t) => tokio::time::timeout(t, up.attempt(&call))
                     .await
                     .unwrap_or_else(|_| Outcome::Failed {
+                        detail: None,
                         class: ErrorClass::Timeout,
                         message: match call.upstream_task_id {
                             Some(id) => format!("timed out following upstream task {id}"),
@@ -318,6 +320,7 @@ impl Upstream {
                 job_name: None,
             },
             Ok(_) => Outcome::Failed {
+                detail: None,
                 class: ErrorClass::ServerError,
                 message: format!("{what}: unexpected response"),
             },
@@ -445,6 +448,7 @@ fn input_required(what: &str, ir: InputRequiredResult) -> Outcome {
         .collect();
     if requests.is_empty() {
         return Outcome::Failed {
+            detail: None,
             class: ErrorClass::ServerError,
             message: format!("{what}: input_required without input requests"),
         };
@@ -501,6 +505,7 @@ fn service_failure(what: &str, e: rmcp::ServiceError) -> Outcome {
 
 fn request_timeout(what: &str) -> Outcome {
     Outcome::Failed {
+        detail: None,
         class: ErrorClass::Timeout,
         message: format!("{what}: timed out"),
     }
@@ -551,6 +556,7 @@ fn transport_failure(what: &str, e: &(dyn std::error::Error + 'static)) -> Outco
         None => error_chain(e),
     });
     Outcome::Failed {
+        detail: None,
         class,
         message: format!("{what}: {}", clip(&detail)),
     }
