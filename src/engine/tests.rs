@@ -254,11 +254,19 @@ fn an_upstream_body_stays_in_the_step_record_not_in_the_task_message() {
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
     let step = st.steps[0].message.as_deref().unwrap();
-    assert!(step.contains("HTTP 401") && step.contains("sk-live-123"), "{step}");
+    assert!(
+        step.contains("HTTP 401") && step.contains("sk-live-123"),
+        "{step}"
+    );
     assert!(st.steps[0].attempts[0].message.contains("sk-live-123"));
     let public = st.status_message.as_deref().unwrap();
-    assert!(public.contains("HTTP 401") && !public.contains("sk-live"), "{public}");
-    let text = st.result.as_ref().unwrap()["content"][0]["text"].as_str().unwrap();
+    assert!(
+        public.contains("HTTP 401") && !public.contains("sk-live"),
+        "{public}"
+    );
+    let text = st.result.as_ref().unwrap()["content"][0]["text"]
+        .as_str()
+        .unwrap();
     assert!(!text.contains("sk-live"), "{text}");
     assert!(!st.conditions[0].message.contains("sk-live"));
 }
