@@ -400,3 +400,53 @@ async fn after_kill_9_the_server_resumes_the_same_upstream_task() {
     assert_eq!(rec.attempt, 1);
     assert_eq!(rec.upstream_task_id, runs[0].metadata.name);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let a = Mcp::start_in(server_dir(
+        &[(
+            "relay.yaml",
+            &relay("relay-nap", "nap", &endpoint(proxy.addr), "", ""),
+        )],
+        &auth_a(),
+    ))
+    .await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-nap", json!({"msg": "zz"})).await);
+    proxy.wait_for("tasks/get", 1).await;
+    // The upstream stumbles: three polls in a row answer 503. The step has no retry policy.
+    proxy.fail_next("tasks/get", 3, 503);
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(
+        t["result"]["structuredContent"],
+        json!({"upstream": {"napped": "zz"}})
+    );
+    assert_eq!(proxy.count("tasks/get failed"), 3);
+    assert_eq!(proxy.count("tools/call"), 1, "the tool was called once");
+    let run = a.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(run.status.unwrap().steps[0].attempt, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_end() {
+    let (a, b) = servers(&[("relay-forever", "forever", "timeout: 1s", "")], None).await;
+    let c = a.client("alice-token");
+    let id = task_id(&c.call("relay-forever", json!({"msg": "x"})).await);
+    let run = a
+        .wait(&id, "following its upstream task", |r| {
+            upstream_task(r).is_some()
+        })
+        .await;
+    let upstream = upstream_task(&run).unwrap();
+    let run = a.wait(&id, "failed", |r| r.phase().is_terminal()).await;
+    assert_eq!(run.phase(), RunPhase::Failed);
+    // By the time the Run has ended, the upstream task has been cancelled and has ended.
+    let on_b = runway::store::RunStore::get(b.store(), "team-a", &upstream)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(on_b.phase(), RunPhase::Cancelled, "{:?}", on_b.status);
+    assert!(run.status.unwrap().cleanups.is_empty());
+}

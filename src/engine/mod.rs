@@ -455,6 +455,9 @@ fn record_outcome(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) 
             detail,
         } => {
             fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+            // A tool step that timed out or lost its connection for good may leave an upstream
+            // task behind: cancel it as every other failure path does.
+            cancel_abandoned_upstream_task(&mut st, idx);
             if let Some(d) = detail {
                 let rec = &mut st.steps[idx];
                 let full = format!("{}: {d}", rec.message.as_deref().unwrap_or_default());

@@ -860,6 +860,51 @@ fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
 }
 
 #[test]
+fn a_tool_step_that_times_out_for_good_cancels_its_upstream_task() {
+    let w = tool_wf();
+    let mut run = new_run(json!({"x": 1}));
+    let next = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-1".into()),
+            job_name: None,
+        },
+        at(0),
+    );
+    let next = settle(&mut run, &w, at(1));
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            detail: None,
+            class: ErrorClass::Timeout,
+            message: "step timed out".into(),
+        },
+        at(2),
+    );
+    let next = settle(&mut run, &w, at(2));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
+    report(
+        &mut run,
+        &next,
+        Outcome::Succeeded(json!("upstream task up-1 cancelled")),
+        at(3),
+    );
+    settle(&mut run, &w, at(3));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.cleanups.is_empty());
+}
+
+#[test]
 fn cancelling_cleans_up_the_upstream_task_before_finally() {
     let w = tool_wf();
     let mut run = new_run(json!({"x": 1}));

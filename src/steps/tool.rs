@@ -38,6 +38,30 @@ use crate::engine::{self, Action, Effect, HeaderValue, Outcome};
 use crate::mcp::{META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes};
 use crate::store::SecretSource;
 
+/// Polls of an upstream task that may fail transiently in a row before the attempt fails
+/// (waiting 0.25, 0.5, 1 and 2 s between them: long enough for an upstream to restart).
+const GET_RETRIES: u32 = 4;
+/// First wait after a transiently failed poll; it doubles.
+const GET_BACKOFF: Duration = Duration::from_millis(250);
+/// Time allowed for a cleanup: the upstream's cancel ack and its task reaching an end.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether a failed poll is worth repeating: the connection, a timeout, an overloaded or
+/// failing server; not an answer that the task or request is wrong.
+fn is_transient(out: &Outcome) -> bool {
+    let class = match out {
+        Outcome::Failed { class, .. } | Outcome::UpstreamFailed { class, .. } => *class,
+        _ => return false,
+    };
+    matches!(
+        class,
+        ErrorClass::Timeout
+            | ErrorClass::Connection
+            | ErrorClass::ServerError
+            | ErrorClass::TooManyRequests
+    )
+}
+
 /// Time allowed for each `tasks/get`, `tasks/update` and `tasks/cancel` request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time allowed for the best-effort `tasks/cancel` sent when a Run is cancelled mid-attempt.
@@ -108,7 +132,11 @@ impl ToolExecutor {
             Ok(up) => up,
             Err(o) => return o,
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, up.cancel_task(task_id)).await {
+        let cancelled = async {
+            up.cancel_task(task_id).await?;
+            up.wait_ended(task_id).await
+        };
+        match tokio::time::timeout(CLEANUP_TIMEOUT, cancelled).await {
             Ok(Ok(())) => {
                 Outcome::Succeeded(Value::String(format!("upstream task {task_id} cancelled")))
             }
@@ -116,7 +144,11 @@ impl ToolExecutor {
             Err(_) => Outcome::Failed {
                 detail: None,
                 class: ErrorClass::Timeout,
-                message: format!("tasks/cancel {task_id} on {}: timed out", up.url),
+                message: format!(
+                    "tasks/cancel {task_id} on {}: the task has not ended within {}s",
+                    up.url,
+                    CLEANUP_TIMEOUT.as_secs()
+                ),
             },
         }
     }
@@ -332,16 +364,37 @@ impl Upstream {
     async fn follow(&self, session: &Session, id: &str, answered: &BTreeSet<String>) -> Outcome {
         let what = format!("tasks/get {id} on {}", self.url);
         let mut interval = DEFAULT_POLL;
+        // After a transport failure the session may be gone: later polls use a fresh one.
+        let mut fresh: Option<Session> = None;
+        let mut transient = 0;
         loop {
+            let current = fresh.as_ref().unwrap_or(session);
             let got = tokio::time::timeout(
                 REQUEST_TIMEOUT,
-                session.get_task(GetTaskParams::new(id.to_owned())),
+                current.get_task(GetTaskParams::new(id.to_owned())),
             )
             .await;
-            let task = match got {
-                Ok(Ok(t)) => t.task,
-                Ok(Err(e)) => return service_failure(&what, e),
-                Err(_) => return request_timeout(&what),
+            let failure = match got {
+                Ok(Ok(t)) => {
+                    transient = 0;
+                    Ok(t.task)
+                }
+                Ok(Err(e)) => Err(service_failure(&what, e)),
+                Err(_) => Err(request_timeout(&what)),
+            };
+            let task = match failure {
+                Ok(task) => task,
+                // The upstream task runs on while its server restarts or a poll is lost: a
+                // transient failure of a poll is retried a few times before the attempt fails.
+                Err(out) if is_transient(&out) && transient < GET_RETRIES => {
+                    transient += 1;
+                    tokio::time::sleep(GET_BACKOFF * 2u32.pow(transient - 1)).await;
+                    if let Ok(s) = self.connect().await {
+                        fresh = Some(s);
+                    }
+                    continue;
+                }
+                Err(out) => return out,
             };
             if let Some(ms) = task.task.poll_interval_ms {
                 interval = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
@@ -407,6 +460,33 @@ impl Upstream {
             .cancel_task(CancelTaskParams::new(id.to_owned()))
             .await
             .map_err(|e| service_failure(&format!("tasks/cancel {id} on {}", self.url), e))
+    }
+
+    /// Poll an upstream task whose cancel was acknowledged until it has ended: an ack says the
+    /// cancel was received, not that the work stopped. A task the upstream no longer knows
+    /// has ended too.
+    async fn wait_ended(&self, id: &str) -> Result<(), Outcome> {
+        let session = self.connect().await?;
+        let what = format!("tasks/get {id} on {}", self.url);
+        let mut interval = MIN_POLL;
+        loop {
+            match session.get_task(GetTaskParams::new(id.to_owned())).await {
+                Ok(t) => match t.task.payload {
+                    TaskPayload::Completed { .. }
+                    | TaskPayload::Failed { .. }
+                    | TaskPayload::Cancelled => return Ok(()),
+                    _ => {}
+                },
+                Err(rmcp::ServiceError::McpError(e))
+                    if e.code.0 as i64 == codes::INVALID_PARAMS =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err(service_failure(&what, e)),
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(GET_BACKOFF * 8);
+        }
     }
 }
 

@@ -21,6 +21,8 @@ use super::mcp::AUTH;
 #[derive(Default)]
 struct Seen {
     by_method: Mutex<BTreeMap<String, usize>>,
+    /// Requests of a method to answer with an HTTP status instead of forwarding them.
+    failing: Mutex<BTreeMap<String, (usize, u16)>>,
 }
 
 /// A proxy that forwards every request to `target` and counts them.
@@ -62,6 +64,29 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
     let body = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
         .await
         .unwrap_or_default();
+    let injected = {
+        let mut failing = s.seen.failing.lock().unwrap();
+        match failing.get_mut(&method) {
+            Some((n, status)) if *n > 0 => {
+                *n -= 1;
+                Some(*status)
+            }
+            _ => None,
+        }
+    };
+    if let Some(status) = injected {
+        *s.seen
+            .by_method
+            .lock()
+            .unwrap()
+            .entry(format!("{method} failed"))
+            .or_default() += 1;
+        s.changes.send_modify(|n| *n += 1);
+        return Response::builder()
+            .status(status)
+            .body(Body::empty())
+            .unwrap();
+    }
     let resp = out.body(body).send().await;
     *s.seen.by_method.lock().unwrap().entry(method).or_default() += 1;
     s.changes.send_modify(|n| *n += 1);
@@ -105,6 +130,16 @@ impl Proxy {
             changes,
             task,
         }
+    }
+
+    /// Answer the next `n` requests with this `Mcp-Method` with HTTP `status` instead of
+    /// forwarding them (counted as `"<method> failed"`).
+    pub fn fail_next(&self, method: &str, n: usize, status: u16) {
+        self.seen
+            .failing
+            .lock()
+            .unwrap()
+            .insert(method.to_owned(), (n, status));
     }
 
     /// Requests with this `Mcp-Method` forwarded so far.
