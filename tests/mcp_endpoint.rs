@@ -517,6 +517,23 @@ async fn argument_elicitation_round_trips_and_refuses_tampered_state() {
         .call("hello", json!({}))
         .await;
     assert_eq!(none.error_code(), -32021);
+    // a client that can only open URLs cannot fill in a form; one that names form mode can
+    let url_only = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {"url": {}}}))
+        .call("hello", json!({}))
+        .await;
+    assert_eq!(url_only.error_code(), -32021, "{:?}", url_only.messages);
+    assert_eq!(
+        url_only.last()["error"]["data"]["requiredCapabilities"]["elicitation"],
+        json!({"form": {}})
+    );
+    let forms = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {"form": {}, "url": {}}}))
+        .call("hello", json!({}))
+        .await;
+    assert_eq!(forms.result()["resultType"], "input_required");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -288,8 +288,13 @@ fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
         .is_some()
 }
 
-fn declares(ctx: &RequestContext<RoleServer>, cap: &str) -> bool {
-    raw_caps(ctx).get(cap).is_some_and(|v| !v.is_null())
+/// Whether the client can show forms: `elicitation: {form: {}}`, or an empty `elicitation: {}`
+/// (which means form mode alone). A client that declares only `url` mode cannot.
+fn declares_forms(ctx: &RequestContext<RoleServer>) -> bool {
+    match raw_caps(ctx).get("elicitation") {
+        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
+        _ => false,
+    }
 }
 
 /// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
@@ -447,10 +452,10 @@ impl RunwayMcp {
                 .is_some_and(|props| props.keys().any(|p| !args.contains_key(p)))
         });
         let Some(q) = open else { return Ok(Ok(args)) };
-        if !declares(ctx, "elicitation") {
+        if !declares_forms(ctx) {
             return Err(missing_capability(
-                "elicitation",
-                json!({"elicitation": {}}),
+                "form elicitation",
+                json!({"elicitation": {"form": {}}}),
             ));
         }
         let request: InputRequest = serde_json::from_value(json!({
@@ -546,7 +551,7 @@ impl RunwayMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let mut changes = self.state.events.subscribe(&t.namespace, name);
         let progress = ctx.meta.get_progress_token();
-        let elicitation = declares(ctx, "elicitation");
+        let elicitation = declares_forms(ctx);
         let mut sent: Option<(f64, String)> = None;
         let mut run = self
             .state
@@ -1010,14 +1015,14 @@ impl ServerHandler for RunwayMcp {
             ));
         }
         let as_task = tasks && mode != ExecutionMode::Sync;
-        if !as_task && has_input_steps(&wf) && !declares(&ctx, "elicitation") {
+        if !as_task && has_input_steps(&wf) && !declares_forms(&ctx) {
             let caps = if mode == ExecutionMode::Sync {
-                json!({"elicitation": {}})
+                json!({"elicitation": {"form": {}}})
             } else {
-                json!({"elicitation": {}, "extensions": {super::TASKS_EXTENSION: {}}})
+                json!({"elicitation": {"form": {}}, "extensions": {super::TASKS_EXTENSION: {}}})
             };
             return Err(missing_capability(
-                "elicitation or io.modelcontextprotocol/tasks",
+                "form elicitation or io.modelcontextprotocol/tasks",
                 caps,
             ));
         }
