@@ -160,7 +160,7 @@ pub struct Target {
 type Session = RunningService<RoleClient, ClientConfig>;
 
 fn capabilities(tasks: bool) -> ClientCapabilities {
-    let mut caps = json!({"elicitation": {"form": {}}});
+    let mut caps = json!({"elicitation": {"form": {}, "url": {}}});
     if tasks {
         caps["extensions"] = json!({ TASKS_EXTENSION: {} });
     }
@@ -266,6 +266,16 @@ impl Prompter {
         if request["method"] != "elicitation/create" {
             eprintln!("  (this client answers only elicitation requests; declining)");
             return Ok(json!({"action": "decline"}));
+        }
+        if params["mode"] == "url" {
+            // URL mode: the page does the work; this client only shows where to go.
+            eprintln!("  open: {}", params["url"].as_str().unwrap_or("?"));
+            let a = self.ask("  opened it (or will)? [y/n] ").await?;
+            return Ok(if a.starts_with('y') {
+                json!({"action": "accept"})
+            } else {
+                json!({"action": "decline"})
+            });
         }
         let props = params["requestedSchema"]["properties"]
             .as_object()

@@ -117,6 +117,24 @@ async fn broken_manifests_are_not_ready_and_say_why() {
             "result.content[0].type",
         ),
         (
+            "secretform",
+            "  steps:\n    - name: login\n      input:\n        requests:\n          - { name: creds, message: m, requestedSchema: { type: object, properties: { user: { type: string }, password: { type: string } } } }\n",
+            "InvalidSpec",
+            "field password asks for a secret",
+        ),
+        (
+            "urlandform",
+            "  steps:\n    - name: pay\n      input:\n        requests:\n          - { name: p, message: m, url: \"https://pay.example.com\", requestedSchema: { type: object } }\n",
+            "InvalidSpec",
+            "url mode takes no requestedSchema",
+        ),
+        (
+            "urlscheme",
+            "  steps:\n    - name: pay\n      input:\n        requests:\n          - { name: p, message: m, url: \"ftp://pay.example.com\" }\n",
+            "InvalidSpec",
+            "scheme",
+        ),
+        (
             "typo",
             "  stpes:\n    - name: a\n      delay: { duration: 1s }\n",
             "InvalidManifest",

@@ -74,6 +74,18 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: sso, namespace: NS }
+spec:
+  tool: { description: Sends the caller to sign in. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: login, message: "Sign in, please", url: "https://sso.example.com/start?task={{ run.name }}" }
+  result: { content: [ { type: text, text: "signed in" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: tool-error, namespace: NS }
 spec:
   tool: { description: Fails as a tool error. }
@@ -799,4 +811,38 @@ async fn listen_refuses_task_ids_in_the_wrong_place_instead_of_following_nothing
             .unwrap()
             .contains("params.notifications.taskIds")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let id = task_id(&alice.call("sso", json!({})).await);
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let t = alice.get(&id).await.result().clone();
+    let req = &t["inputRequests"]["ask.login"];
+    assert_eq!(req["method"], "elicitation/create");
+    assert_eq!(req["params"]["mode"], "url");
+    assert_eq!(req["params"]["elicitationId"], "ask.login");
+    assert_eq!(
+        req["params"]["url"],
+        format!("https://sso.example.com/start?task={id}")
+    );
+    // Content sent with a URL-mode accept is not recorded: the page collected what it needed.
+    let reply = alice
+        .update(
+            &id,
+            json!({"ask.login": {"action": "accept", "content": {"password": "hunter2"}}}),
+        )
+        .await;
+    assert_eq!(
+        reply.result()["resultType"],
+        "complete",
+        "{:?}",
+        reply.messages
+    );
+    let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    assert!(done.spec.input_responses["ask.login"].content.is_none());
 }

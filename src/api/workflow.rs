@@ -352,7 +352,8 @@ pub struct InputStep {
     pub allow_decline: bool,
 }
 
-/// One named request of an input step: an `elicitation/create` form.
+/// One named request of an input step: an `elicitation/create` form, or with `url` a page the
+/// person opens (URL mode).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct InputRequestSpec {
@@ -365,6 +366,12 @@ pub struct InputRequestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub requested_schema: Option<Value>,
+    /// URL mode instead of a form: a page (an http or https URL template) the person opens to do
+    /// something the Run must not see, such as signing in or paying. Accepting means they agreed
+    /// to open it, not that it is done; later steps wait for the outcome by their own means.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub url: Option<String>,
     /// Who may answer; anyone who may update the Run when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvers: Option<Approvers>,

@@ -134,17 +134,27 @@ impl Machine<'_> {
     ) -> Result<(), String> {
         let message = template::render(&req.message, ctx)
             .map_err(|e| format!("input {}: message: {e}", req.name))?;
-        let schema = req
-            .requested_schema
-            .clone()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        let params = match &req.url {
+            Some(url) => {
+                let url = template::render_url(url, ctx)
+                    .map_err(|e| format!("input {}: url: {e}", req.name))?;
+                json!({"mode": "url", "message": message, "url": url, "elicitationId": key})
+            }
+            None => {
+                let schema = req
+                    .requested_schema
+                    .clone()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+                json!({"mode": "form", "message": message, "requestedSchema": schema})
+            }
+        };
         self.st.input_requests.insert(
             key.clone(),
             OpenInputRequest {
                 step: step.name.clone(),
                 name: req.name.clone(),
                 method: ELICITATION_METHOD.into(),
-                params: json!({"mode": "form", "message": message, "requestedSchema": schema}),
+                params,
                 asked_at: Some(ts(self.now)),
             },
         );
@@ -227,7 +237,12 @@ impl Machine<'_> {
             let at = resp.answered_at.clone().unwrap_or_else(|| ts(self.now));
             match resp.action {
                 InputAction::Accept => {
-                    outputs.insert(req.name.clone(), resp.content.clone().unwrap_or(json!({})));
+                    // A URL-mode accept carries no content: the page did the work.
+                    let content = match &req.url {
+                        Some(_) => json!({}),
+                        None => resp.content.clone().unwrap_or(json!({})),
+                    };
+                    outputs.insert(req.name.clone(), content);
                     self.event(
                         event_reasons::INPUT_ANSWERED,
                         format!("{who} accepted {key} at {at}"),

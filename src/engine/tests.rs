@@ -482,6 +482,44 @@ fn answers_that_do_not_match_the_requested_schema_are_noted_and_asked_again() {
 }
 
 #[test]
+fn url_mode_requests_send_the_person_to_a_page_and_accept_means_agreed() {
+    let w = wf(json!({
+        "steps": [
+            {"name": "sso", "input": {"requests": [
+                {"name": "login", "message": "Sign in to {{ args.org }}",
+                 "url": "https://sso.example.com/start?org={{ args.org }}&run={{ run.name }}"}
+            ]}}
+        ],
+        "result": {"content": [{"type": "text", "text": "signed in"}]}
+    }));
+    let mut run = new_run(json!({"org": "a&b"}));
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    let asked = &st.input_requests["sso.login"];
+    assert_eq!(asked.params["mode"], "url");
+    assert_eq!(asked.params["elicitationId"], "sso.login");
+    assert_eq!(asked.params["message"], "Sign in to a&b");
+    let url = asked.params["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://sso.example.com/start?org=a%26b&run="),
+        "{url}"
+    );
+    assert!(asked.params.get("requestedSchema").is_none());
+    answer(
+        &mut run,
+        "sso.login",
+        InputAction::Accept,
+        json!(null),
+        "bob",
+        &[],
+    );
+    settle(&mut run, &w, at(1));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{:?}", st.notes);
+    assert_eq!(st.steps[0].output, Some(json!({"login": {}})));
+}
+
+#[test]
 fn cancel_action_reasks_and_decline_fails_unless_allowed() {
     let w = approval_wf();
     let mut run = new_run(json!({"x": 1}));

@@ -304,11 +304,32 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
                     &f(&format!("input.requests[{}].message", r.name)),
                     &r.message,
                 )?;
+                let field = |x: &str| f(&format!("input.requests[{}].{x}", r.name));
                 if let Some(s) = &r.requested_schema {
-                    json_schema(
-                        &f(&format!("input.requests[{}].requestedSchema", r.name)),
-                        s,
-                    )?;
+                    json_schema(&field("requestedSchema"), s)?;
+                    if let Some(secret) = secret_field(s) {
+                        return Err(invalid(
+                            reasons::INVALID_SPEC,
+                            format!(
+                                "{}: field {secret} asks for a secret; forms must not collect \
+                                 passwords, tokens, API keys or card data: use url mode (url:) \
+                                 to send the person to a page that takes it",
+                                field("requestedSchema")
+                            ),
+                        ));
+                    }
+                }
+                if let Some(u) = &r.url {
+                    if r.requested_schema.is_some() {
+                        return Err(invalid(
+                            reasons::INVALID_SPEC,
+                            format!("{}: url mode takes no requestedSchema", field("url")),
+                        ));
+                    }
+                    text(&field("url"), u)?;
+                    if !u.contains("{{") {
+                        url(&field("url"), u)?;
+                    }
                 }
             }
             if let Some(t) = &i.timeout {
@@ -369,6 +390,35 @@ fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
             format!("{field}: {s:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"),
         ))
     }
+}
+
+/// Words in a form field's name, title or format that mean a secret a form must not collect.
+const SECRET_WORDS: [&str; 12] = [
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "cardnumber",
+    "card_number",
+    "cvv",
+    "cvc",
+];
+
+/// The first property of an elicitation schema that asks for a secret, by name, title or
+/// `format: password`.
+fn secret_field(schema: &Value) -> Option<String> {
+    let props = schema.get("properties")?.as_object()?;
+    props.iter().find_map(|(name, p)| {
+        let title = p.get("title").and_then(Value::as_str).unwrap_or_default();
+        let hay = format!("{name} {title}").to_ascii_lowercase();
+        let secret = SECRET_WORDS.iter().any(|w| hay.contains(w))
+            || p.get("format").and_then(Value::as_str) == Some("password");
+        secret.then(|| name.clone())
+    })
 }
 
 fn url(field: &str, s: &str) -> Result<(), Invalid> {

@@ -297,6 +297,14 @@ fn declares_forms(ctx: &RequestContext<RoleServer>) -> bool {
     }
 }
 
+/// Whether the client can send a person to a URL (`elicitation: {url: {}}`).
+fn declares_urls(ctx: &RequestContext<RoleServer>) -> bool {
+    raw_caps(ctx)
+        .get("elicitation")
+        .and_then(|e| e.get("url"))
+        .is_some_and(|v| !v.is_null())
+}
+
 /// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
 fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
     let req = required.as_object()?;
@@ -551,7 +559,7 @@ impl RunwayMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let mut changes = self.state.events.subscribe(&t.namespace, name);
         let progress = ctx.meta.get_progress_token();
-        let elicitation = declares_forms(ctx);
+        let (forms, urls) = (declares_forms(ctx), declares_urls(ctx));
         let mut sent: Option<(f64, String)> = None;
         let mut run = self
             .state
@@ -581,8 +589,16 @@ impl RunwayMcp {
             if run.phase().is_terminal() {
                 return run_result(&run);
             }
-            if run.phase() == RunPhase::Waiting && elicitation {
-                let open = task::open_requests(&run);
+            if run.phase() == RunPhase::Waiting && (forms || urls) {
+                // Only the requests this client can show; others wait for someone else.
+                let mut open = task::open_requests(&run);
+                let asked = run.status.as_ref().map(|s| &s.input_requests);
+                open.retain(|key, _| {
+                    let url_mode = asked.and_then(|a| a.get(key)).is_some_and(|r| {
+                        r.params.get("mode").and_then(Value::as_str) == Some("url")
+                    });
+                    if url_mode { urls } else { forms }
+                });
                 if !open.is_empty() {
                     let state = self.seal(
                         t,
@@ -758,7 +774,12 @@ fn check_answer(
         .cloned()
         .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
         .ok_or_else(|| "action must be accept, decline or cancel".to_owned())?;
-    let content = value.get("content").cloned().filter(|c| !c.is_null());
+    // A URL-mode answer has no content: whatever the page collected never passes through here.
+    let url_mode = req.params.get("mode").and_then(Value::as_str) == Some("url");
+    let content = value
+        .get("content")
+        .cloned()
+        .filter(|c| !c.is_null() && !url_mode);
     if content.as_ref().is_some_and(|c| !c.is_object()) {
         return Err("content must be an object".into());
     }
