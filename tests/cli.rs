@@ -682,12 +682,7 @@ async fn runway_call_waits_for_questions_that_are_someone_elses_to_answer() {
     let taken = bob
         .update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
         .await;
-    assert_eq!(
-        taken.result()["resultType"],
-        "complete",
-        "{:?}",
-        taken.messages
-    );
+    taken.assert_complete();
     let out = child.wait_with_output().await.unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "approved");

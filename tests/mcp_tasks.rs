@@ -204,8 +204,8 @@ async fn input_is_answered_one_key_at_a_time_and_concurrent_answers_record_once(
         json!({ keys[0].clone(): {"action": "accept", "content": {"v": "y"}} }),
     );
     let (r1, r2) = tokio::join!(a1, a2);
-    assert_eq!(r1.result()["resultType"], "complete");
-    assert_eq!(r2.result()["resultType"], "complete");
+    r1.assert_complete();
+    r2.assert_complete();
     let run = runway::store::RunStore::get(s.store(), "team-a", &id)
         .await
         .unwrap()
@@ -278,7 +278,7 @@ async fn ineligible_answers_are_refused_with_the_reason_and_the_question_stays_o
         .client("bob-token")
         .update(&id, json!({ key: {"action": "accept", "content": {}} }))
         .await;
-    assert_eq!(taken.result()["resultType"], "complete");
+    taken.assert_complete();
     let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
     assert_eq!(
@@ -344,7 +344,7 @@ async fn answers_must_match_the_requested_schema_and_good_ones_are_kept() {
             json!({"ask.note": {"action": "accept", "content": {}}}),
         )
         .await;
-    assert_eq!(again.result()["resultType"], "complete");
+    again.assert_complete();
     let open = alice.get(&id).await.result()["inputRequests"].clone();
     assert_eq!(
         open.as_object().unwrap().keys().collect::<Vec<_>>(),
@@ -357,7 +357,7 @@ async fn answers_must_match_the_requested_schema_and_good_ones_are_kept() {
             json!({"ask.release": {"action": "accept", "content": {"approve": true, "channel": "beta"}}}),
         )
         .await;
-    assert_eq!(ok.result()["resultType"], "complete", "{:?}", ok.messages);
+    ok.assert_complete();
     let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
     assert_eq!(
@@ -411,12 +411,7 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
             json!({"ask.release": {"action": "accept", "content": {"approve": true}}}),
         )
         .await;
-    assert_eq!(
-        reply.result()["resultType"],
-        "complete",
-        "{:?}",
-        reply.messages
-    );
+    reply.assert_complete();
     // Her question answered, the Run no longer waits for her: it is alice's again.
     s.wait(&id, "release answered", |r| {
         r.status
@@ -453,7 +448,7 @@ async fn cancel_during_a_delay_and_during_an_input_wait_runs_cleanup() {
         assert_eq!(c.get(&id).await.result()["status"], "cancelled");
         // cancelling a terminal task is an ack that changes nothing
         let again = c.cancel(&id).await;
-        assert_eq!(again.result()["resultType"], "complete");
+        again.assert_complete();
         let after = runway::store::RunStore::get(s.store(), "team-a", &id)
             .await
             .unwrap()
@@ -836,12 +831,7 @@ async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
             json!({"ask.login": {"action": "accept", "content": {"password": "hunter2"}}}),
         )
         .await;
-    assert_eq!(
-        reply.result()["resultType"],
-        "complete",
-        "{:?}",
-        reply.messages
-    );
+    reply.assert_complete();
     let done = s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
     assert!(done.spec.input_responses["ask.login"].content.is_none());

@@ -449,12 +449,7 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
             json!({"approval.decision": {"action": "accept", "content": {"approve": true}}}),
         )
         .await;
-    assert_eq!(
-        reply.result()["resultType"],
-        "complete",
-        "{:?}",
-        reply.messages
-    );
+    reply.assert_complete();
     c.wait_jsonpath(
         &ns,
         &format!("run/{fourth}"),

@@ -161,6 +161,15 @@ impl Reply {
         assert!(m.get("error").is_none(), "expected a result, got {m}");
         &m["result"]
     }
+    /// Assert a plain, complete result (what `tasks/update` and `tasks/cancel` answer).
+    pub fn assert_complete(&self) {
+        assert_eq!(
+            self.result()["resultType"],
+            "complete",
+            "{:?}",
+            self.messages
+        );
+    }
     pub fn error_code(&self) -> i64 {
         self.last()["error"]["code"]
             .as_i64()
