@@ -897,6 +897,24 @@ fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
     assert_eq!(status(&run).phase, RunPhase::Succeeded);
 }
 
+/// The next action is the cleanup that cancels `upstream`; report it done at `t + 1`.
+fn cleanup_cancels_upstream(run: &mut Run, w: &WorkflowSpec, t: i64, upstream: &str) {
+    let next = settle(run, w, at(t));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some(upstream));
+    report(
+        run,
+        &next,
+        Outcome::Succeeded(json!(format!("upstream task {upstream} cancelled"))),
+        at(t + 1),
+    );
+}
+
 #[test]
 fn a_tool_step_that_times_out_for_good_cancels_its_upstream_task() {
     let w = tool_wf();
@@ -922,20 +940,7 @@ fn a_tool_step_that_times_out_for_good_cancels_its_upstream_task() {
         },
         at(2),
     );
-    let next = settle(&mut run, &w, at(2));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
-    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
-    report(
-        &mut run,
-        &next,
-        Outcome::Succeeded(json!("upstream task up-1 cancelled")),
-        at(3),
-    );
+    cleanup_cancels_upstream(&mut run, &w, 2, "up-1");
     settle(&mut run, &w, at(3));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
@@ -1252,20 +1257,7 @@ fn a_step_that_times_out_for_good_cancels_its_upstream_task() {
         upstream_failed(ErrorClass::Timeout, None, false),
         at(5),
     );
-    let next = settle(&mut run, &w, at(5));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
-    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
-    report(
-        &mut run,
-        &next,
-        Outcome::Succeeded(json!("upstream task up-1 cancelled")),
-        at(6),
-    );
+    cleanup_cancels_upstream(&mut run, &w, 5, "up-1");
     settle(&mut run, &w, at(6));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
