@@ -808,8 +808,35 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
         .await
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
     if !resp.status().is_success() {
+        let status = resp.status().as_u16();
         let text = resp.text().await.unwrap_or_default();
-        return Err(ClientError::Protocol(text));
+        let why = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or(text);
+        return Err(ClientError::Protocol(format!(
+            "HTTP {status} from {}: {why}",
+            target.url
+        )));
+    }
+    // A refusal (no `watch runs`, a bad request) is a plain JSON-RPC response, not a stream.
+    let json_reply = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json_reply {
+        let reply: Value = resp
+            .json()
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        return Err(ClientError::Rpc {
+            code: reply["error"]["code"].as_i64().unwrap_or_default(),
+            message: reply["error"]["message"]
+                .as_str()
+                .unwrap_or("unexpected reply")
+                .to_owned(),
+        });
     }
     let mut stream = resp.bytes_stream();
     let mut buf = String::new();

@@ -243,6 +243,16 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
         "{out}"
     );
 
+    // Someone who may read Runs but not watch them is told so.
+    std::fs::write(dir.path().join("rita.token"), "reader-token").unwrap();
+    let mut watch = client_cmd(&dir, &p);
+    watch
+        .args(["tasks", "watch", &nap])
+        .env("RUNWAY_TOKEN_FILE", dir.path().join("rita.token"));
+    let (code, _, err) = run_with_stdin(watch, "").await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("rita may not watch runs"), "{err}");
+
     let mut missing = client_cmd(&dir, &p);
     missing.args(["tasks", "get", "nap-aaaaaaaaaaaaaaaaaaaaaaaaaa"]);
     let (code, _, err) = run_with_stdin(missing, "").await;

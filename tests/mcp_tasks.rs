@@ -836,3 +836,28 @@ async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
     assert_eq!(done.phase(), RunPhase::Succeeded);
     assert!(done.spec.input_responses["ask.login"].content.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_tasks_needs_watch_runs_as_well_as_reading_them() {
+    let s = server().await;
+    let olga = s.client("olga-token");
+    let id = task_id(&olga.call("nap", json!({})).await);
+    // rita may `get runs` but not `watch` them
+    let rita = s.client("reader-token");
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
+        "params": {"_meta": rita.meta(), "notifications": {"taskIds": [id]}}});
+    let r = rita
+        .send(rita.request("subscriptions/listen", None).json(&body))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.error_code(), -32003, "{:?}", r.messages);
+    assert_eq!(
+        r.last()["error"]["message"],
+        "forbidden: rita may not watch runs in namespace team-a"
+    );
+    // with `watch runs`, the same request is acknowledged
+    let (status, mut frames) = listen(&olga, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    let ack = frames.next().await.unwrap();
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+}

@@ -85,7 +85,7 @@ fn tenant(ctx: &RequestContext<RoleServer>) -> Result<Tenant, ErrorData> {
         .ok_or_else(|| err(codes::UNAUTHENTICATED, "unauthenticated", None))
 }
 
-async fn allowed(
+pub(super) async fn allowed(
     state: &McpState,
     t: &Tenant,
     verb: Verb,
@@ -98,7 +98,7 @@ async fn allowed(
         .map_err(internal)
 }
 
-fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
+pub(super) fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
     err(
         codes::FORBIDDEN,
         format!(

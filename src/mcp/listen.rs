@@ -18,6 +18,7 @@ use super::{
     HEADER_METHOD, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID, McpState,
     PROTOCOL_VERSION, Tenant, codes, declares_tasks, rpc_error, task,
 };
+use crate::auth::{Resource, Verb};
 
 /// The method this module serves.
 pub const METHOD: &str = "subscriptions/listen";
@@ -141,9 +142,24 @@ pub async fn serve(
             json!({"requiredCapabilities": {"extensions": {super::TASKS_EXTENSION: {}}}}),
         );
     }
-    // Each task needs exactly what `tasks/get` needs (`get runs` and the owner rule): a stream
-    // of a task is a stream of its `tasks/get` answers. `watch runs` is not asked for: it would
-    // let a caller watch every Run of the namespace through the API, which the owner rule forbids.
+    // Following tasks is watching Runs: `watch runs` in the namespace, as DESIGN's table says.
+    // Each task then needs what `tasks/get` needs (`get runs` and the owner rule), so a stream
+    // shows no task its caller could not read.
+    match super::handler::allowed(&state, &tenant, Verb::Watch, Resource::Runs).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let e = super::handler::forbidden(&tenant, Verb::Watch, Resource::Runs);
+            return rpc_error(StatusCode::OK, id, e.code.0.into(), &e.message);
+        }
+        Err(_) => {
+            return rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codes::INTERNAL_ERROR,
+                "authorization is unavailable; retry later",
+            );
+        }
+    }
     let mut readable = Vec::new();
     for t in task_ids {
         if !readable.contains(&t) && readable_run(&state, &tenant, &t).await.is_some() {

@@ -127,8 +127,8 @@ def test_no_other_role_grants_the_operator_anything() -> None:
 def test_tenant_roles_and_their_aggregation() -> None:
     objects = render()
     roles = {r["metadata"]["name"]: r for r in find(objects, "ClusterRole")}
-    assert grants(roles["runway-caller"]) == {("runway.dev", "workflows"): {"list"}, ("runway.dev", "runs"): {"create", "get"}}
-    assert grants(roles["runway-approver"]) == {("runway.dev", "runs"): {"get", "update", "patch"}}
+    assert grants(roles["runway-caller"]) == {("runway.dev", "workflows"): {"list"}, ("runway.dev", "runs"): {"create", "get", "watch"}}
+    assert grants(roles["runway-approver"]) == {("runway.dev", "runs"): {"get", "watch", "update", "patch"}}
     assert grants(roles["runway-viewer"]) == {
         ("runway.dev", "runs"): {"get", "list", "watch"},
         ("runway.dev", "workflows"): {"get", "list", "watch"},

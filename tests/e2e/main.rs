@@ -500,14 +500,16 @@ async fn tenants_are_isolated_by_token_review_and_access_review() {
             .error_code(),
         -32003
     );
-    // Following someone else's task shows nothing.
-    let ack = mallory
-        .rpc(
+    // Following tasks needs `watch runs`; with it, someone else's task still shows nothing.
+    let listen = |who: &Client| {
+        who.rpc(
             "subscriptions/listen",
             None,
             json!({"notifications": {"taskIds": [id]}}),
         )
-        .await;
+    };
+    assert_eq!(listen(&mallory).await.error_code(), -32003);
+    let ack = listen(&bob).await;
     assert_eq!(
         ack.notifications("notifications/subscriptions/acknowledged")[0]["params"]["notifications"]
             ["taskIds"],
