@@ -501,15 +501,15 @@ async fn tenants_are_isolated_by_token_review_and_access_review() {
         -32003
     );
     // Following tasks needs `watch runs`; with it, someone else's task still shows nothing.
-    let listen = |who: &Client| {
-        who.rpc(
-            "subscriptions/listen",
-            None,
-            json!({"notifications": {"taskIds": [id]}}),
-        )
-    };
-    assert_eq!(listen(&mallory).await.error_code(), -32003);
-    let ack = listen(&bob).await;
+    let follow = json!({"notifications": {"taskIds": [id]}});
+    assert_eq!(
+        mallory
+            .rpc("subscriptions/listen", None, follow.clone())
+            .await
+            .error_code(),
+        -32003
+    );
+    let ack = bob.rpc("subscriptions/listen", None, follow).await;
     assert_eq!(
         ack.notifications("notifications/subscriptions/acknowledged")[0]["params"]["notifications"]
             ["taskIds"],
