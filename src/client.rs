@@ -17,10 +17,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::mcp::codes::INVALID_PARAMS;
-use crate::mcp::{
-    META_AWAITING_YOU, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
-    TASKS_EXTENSION,
+use crate::protocol::codes::INVALID_PARAMS;
+use crate::protocol::{
+    HEADER_METHOD, HEADER_PROTOCOL_VERSION, META_AWAITING_YOU, META_CLIENT_CAPABILITIES,
+    META_PROTOCOL_VERSION, METHOD_LISTEN, PROTOCOL_VERSION, TASKS_EXTENSION,
 };
 
 /// Exit codes of the client commands.
@@ -666,7 +666,7 @@ async fn follow(
 /// Whether a JSON-RPC error code says the request was refused (malformed, unauthorized, unknown
 /// tool, bad arguments, missing capability) rather than that the work it started failed.
 fn refused_request(code: i64) -> bool {
-    use crate::mcp::codes;
+    use crate::protocol::codes;
     [
         codes::PARSE_ERROR,
         codes::INVALID_REQUEST,
@@ -792,13 +792,13 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
         META_PROTOCOL_VERSION: PROTOCOL_VERSION,
         META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}},
     });
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": METHOD_LISTEN,
         "params": {"_meta": meta, "notifications": {"taskIds": [id]}}});
     let mut req = reqwest::Client::new()
         .post(&target.url)
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", PROTOCOL_VERSION)
-        .header("mcp-method", "subscriptions/listen")
+        .header(HEADER_PROTOCOL_VERSION, PROTOCOL_VERSION)
+        .header(HEADER_METHOD, METHOD_LISTEN)
         .json(&body);
     if let Some(t) = &target.token {
         req = req.bearer_auth(t);
@@ -851,14 +851,14 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
                 let Ok(msg) = serde_json::from_str::<Value>(data.trim()) else {
                     continue;
                 };
-                if msg["method"] == crate::mcp::listen::ACKNOWLEDGED {
+                if msg["method"] == crate::protocol::NOTIFICATION_ACKNOWLEDGED {
                     acknowledged = msg["params"]["notifications"]["taskIds"]
                         .as_array()
                         .is_some_and(|a| !a.is_empty());
                     if !acknowledged {
                         return Err(ClientError::Usage(format!("unknown task {id}")));
                     }
-                } else if msg["method"] == crate::mcp::listen::TASK_NOTIFICATION {
+                } else if msg["method"] == crate::protocol::NOTIFICATION_TASK {
                     let p = &msg["params"];
                     let status = p["status"].as_str().unwrap_or("?");
                     out(&format!(

@@ -5,6 +5,7 @@ pub mod controller;
 pub mod endpoint;
 pub mod engine;
 pub mod mcp;
+pub mod protocol;
 pub mod steps;
 pub mod store;
 

@@ -24,7 +24,6 @@ use crate::engine::validate::{self, Capabilities};
 use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
-use crate::store::RunStore;
 use crate::store::kube::{CONTROLLER_MANAGER, KubeSecrets, KubeStore, KubeWorkflows};
 use crate::telemetry::Metrics;
 
@@ -89,9 +88,12 @@ async fn state_keys_from_secret(
         let mut secret = Secret::default();
         secret.metadata.name = Some(name.to_owned());
         secret.data = Some(
-            [(STATE_KEY_FIELD.to_owned(), ByteString(mcp::new_state_key()))]
-                .into_iter()
-                .collect(),
+            [(
+                STATE_KEY_FIELD.to_owned(),
+                ByteString(crate::store::new_state_key()),
+            )]
+            .into_iter()
+            .collect(),
         );
         match api.create(&Default::default(), &secret).await {
             Ok(_) => tracing::info!(namespace, secret = name, "created the state key Secret"),
@@ -342,7 +344,7 @@ pub async fn run_with(
                     let m = m.clone();
                     let counting = counting.clone();
                     async move {
-                        count_runs(&counting, &m).await;
+                        crate::controller::count_runs(&counting, &m).await;
                         m.encode()
                     }
                 }),
@@ -409,16 +411,4 @@ pub async fn run_with(
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// Update the per-phase Run gauge from the store's cache (counted in place, no Run copied).
-pub async fn count_runs(store: &dyn RunStore, metrics: &Metrics) {
-    let Ok(counts) = store.phase_counts().await else {
-        return;
-    };
-    let all: Vec<(&str, i64)> = crate::api::RunPhase::ALL
-        .iter()
-        .map(|p| (p.as_str(), counts.get(p).copied().unwrap_or(0)))
-        .collect();
-    metrics.set_runs(&all);
 }

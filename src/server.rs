@@ -195,7 +195,7 @@ impl Server {
                 get(move || {
                     let (metrics, counted) = (metrics.clone(), counted.clone());
                     async move {
-                        crate::operator::count_runs(&counted, &metrics).await;
+                        crate::controller::count_runs(&counted, &metrics).await;
                         metrics.encode()
                     }
                 }),

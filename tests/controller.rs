@@ -307,7 +307,7 @@ async fn a_template_error_fails_with_a_protocol_error_naming_the_step() {
         .wait_for(&name, "finished", |r| r.phase().is_terminal())
         .await;
     let err = done.status.unwrap().error.expect("a protocol-level error");
-    assert_eq!(err.code, runway::mcp::codes::INTERNAL_ERROR);
+    assert_eq!(err.code, runway::protocol::codes::INTERNAL_ERROR);
     assert!(
         err.message.contains("greet") && err.message.contains("args.secnds"),
         "{}",
@@ -553,7 +553,7 @@ async fn runs_created_behind_the_endpoints_back_get_the_argument_checks() {
         })
         .await;
     let err = done.status.unwrap().error.expect("a protocol-level error");
-    assert_eq!(err.code, runway::mcp::codes::INVALID_PARAMS);
+    assert_eq!(err.code, runway::protocol::codes::INVALID_PARAMS);
     assert!(err.message.contains("invalid arguments"), "{}", err.message);
     assert!(err.data.unwrap()["errors"][0]["path"] == "/count");
     let deep = (0..40).fold(json!(1), |v, _| json!([v]));

@@ -152,7 +152,7 @@ async fn tools_list_is_stable_private_and_per_tenant() {
     // carol (team-b) cannot list team-a, and her default namespace is team-b
     let carol = s.client("carol-token");
     let denied = carol.rpc("tools/list", None, json!({})).await;
-    assert_eq!(denied.error_code(), runway::mcp::codes::FORBIDDEN);
+    assert_eq!(denied.error_code(), runway::protocol::codes::FORBIDDEN);
     let own = carol
         .clone()
         .at("/mcp")
@@ -209,10 +209,10 @@ async fn authentication_and_authorization_per_method() {
     let rita = s.client("reader-token");
     assert_eq!(
         rita.rpc("tools/list", None, json!({})).await.error_code(),
-        runway::mcp::codes::FORBIDDEN
+        runway::protocol::codes::FORBIDDEN
     );
     let call = rita.call("echo", json!({"word": "x"})).await;
-    assert_eq!(call.error_code(), runway::mcp::codes::FORBIDDEN);
+    assert_eq!(call.error_code(), runway::protocol::codes::FORBIDDEN);
     // a forbidden call looks the same whether or not the tool exists
     let ghost = rita.call("no-such-tool", json!({})).await;
     assert_eq!(

@@ -57,8 +57,6 @@ pub mod event_reasons {
     pub const STEP_SUCCEEDED: &str = "StepSucceeded";
     /// A step failed for good.
     pub const STEP_FAILED: &str = "StepFailed";
-    /// A step attempt failed and another is scheduled.
-    pub const STEP_RETRYING: &str = "StepRetrying";
     /// A step was skipped by its `when`.
     pub const STEP_SKIPPED: &str = "StepSkipped";
     /// A Run opened input requests.

@@ -10,9 +10,6 @@ use serde_json::Value;
 
 use super::schema::{any_object, any_value};
 
-/// Most steps (main plus `finally`) one Workflow may declare; keeps CEL cost bounded.
-pub const MAX_STEPS: usize = 64;
-
 /// A Workflow is an MCP tool: calling it creates a Run that executes `steps`, then `finally`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

@@ -19,7 +19,7 @@ use crate::api::{
     RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord, ToolStep, WorkflowSpec, conditions,
     event_reasons, reasons,
 };
-use crate::mcp::codes;
+use crate::protocol::codes;
 
 /// Largest step output kept in status, in bytes of JSON; larger outputs are truncated.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -1478,15 +1478,6 @@ pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
     let suffix = format!("-{step}-{attempt}");
     let keep = 63usize.saturating_sub(suffix.len()).min(run.len());
     format!("{}{suffix}", &run[..keep]).to_lowercase()
-}
-
-/// Index of open input keys by step, for callers that project a Run.
-pub fn open_keys(status: &RunStatus) -> BTreeMap<String, Value> {
-    status
-        .input_requests
-        .iter()
-        .map(|(k, r)| (k.clone(), json!({"method": r.method, "params": r.params})))
-        .collect()
 }
 
 #[cfg(test)]

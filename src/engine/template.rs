@@ -141,7 +141,7 @@ pub fn render_url(template: &str, ctx: &Value) -> Result<String, TemplateError> 
         template: template.to_owned(),
         message,
     };
-    let parsed = reqwest::Url::parse(&url).map_err(|e| fail(format!("{url:?} is no URL: {e}")))?;
+    let parsed = url::Url::parse(&url).map_err(|e| fail(format!("{url:?} is no URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(fail(format!("{url:?}: the scheme must be http or https")));
     }

@@ -247,7 +247,7 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
             tool_name(&f("tool.name"), &t.name)?;
             for hd in &t.server.headers {
                 let field = f(&format!("tool.server.headers[{}]", hd.name));
-                if reqwest::header::HeaderName::from_bytes(hd.name.as_bytes()).is_err() {
+                if http::HeaderName::from_bytes(hd.name.as_bytes()).is_err() {
                     return Err(invalid(
                         reasons::INVALID_SPEC,
                         format!("{field}: not a valid header name"),
@@ -422,7 +422,7 @@ fn secret_field(schema: &Value) -> Option<String> {
 }
 
 fn url(field: &str, s: &str) -> Result<(), Invalid> {
-    let parsed = reqwest::Url::parse(s)
+    let parsed = url::Url::parse(s)
         .map_err(|e| invalid(reasons::INVALID_SPEC, format!("{field}: {s:?}: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(invalid(

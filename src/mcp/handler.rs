@@ -21,9 +21,7 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use super::events::Change;
-use super::{
-    META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, McpState, TaskAccess, Tenant, codes, task,
-};
+use super::{McpState, TaskAccess, Tenant, task};
 use crate::api::{
     CancelRequest, ExecutionMode, InputAction, InputResponse, Run, RunPhase, RunSpec, Workflow,
     WorkflowRef, labels, reasons,
@@ -31,6 +29,9 @@ use crate::api::{
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
 use crate::engine::input::{answer_schema_error, is_named_approver, may_answer};
+use crate::protocol::{
+    META_AWAITING_YOU, META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes,
+};
 use crate::store::StoreError;
 
 /// How long clients may cache `server/discover` and `tools/list`.
@@ -284,7 +285,7 @@ fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
 fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
     raw_caps(ctx)
         .get("extensions")
-        .and_then(|e| e.get(super::TASKS_EXTENSION))
+        .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some()
 }
 
@@ -1031,8 +1032,8 @@ impl ServerHandler for RunwayMcp {
         let mode = wf.spec.execution.mode;
         if mode == ExecutionMode::Task && !tasks {
             return Err(missing_capability(
-                super::TASKS_EXTENSION,
-                json!({"extensions": {super::TASKS_EXTENSION: {}}}),
+                TASKS_EXTENSION,
+                json!({"extensions": {TASKS_EXTENSION: {}}}),
             ));
         }
         let as_task = tasks && mode != ExecutionMode::Sync;
@@ -1040,7 +1041,7 @@ impl ServerHandler for RunwayMcp {
             let caps = if mode == ExecutionMode::Sync {
                 json!({"elicitation": {"form": {}}})
             } else {
-                json!({"elicitation": {"form": {}}, "extensions": {super::TASKS_EXTENSION: {}}})
+                json!({"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}})
             };
             return Err(missing_capability(
                 "form elicitation or io.modelcontextprotocol/tasks",
@@ -1101,8 +1102,7 @@ impl ServerHandler for RunwayMcp {
         // them is yours" from a server that does not say.
         if let Some(awaiting) = awaiting_answer_from(&self.state, &t, &run).await {
             let mut meta = rmcp::model::MetaObject::default();
-            meta.0
-                .insert(super::META_AWAITING_YOU.into(), json!(awaiting));
+            meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
             result.meta = Some(meta);
         }
         Ok(result)

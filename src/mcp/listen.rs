@@ -14,18 +14,13 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::events::Change;
 use super::handler::{live_spec, readable_run};
-use super::{
-    HEADER_METHOD, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID, McpState,
-    PROTOCOL_VERSION, Tenant, codes, declares_tasks, rpc_error, task,
-};
+use super::{McpState, Tenant, declares_tasks, rpc_error, task};
 use crate::auth::{Resource, Verb};
-
-/// The method this module serves.
-pub const METHOD: &str = "subscriptions/listen";
-/// Notification acknowledging a subscription.
-pub const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
-/// Notification carrying a task's state.
-pub const TASK_NOTIFICATION: &str = "notifications/tasks";
+use crate::protocol::{
+    HEADER_METHOD, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    META_SUBSCRIPTION_ID, METHOD_LISTEN, NOTIFICATION_ACKNOWLEDGED, NOTIFICATION_TASK,
+    PROTOCOL_VERSION, TASKS_EXTENSION, codes,
+};
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -54,7 +49,7 @@ pub async fn serve(
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     let meta = params.get("_meta");
-    match header(headers, "mcp-protocol-version") {
+    match header(headers, HEADER_PROTOCOL_VERSION) {
         None => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -74,7 +69,7 @@ pub async fn serve(
         }
         Some(_) => {}
     }
-    if header(headers, HEADER_METHOD) != Some(METHOD) {
+    if header(headers, HEADER_METHOD) != Some(METHOD_LISTEN) {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -139,7 +134,7 @@ pub async fn serve(
             id,
             codes::MISSING_CAPABILITY,
             "taskIds need the io.modelcontextprotocol/tasks extension",
-            json!({"requiredCapabilities": {"extensions": {super::TASKS_EXTENSION: {}}}}),
+            json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}),
         );
     }
     // Following tasks is watching Runs: `watch runs` in the namespace, as DESIGN's table says.
@@ -235,7 +230,7 @@ fn stream(
     let sub_meta = json!({ META_SUBSCRIPTION_ID: id });
     let ack = json!({
         "jsonrpc": "2.0",
-        "method": ACKNOWLEDGED,
+        "method": NOTIFICATION_ACKNOWLEDGED,
         "params": {"notifications": {"taskIds": tasks}, "_meta": sub_meta},
     });
     let keep_alive = state.config.keep_alive;
@@ -300,7 +295,7 @@ fn stream(
                 msg = changes.recv(), if open => match msg {
                     Some(mut task) => {
                         task["_meta"] = sub_meta.clone();
-                        let n = json!({"jsonrpc": "2.0", "method": TASK_NOTIFICATION, "params": task});
+                        let n = json!({"jsonrpc": "2.0", "method": NOTIFICATION_TASK, "params": task});
                         if tx.send(frame(n)).await.is_err() {
                             return;
                         }

@@ -2,7 +2,6 @@
 //! this module routes tenants, authenticates in front of it, and maps Workflows to tools and
 //! Runs to tasks. rmcp types do not leave this module.
 
-pub mod codes;
 pub mod events;
 mod handler;
 pub mod listen;
@@ -24,28 +23,14 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{AuthError, Authenticator, Authorizer, Identity};
+use crate::protocol::{
+    HEADER_NAME, HEADER_PARAM_PREFIX, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
+    METHOD_LISTEN, TASKS_EXTENSION, codes,
+};
 use crate::store::{RunStore, WorkflowSource};
 use events::RunEvents;
 use handler::RunwayMcp;
 
-/// Protocol revision served.
-pub const PROTOCOL_VERSION: &str = "2026-07-28";
-/// Identifier of the Tasks extension.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
-/// `_meta` key of the protocol version.
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key of the client capabilities.
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key of a listen stream's subscription id.
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-/// `_meta` key of an idempotent `tools/call`.
-pub const META_IDEMPOTENCY_KEY: &str = "dev.runway/idempotencyKey";
-/// `_meta` key of a `tasks/get` result: the open input keys the caller may answer.
-pub const META_AWAITING_YOU: &str = "dev.runway/awaitingYou";
-/// Header naming the JSON-RPC method.
-pub const HEADER_METHOD: &str = "mcp-method";
-/// Header naming the tool or task.
-pub const HEADER_NAME: &str = "mcp-name";
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default of [`Config::body_read_timeout`].
@@ -97,7 +82,7 @@ pub struct Config {
 impl Config {
     /// Defaults with a fresh random state key.
     pub fn new() -> Self {
-        let key = new_state_key();
+        let key = crate::store::new_state_key();
         Self {
             allowed_hosts: vec![],
             allowed_origins: vec![],
@@ -134,13 +119,6 @@ pub fn parse_state_keys(text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         ));
     }
     Ok(keys)
-}
-
-/// A new random state key, as text (so it can live in a file, a Secret or a database).
-pub fn new_state_key() -> Vec<u8> {
-    let mut b = [0u8; 32];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    data_encoding::BASE64URL_NOPAD.encode(&b).into_bytes()
 }
 
 impl Default for Config {
@@ -347,9 +325,6 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-/// Prefix of the headers that mirror `x-mcp-header` arguments.
-pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
-
 /// Decode a header value, honouring the `=?base64?…?=` sentinel.
 fn decode_header_value(v: &str) -> Result<String, String> {
     match v
@@ -526,7 +501,7 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let header_version = parts
         .headers
-        .get("mcp-protocol-version")
+        .get(HEADER_PROTOCOL_VERSION)
         .map(|v| v.to_str().unwrap_or_default().trim());
     if header_version == Some("") {
         return rpc_error(
@@ -591,7 +566,7 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         }
     }
     let metrics = state.config.metrics.clone();
-    let resp = if method == listen::METHOD {
+    let resp = if method == METHOD_LISTEN {
         listen::serve(state, tenant, &parts.headers, msg).await
     } else {
         parts.extensions.insert(tenant);

@@ -1,4 +1,4 @@
-//! JSON-RPC error codes and `_meta` keys Runway speaks, in one place.
+//! JSON-RPC error codes Runway answers with, in one place.
 
 /// Invalid JSON was received.
 pub const PARSE_ERROR: i64 = -32700;

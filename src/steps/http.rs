@@ -181,7 +181,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 fn fatal(message: String) -> Outcome {
     Outcome::Fatal(crate::api::RunError {
-        code: crate::mcp::codes::INTERNAL_ERROR,
+        code: crate::protocol::codes::INTERNAL_ERROR,
         message,
         data: None,
     })

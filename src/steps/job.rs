@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::Executor;
 use crate::api::{ErrorClass, JobStep, Run, RunError};
 use crate::engine::{Action, Effect, Outcome};
-use crate::mcp::codes;
+use crate::protocol::codes;
 
 /// Label naming the Run that owns a Job.
 pub const RUN_LABEL: &str = "runway.dev/run";

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::Run;
 use crate::engine::{Action, Effect, Outcome};
-use crate::mcp::codes;
+use crate::protocol::codes;
 use crate::store::SecretSource;
 
 /// Performs effects.

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use super::Executor;
 use crate::api::{ErrorClass, Run, RunError, ToolStep, UpstreamTaskMode};
 use crate::engine::{self, Action, Effect, HeaderValue, Outcome};
-use crate::mcp::{META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes};
+use crate::protocol::{META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes};
 use crate::store::SecretSource;
 
 /// Polls of an upstream task that may fail transiently in a row before the attempt fails

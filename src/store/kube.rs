@@ -500,5 +500,3 @@ impl SecretSource for KubeSecrets {
     }
 }
 
-/// How long a reflector may take to list at start before startup fails.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::WorkflowSource;
-use super::sqlite::new_uid;
+use super::new_uid;
 use crate::api::{Workflow, WorkflowSpec, WorkflowStatus, conditions, reasons};
 use crate::engine::validate::{self, Capabilities};
 

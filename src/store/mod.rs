@@ -113,3 +113,27 @@ pub fn labels_match(
         .iter()
         .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
 }
+
+/// A random RFC 4122 version 4 UUID.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = data_encoding::HEXLOWER.encode(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// A new random state key, as text (so it can live in a file, a Secret or a database).
+pub fn new_state_key() -> Vec<u8> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    data_encoding::BASE64URL_NOPAD.encode(&b).into_bytes()
+}

@@ -118,23 +118,6 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
-/// A random RFC 4122 version 4 UUID.
-pub fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b).expect("the OS random source works");
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = data_encoding::HEXLOWER.encode(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 impl SqliteStore {
     /// Open (or create) the database file and load its Runs.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
@@ -176,7 +159,7 @@ impl SqliteStore {
         // open requestStates must stay valid across restarts.
         conn.execute(
             "INSERT OR IGNORE INTO settings (k, v) VALUES ('state-key', ?1)",
-            [crate::mcp::new_state_key()],
+            [super::new_state_key()],
         )
         .map_err(backend)?;
         let state_key: Vec<u8> = conn
@@ -319,7 +302,7 @@ impl RunStore for SqliteStore {
             if b.current(&key).is_some() {
                 return Err(StoreError::AlreadyExists);
             }
-            run.metadata.uid = Some(new_uid());
+            run.metadata.uid = Some(super::new_uid());
             run.metadata.generation = Some(1);
             run.metadata.creation_timestamp = Some(crate::api::kube_time(jiff::Timestamp::now()));
             run.status = None;

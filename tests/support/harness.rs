@@ -125,7 +125,7 @@ impl Harness {
 
     pub async fn create(&self, workflow: &str, args: Value) -> Run {
         let mut run = Run::new(
-            &format!("{workflow}-{}", runway::store::sqlite::new_uid()),
+            &format!("{workflow}-{}", runway::store::new_uid()),
             RunSpec {
                 workflow_ref: WorkflowRef {
                     name: workflow.into(),

@@ -1,0 +1,34 @@
+//! The names of the wire protocol (MCP 2026-07-28 and the Tasks extension) that the server, the
+//! client, the step executors and the engine share: protocol version, extension ids, `_meta`
+//! keys, headers, method names and JSON-RPC codes. A leaf: it imports nothing of the crate.
+
+pub mod codes;
+
+/// Protocol revision served and spoken.
+pub const PROTOCOL_VERSION: &str = "2026-07-28";
+/// Identifier of the Tasks extension.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// `_meta` key of the protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of a listen stream's subscription id.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// `_meta` key of an idempotent `tools/call`.
+pub const META_IDEMPOTENCY_KEY: &str = "dev.runway/idempotencyKey";
+/// `_meta` key of a `tasks/get` result: the open input keys the caller may answer.
+pub const META_AWAITING_YOU: &str = "dev.runway/awaitingYou";
+/// Header naming the JSON-RPC method.
+pub const HEADER_METHOD: &str = "mcp-method";
+/// Header naming the tool or task.
+pub const HEADER_NAME: &str = "mcp-name";
+/// Header carrying the protocol version.
+pub const HEADER_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// Prefix of the headers that mirror `x-mcp-header` arguments.
+pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
+/// The streaming method: follow tasks.
+pub const METHOD_LISTEN: &str = "subscriptions/listen";
+/// Notification acknowledging a subscription.
+pub const NOTIFICATION_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+/// Notification carrying a task's state.
+pub const NOTIFICATION_TASK: &str = "notifications/tasks";
