@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Machine, Next, Progress, duration, template, tool_error_ending, ts};
+use super::endings::tool_error_ending;
+use super::machine::{Machine, Progress};
+use super::{Next, duration, template, ts};
 use crate::api::{
     InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal,
     RunPhase, Step, StepPhase, event_reasons,

@@ -499,4 +499,3 @@ impl SecretSource for KubeSecrets {
             .map_err(|_| StoreError::Invalid(format!("secret {name}/{key} is not UTF-8")))
     }
 }
-

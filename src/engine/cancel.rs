@@ -1,0 +1,107 @@
+//! Cancellation and deadlines: closing open questions, interrupting the running step,
+//! cleanups, and the Run-wide deadline.
+
+use jiff::SignedDuration;
+
+use super::endings::tool_error_ending;
+use super::machine::{Machine, Progress};
+use super::ts;
+use crate::api::{Ending, RunPhase, StepKind, StepPhase, WorkflowSpec, event_reasons};
+
+/// Time allowed for one cleanup (cancel an upstream task, delete a Job).
+pub(super) const CLEANUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
+
+impl Machine<'_> {
+    pub(super) fn begin_cancel(
+        &mut self,
+        wf: &WorkflowSpec,
+        cancel: crate::api::CancelRequest,
+    ) -> Progress {
+        let who = cancel
+            .requested_by
+            .clone()
+            .unwrap_or_else(|| "unknown".into());
+        let why = cancel
+            .reason
+            .clone()
+            .unwrap_or_else(|| "no reason given".into());
+        self.event(
+            event_reasons::CANCEL_REQUESTED,
+            format!("cancel requested by {who}: {why}"),
+        );
+        if let Some(i) = self.active() {
+            self.interrupt(wf, i);
+            let rec = &mut self.st.steps[i];
+            rec.phase = StepPhase::Cancelled;
+            rec.finished_at = Some(ts(self.now));
+            rec.wake_at = None;
+        }
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        self.st.ending = Some(Ending {
+            phase: RunPhase::Cancelled,
+            result: None,
+            error: None,
+            message: Some(format!("cancelled by {who}: {why}")),
+        });
+        self.st.phase = RunPhase::Cancelling;
+        if wf.finally.is_empty() && self.st.cleanups.is_empty() {
+            self.finalize();
+        }
+        Progress::Changed
+    }
+
+    /// Queue the cleanup of an interrupted step: its upstream task or its Job.
+    pub(super) fn interrupt(&mut self, wf: &WorkflowSpec, i: usize) {
+        let rec = &self.st.steps[i];
+        let kind = wf
+            .steps
+            .iter()
+            .chain(&wf.finally)
+            .find(|s| s.name == rec.name)
+            .map(|s| s.kind());
+        let cleanup = match kind {
+            Some(StepKind::Tool(_)) if rec.upstream_task_id.is_some() => {
+                Some(crate::api::Cleanup {
+                    step: rec.name.clone(),
+                    cancel_upstream_task: rec.upstream_task_id.clone(),
+                    delete_job: None,
+                })
+            }
+            Some(StepKind::Job(_)) if rec.job_name.is_some() && rec.phase == StepPhase::Running => {
+                Some(crate::api::Cleanup {
+                    step: rec.name.clone(),
+                    cancel_upstream_task: None,
+                    delete_job: rec.job_name.clone(),
+                })
+            }
+            _ => None,
+        };
+        let keys: Vec<String> = rec.upstream_input_keys.keys().cloned().collect();
+        for k in keys {
+            self.st.input_requests.remove(&k);
+        }
+        if let Some(c) = cleanup {
+            self.st.cleanups.push(c);
+        }
+    }
+
+    pub(super) fn expire(&mut self, wf: &WorkflowSpec) -> Progress {
+        if let Some(i) = self.active() {
+            self.interrupt(wf, i);
+            let rec = &mut self.st.steps[i];
+            rec.phase = StepPhase::Failed;
+            rec.finished_at = Some(ts(self.now));
+            rec.message = Some("run deadline exceeded".into());
+            rec.wake_at = None;
+        }
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        let timeout = wf.execution.timeout.clone().unwrap_or_default();
+        self.st.ending = Some(tool_error_ending(format!(
+            "run deadline exceeded (execution.timeout {timeout})"
+        )));
+        self.st.phase = RunPhase::Running;
+        Progress::Changed
+    }
+}

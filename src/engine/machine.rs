@@ -1,0 +1,629 @@
+//! The step machine: from a Run's status and `now`, the transitions that follow (start,
+//! advance, begin and continue steps, input, failure), chained until something must wait.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use super::cancel::CLEANUP_TIMEOUT;
+use super::effects::{Action, Decision, Effect, Event, Next};
+use super::endings::{fatal_ending, tool_error_ending};
+use super::record::{fail_step_fatal, guard_output, within_budget};
+use super::render::{job_name, render_tool};
+use super::{
+    MAX_OUTPUT_BYTES, budget, context, duration, idempotency_key, parse_ts, result, template, ts,
+};
+use crate::api::{
+    Ending, FailStep, Run, RunError, RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord,
+    WorkflowSpec, event_reasons,
+};
+use crate::protocol::codes;
+
+/// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps).
+pub(super) const MAX_TRANSITIONS: usize = 1024;
+
+/// Decide the next action for a Run.
+///
+/// `workflow` is the live Workflow; it is read only when the Run has no snapshot yet.
+pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Decision {
+    let original = run.status.clone().unwrap_or_default();
+    let mut m = Machine {
+        run,
+        st: original.clone(),
+        now,
+        events: Vec::new(),
+    };
+    let mut next = m.drive(workflow);
+    let drove_to = m.st.phase;
+    let mut status = within_budget(run, m.st, now);
+    if status.phase != drove_to {
+        // Failed for its size: decide again once that is written (finally, garbage collection).
+        next = Next::WaitUntil(Some(now));
+    }
+    if status != original {
+        status.observed_generation = run.metadata.generation;
+    }
+    Decision {
+        status: (status != original).then_some(status),
+        events: m.events,
+        next,
+    }
+}
+
+/// End a Run that this process could not handle (a panic while deciding or executing it): it
+/// fails with an internal error naming why, instead of being retried forever. Cleanups recorded
+/// as pending are dropped: running them is what failed.
+pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
+    let mut m = Machine {
+        run,
+        st: run.status.clone().unwrap_or_default(),
+        now,
+        events: Vec::new(),
+    };
+    m.st.cleanups.clear();
+    m.finish_with(fatal_ending(format!("internal error: {why}")));
+    m.st.observed_generation = run.metadata.generation;
+    m.st
+}
+
+pub(super) enum Progress {
+    Changed,
+    Stop(Next),
+}
+
+pub(super) struct Machine<'a> {
+    pub(super) run: &'a Run,
+    pub(super) st: RunStatus,
+    pub(super) now: Timestamp,
+    pub(super) events: Vec<Event>,
+}
+
+impl Machine<'_> {
+    pub(super) fn event(&mut self, reason: &'static str, message: String) {
+        self.events.push(Event {
+            reason,
+            message,
+            warning: false,
+        });
+    }
+
+    pub(super) fn warn(&mut self, reason: &'static str, message: String) {
+        self.events.push(Event {
+            reason,
+            message,
+            warning: true,
+        });
+    }
+
+    pub(super) fn drive(&mut self, live: Option<&WorkflowSpec>) -> Next {
+        for _ in 0..MAX_TRANSITIONS {
+            match self.step(live) {
+                Progress::Changed => continue,
+                Progress::Stop(next) => return next,
+            }
+        }
+        // A Workflow cannot chain this many transitions; stop and let the next pass continue.
+        Next::WaitUntil(Some(self.now))
+    }
+
+    pub(super) fn ttl(&self, wf: Option<&WorkflowSpec>) -> Option<SignedDuration> {
+        wf?.execution
+            .ttl_after_finished
+            .as_deref()
+            .and_then(|s| duration::parse(s).ok())
+    }
+
+    pub(super) fn step(&mut self, live: Option<&WorkflowSpec>) -> Progress {
+        if self.st.phase.is_terminal() {
+            let wf = self.snapshot();
+            let delete_at = self
+                .ttl(wf.as_ref())
+                .zip(parse_ts(self.st.finished_at.as_deref()))
+                .map(|(ttl, at)| at + ttl);
+            return Progress::Stop(Next::Finished { delete_at });
+        }
+        let Some(wf) = self.snapshot() else {
+            return self.start(live);
+        };
+        if self.st.ending.is_none() {
+            if let Some(cancel) = self.run.spec.cancel.clone() {
+                return self.begin_cancel(&wf, cancel);
+            }
+            if let Some(deadline) = parse_ts(self.st.deadline.as_deref())
+                && self.now >= deadline
+            {
+                return self.expire(&wf);
+            }
+        }
+        self.advance(&wf)
+    }
+
+    pub(super) fn snapshot(&self) -> Option<WorkflowSpec> {
+        self.st
+            .workflow
+            .as_ref()
+            .and_then(|w| serde_json::from_value(w.clone()).ok())
+    }
+
+    pub(super) fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {
+        let Some(wf) = live else {
+            let message = format!(
+                "workflow {} not found or not Ready",
+                self.run.spec.workflow_ref.name
+            );
+            self.finish_with(fatal_ending(message));
+            return Progress::Changed;
+        };
+        let created = self
+            .run
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .unwrap_or(self.now);
+        self.st.workflow = Some(serde_json::to_value(wf).unwrap_or(Value::Null));
+        self.st.phase = RunPhase::Running;
+        self.st.started_at = Some(ts(self.now));
+        // tools/call checked these already; a Run created with kubectl gets the same checks.
+        if let Some(why) = self.invalid_arguments(wf) {
+            self.finish_with(why);
+            return Progress::Changed;
+        }
+        match wf.execution.timeout.as_deref().map(duration::parse) {
+            Some(Ok(d)) => self.st.deadline = Some(ts(created + d)),
+            Some(Err(e)) => {
+                self.finish_with(fatal_ending(format!("execution.timeout: {e}")));
+                return Progress::Changed;
+            }
+            None => {}
+        }
+        Progress::Changed
+    }
+
+    /// Why the Run's arguments are refused, as the ending of the Run (`-32602` with the schema
+    /// errors), or `None` when they are acceptable.
+    pub(super) fn invalid_arguments(&self, wf: &WorkflowSpec) -> Option<Ending> {
+        let args = self.run.spec.arguments.clone().unwrap_or_else(|| json!({}));
+        let refuse = |message: String, data: Option<Value>| {
+            Some(Ending {
+                phase: RunPhase::Failed,
+                result: None,
+                error: Some(RunError {
+                    code: codes::INVALID_PARAMS,
+                    message: message.clone(),
+                    data,
+                }),
+                message: Some(message),
+            })
+        };
+        if let Err(why) = budget::check("arguments", &args, budget::MAX_ARGUMENT_BYTES) {
+            return refuse(why, None);
+        }
+        if !args.is_object() {
+            return refuse("arguments must be an object".into(), None);
+        }
+        let schema = wf.tool.input_schema.as_ref()?;
+        match budget::schema_errors(schema, &args) {
+            Ok(errors) if errors.is_empty() => None,
+            Ok(errors) => {
+                let summary = errors
+                    .iter()
+                    .filter_map(|e| e["message"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                refuse(
+                    format!("invalid arguments: {summary}"),
+                    Some(json!({ "errors": errors })),
+                )
+            }
+            Err(e) => refuse(format!("tool.inputSchema: {e}"), None),
+        }
+    }
+
+    /// The record of the step in progress, if any, by index.
+    pub(super) fn active(&self) -> Option<usize> {
+        self.st.steps.iter().position(|r| !r.phase.is_terminal())
+    }
+
+    pub(super) fn advance(&mut self, wf: &WorkflowSpec) -> Progress {
+        if let Some(c) = self.st.cleanups.first().cloned() {
+            return Progress::Stop(Next::Execute(Box::new(Effect {
+                step: c.step.clone(),
+                attempt: 0,
+                deadline: Some(self.now + CLEANUP_TIMEOUT),
+                idempotency_key: idempotency_key(self.run, &c.step),
+                action: Action::Cleanup(c),
+            })));
+        }
+        let in_finally = self.st.ending.is_some();
+        if let Some(i) = self.active() {
+            return self.continue_step(wf, i);
+        }
+        let list = if in_finally { &wf.finally } else { &wf.steps };
+        let next = list
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !self.st.steps.iter().any(|r| r.name == s.name));
+        match next {
+            Some((i, step)) => self.begin_step(wf, step, i, list.len(), in_finally),
+            None if in_finally => {
+                self.finalize();
+                Progress::Changed
+            }
+            None => {
+                let ctx = context(self.run, &self.st);
+                let ending = match result::render(wf.result.as_ref(), &self.st, &ctx) {
+                    Ok(result) => Ending {
+                        phase: RunPhase::Succeeded,
+                        result: Some(result),
+                        error: None,
+                        message: None,
+                    },
+                    Err(e) => fatal_ending(format!("result: {e}")),
+                };
+                self.st.ending = Some(ending);
+                if wf.finally.is_empty() {
+                    self.finalize();
+                }
+                Progress::Changed
+            }
+        }
+    }
+
+    pub(super) fn step_deadline(
+        &self,
+        rec: &StepRecord,
+        step: &Step,
+        ctx: &Value,
+    ) -> Result<Option<Timestamp>, String> {
+        let run_deadline = if rec.finally {
+            None
+        } else {
+            parse_ts(self.st.deadline.as_deref())
+        };
+        let step_deadline = match &step.timeout {
+            None => None,
+            Some(t) => {
+                let rendered = template::render(t, ctx).map_err(|e| e.to_string())?;
+                let d = duration::parse(&rendered).map_err(|e| format!("timeout: {e}"))?;
+                let start = parse_ts(rec.attempt_started_at.as_deref()).unwrap_or(self.now);
+                Some(start + d)
+            }
+        };
+        Ok(match (run_deadline, step_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    pub(super) fn continue_step(&mut self, wf: &WorkflowSpec, i: usize) -> Progress {
+        let rec = self.st.steps[i].clone();
+        let Some(step) = wf
+            .steps
+            .iter()
+            .chain(&wf.finally)
+            .find(|s| s.name == rec.name)
+        else {
+            self.fail_fatal(i, "step vanished from the workflow snapshot".into());
+            return Progress::Changed;
+        };
+        let ctx = context(self.run, &self.st);
+        match (step.kind(), rec.phase) {
+            (_, StepPhase::Retrying) => {
+                let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
+                if self.now >= wake {
+                    let run_name = self.run.metadata.name.clone().unwrap_or_default();
+                    let r = &mut self.st.steps[i];
+                    r.phase = StepPhase::Running;
+                    r.attempt += 1;
+                    r.attempt_started_at = Some(ts(self.now));
+                    r.wake_at = None;
+                    if matches!(step.kind(), StepKind::Job(_)) {
+                        // Each attempt is a new Job; the failed one stays for inspection.
+                        r.job_name = Some(job_name(&run_name, &r.name, r.attempt));
+                    }
+                    self.event(
+                        event_reasons::STEP_STARTED,
+                        format!("step {} attempt {} started", rec.name, rec.attempt + 1),
+                    );
+                    Progress::Changed
+                } else {
+                    Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, &rec))))
+                }
+            }
+            (StepKind::Delay(_), _) => {
+                let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
+                if self.now >= wake {
+                    self.succeed(i, Value::Null);
+                    Progress::Changed
+                } else {
+                    Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, &rec))))
+                }
+            }
+            (StepKind::Input(input), _) => self.continue_input(i, step, input),
+            (StepKind::Http(http), StepPhase::Running) => match self.render_http(http, &ctx) {
+                Ok(req) => self.execute(i, step, &ctx, Action::Http(req)),
+                Err(e) => {
+                    self.fail_fatal(i, e);
+                    Progress::Changed
+                }
+            },
+            (StepKind::Tool(_), StepPhase::Waiting) => self.continue_upstream_input(i, &rec),
+            (StepKind::Tool(tool), StepPhase::Running) => match render_tool(tool, &ctx) {
+                Ok((arguments, headers)) => {
+                    let action = Action::Tool {
+                        step: tool.clone(),
+                        arguments,
+                        headers,
+                        upstream_task_id: rec.upstream_task_id.clone(),
+                        answers: rec.pending_answers.clone(),
+                        request_state: rec.upstream_request_state.clone(),
+                    };
+                    self.execute(i, step, &ctx, action)
+                }
+                Err(e) => {
+                    self.fail_fatal(i, e);
+                    Progress::Changed
+                }
+            },
+            (StepKind::Job(job), StepPhase::Running) => {
+                let job_name = rec.job_name.clone().unwrap_or_else(|| {
+                    job_name(
+                        self.run.metadata.name.as_deref().unwrap_or("run"),
+                        &rec.name,
+                        rec.attempt,
+                    )
+                });
+                self.execute(
+                    i,
+                    step,
+                    &ctx,
+                    Action::Job {
+                        step: job.clone(),
+                        job_name,
+                    },
+                )
+            }
+            _ => {
+                self.fail_fatal(i, format!("step {} is in an impossible state", rec.name));
+                Progress::Changed
+            }
+        }
+    }
+
+    /// A wake time, bounded by the run deadline (main steps only).
+    pub(super) fn bounded(&self, wake: Timestamp, rec: &StepRecord) -> Timestamp {
+        match parse_ts(self.st.deadline.as_deref()) {
+            Some(d) if !rec.finally => wake.min(d),
+            _ => wake,
+        }
+    }
+
+    pub(super) fn execute(
+        &mut self,
+        i: usize,
+        step: &Step,
+        ctx: &Value,
+        action: Action,
+    ) -> Progress {
+        let rec = self.st.steps[i].clone();
+        match self.step_deadline(&rec, step, ctx) {
+            Ok(deadline) => Progress::Stop(Next::Execute(Box::new(Effect {
+                step: rec.name.clone(),
+                attempt: rec.attempt,
+                deadline,
+                idempotency_key: idempotency_key(self.run, &rec.name),
+                action,
+            }))),
+            Err(e) => {
+                self.fail_fatal(i, e);
+                Progress::Changed
+            }
+        }
+    }
+
+    /// A `tool` step waits for answers to the input its upstream asked for; once every key is
+    /// answered they are forwarded on the next attempt.
+    pub(super) fn continue_upstream_input(&mut self, i: usize, rec: &StepRecord) -> Progress {
+        let mut answers = serde_json::Map::new();
+        for (local, upstream) in &rec.upstream_input_keys {
+            match self.run.spec.input_responses.get(local) {
+                Some(r) => {
+                    let mut a = json!({"action": r.action});
+                    if let Some(c) = &r.content {
+                        a["content"] = c.clone();
+                    }
+                    answers.insert(upstream.clone(), a);
+                }
+                None => {
+                    let until = if rec.finally {
+                        None
+                    } else {
+                        parse_ts(self.st.deadline.as_deref())
+                    };
+                    return Progress::Stop(Next::WaitUntil(until));
+                }
+            }
+        }
+        for local in rec.upstream_input_keys.keys() {
+            self.st.input_requests.remove(local);
+        }
+        let r = &mut self.st.steps[i];
+        r.phase = StepPhase::Running;
+        r.pending_answers = Some(Value::Object(answers));
+        r.upstream_input_keys.clear();
+        let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
+        self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
+        if self.st.phase == RunPhase::Waiting {
+            self.st.phase = RunPhase::Running;
+        }
+        let name = r.name.clone();
+        self.event(
+            event_reasons::INPUT_ANSWERED,
+            format!("answers for step {name} forwarded upstream"),
+        );
+        Progress::Changed
+    }
+
+    pub(super) fn begin_step(
+        &mut self,
+        wf: &WorkflowSpec,
+        step: &Step,
+        index: usize,
+        total: usize,
+        finally: bool,
+    ) -> Progress {
+        let ctx = context(self.run, &self.st);
+        let label = if finally { "finally" } else { "step" };
+        self.st.current_step = Some(step.name.clone());
+        self.st.status_message = Some(format!("{label} {}/{}: {}", index + 1, total, step.name));
+        let mut rec = StepRecord {
+            name: step.name.clone(),
+            finally,
+            phase: StepPhase::Running,
+            attempt: 1,
+            started_at: Some(ts(self.now)),
+            attempt_started_at: Some(ts(self.now)),
+            ..Default::default()
+        };
+        if let Some(when) = &step.when {
+            match template::truthy(when, &ctx) {
+                Ok(true) => {}
+                Ok(false) => {
+                    rec.phase = StepPhase::Skipped;
+                    rec.finished_at = Some(ts(self.now));
+                    self.st.steps.push(rec);
+                    self.event(
+                        event_reasons::STEP_SKIPPED,
+                        format!("step {} skipped", step.name),
+                    );
+                    return Progress::Changed;
+                }
+                Err(e) => {
+                    self.st.steps.push(rec);
+                    let i = self.st.steps.len() - 1;
+                    self.fail_fatal(i, format!("when: {e}"));
+                    return Progress::Changed;
+                }
+            }
+        }
+        match step.kind() {
+            StepKind::Delay(d) => {
+                let wake = template::render(&d.duration, &ctx)
+                    .map_err(|e| e.to_string())
+                    .and_then(|s| duration::parse(&s));
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                match wake {
+                    Ok(d) => self.st.steps[i].wake_at = Some(ts(self.now + d)),
+                    Err(e) => {
+                        self.fail_fatal(i, format!("delay.duration: {e}"));
+                        return Progress::Changed;
+                    }
+                }
+            }
+            StepKind::Input(input) => {
+                rec.phase = StepPhase::Waiting;
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                if let Err(e) = self.open_input(i, step, input, &ctx) {
+                    self.fail_fatal(i, e);
+                    return Progress::Changed;
+                }
+            }
+            StepKind::Fail(fail) => {
+                rec.phase = StepPhase::Failed;
+                rec.finished_at = Some(ts(self.now));
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                self.apply_fail(i, fail, &ctx, wf);
+                return Progress::Changed;
+            }
+            StepKind::Job(_) => {
+                rec.job_name = Some(job_name(
+                    self.run.metadata.name.as_deref().unwrap_or("run"),
+                    &step.name,
+                    1,
+                ));
+                self.st.steps.push(rec);
+            }
+            StepKind::Http(_) | StepKind::Tool(_) => self.st.steps.push(rec),
+            StepKind::None => {
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                self.fail_fatal(i, "step has no kind".into());
+                return Progress::Changed;
+            }
+        }
+        self.event(
+            event_reasons::STEP_STARTED,
+            format!("step {} started", step.name),
+        );
+        Progress::Changed
+    }
+
+    pub(super) fn apply_fail(
+        &mut self,
+        i: usize,
+        fail: &FailStep,
+        ctx: &Value,
+        _wf: &WorkflowSpec,
+    ) {
+        let name = self.st.steps[i].name.clone();
+        let rendered = |t: &str| template::render(t, ctx).map_err(|e| e.to_string());
+        let ending = match (&fail.error, &fail.message) {
+            (Some(err), _) => match rendered(&err.message) {
+                Ok(message) => Ending {
+                    phase: RunPhase::Failed,
+                    result: None,
+                    error: Some(RunError {
+                        code: err.code,
+                        message: message.clone(),
+                        data: None,
+                    }),
+                    message: Some(message),
+                },
+                Err(e) => fatal_ending(format!("step {name}: error.message: {e}")),
+            },
+            (None, message) => match rendered(message.as_deref().unwrap_or("failed")) {
+                Ok(message) => tool_error_ending(message),
+                Err(e) => fatal_ending(format!("step {name}: message: {e}")),
+            },
+        };
+        self.st.steps[i].message = ending.message.clone();
+        self.warn(
+            event_reasons::STEP_FAILED,
+            format!(
+                "step {name} failed: {}",
+                ending.message.clone().unwrap_or_default()
+            ),
+        );
+        if self.st.ending.is_none() {
+            self.st.ending = Some(ending);
+        }
+    }
+
+    pub(super) fn succeed(&mut self, i: usize, output: Value) {
+        let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+        let rec = &mut self.st.steps[i];
+        rec.phase = StepPhase::Succeeded;
+        rec.output = Some(output);
+        rec.output_truncated = truncated;
+        rec.finished_at = Some(ts(self.now));
+        rec.wake_at = None;
+        let name = rec.name.clone();
+        self.event(
+            event_reasons::STEP_SUCCEEDED,
+            format!("step {name} succeeded"),
+        );
+    }
+
+    /// Fail a step with a protocol-level error (template and rendering errors).
+    pub(super) fn fail_fatal(&mut self, i: usize, message: String) {
+        let name = self.st.steps[i].name.clone();
+        self.warn(
+            event_reasons::STEP_FAILED,
+            format!("step {name}: {message}"),
+        );
+        fail_step_fatal(&mut self.st, i, &name, message, self.now);
+    }
+}

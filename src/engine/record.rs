@@ -1,0 +1,386 @@
+//! Recording an executor's outcome: success, retry with backoff, failure for good, and the
+//! status budget every write must fit.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use super::effects::{Action, Effect, Outcome};
+use super::endings::{fatal_ending, tool_error_ending, upstream_error_ending};
+use super::machine::fail_internal;
+use super::{MAX_OUTPUT_BYTES, budget, context, duration, template, ts};
+use crate::api::{
+    AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
+};
+
+/// Backoff of the first retry when a policy gives none.
+pub(super) const DEFAULT_BACKOFF: SignedDuration = SignedDuration::from_secs(1);
+
+/// Cap of the backoff when a policy gives none.
+pub(super) const DEFAULT_MAX_BACKOFF: SignedDuration = SignedDuration::from_mins(5);
+
+/// Record an executor's outcome for an attempt. Stale reports (another attempt, a step that is
+/// no longer running) leave the status unchanged.
+pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
+    within_budget(run, record_outcome(run, effect, outcome, now), now)
+}
+
+/// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the
+/// Run failed with its step outputs dropped (flagged as truncated), so that the failure can be
+/// written instead of a write the store refuses being retried forever.
+pub(super) fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStatus {
+    let size = serde_json::to_vec(&st).map_or(usize::MAX, |b| b.len());
+    if size <= budget::MAX_STATUS_BYTES {
+        return st;
+    }
+    let mut st = st;
+    for rec in &mut st.steps {
+        if rec.output.take().is_some() {
+            rec.output_truncated = true;
+        }
+    }
+    st.result = None;
+    let mut over = run.clone();
+    over.status = Some(st);
+    fail_internal(
+        &over,
+        &format!(
+            "the run's status would be {size} bytes; at most {} are kept",
+            budget::MAX_STATUS_BYTES
+        ),
+        now,
+    )
+}
+
+pub(super) fn record_outcome(
+    run: &Run,
+    effect: &Effect,
+    outcome: Outcome,
+    now: Timestamp,
+) -> RunStatus {
+    let mut st = run.status.clone().unwrap_or_default();
+    if let Action::Cleanup(c) = &effect.action {
+        // Best effort: whatever happened, the cleanup is done; a failure is noted on the step,
+        // and so is what a cleanup reports it did (a string output).
+        st.cleanups.retain(|x| x != c);
+        let note = match outcome {
+            Outcome::Succeeded(Value::String(done)) => Some(done),
+            Outcome::Succeeded(_) => None,
+            Outcome::Failed { message, .. } | Outcome::UpstreamFailed { message, .. } => {
+                Some(format!("cleanup failed: {message}"))
+            }
+            Outcome::Fatal(e) => Some(format!("cleanup failed: {}", e.message)),
+            _ => None,
+        };
+        if let Some(note) = note
+            && let Some(rec) = st.steps.iter_mut().rev().find(|r| r.name == c.step)
+        {
+            rec.message = Some(match rec.message.take() {
+                Some(before) => format!("{before}; {note}"),
+                None => note,
+            });
+        }
+        return st;
+    }
+    let Some(wf) = run.workflow_snapshot() else {
+        return st;
+    };
+    let Some(idx) = st.steps.iter().position(|r| {
+        r.name == effect.step && r.attempt == effect.attempt && r.phase == StepPhase::Running
+    }) else {
+        return st;
+    };
+    let step = wf
+        .steps
+        .iter()
+        .chain(&wf.finally)
+        .find(|s| s.name == effect.step)
+        .cloned();
+    let rec = &mut st.steps[idx];
+    match outcome {
+        Outcome::Checkpoint {
+            upstream_task_id,
+            job_name,
+        } => {
+            if let Some(id) = upstream_task_id {
+                if let Action::Tool { step, .. } = &effect.action {
+                    rec.message = Some(format!(
+                        "following upstream task {id} on {}",
+                        step.server.url
+                    ));
+                }
+                rec.upstream_task_id = Some(id);
+                rec.upstream_request_state = None;
+            }
+            if job_name.is_some() {
+                rec.job_name = job_name;
+            }
+            rec.pending_answers = None;
+        }
+        Outcome::NeedsInput {
+            requests,
+            request_state,
+        } => {
+            let step_name = rec.name.clone();
+            rec.phase = StepPhase::Waiting;
+            rec.pending_answers = None;
+            rec.upstream_request_state = request_state;
+            rec.upstream_input_keys.clear();
+            for (upstream_key, request) in requests {
+                let key = format!("{step_name}.{upstream_key}");
+                let fresh = (1..)
+                    .map(|n| {
+                        if n == 1 {
+                            key.clone()
+                        } else {
+                            format!("{key}.{n}")
+                        }
+                    })
+                    .find(|k| !run.spec.input_responses.contains_key(k))
+                    .expect("an unbounded range has an unused key");
+                st.input_requests.insert(
+                    fresh.clone(),
+                    crate::api::OpenInputRequest {
+                        step: step_name.clone(),
+                        name: upstream_key.clone(),
+                        method: request
+                            .get("method")
+                            .and_then(Value::as_str)
+                            .unwrap_or("elicitation/create")
+                            .to_owned(),
+                        params: request.get("params").cloned().unwrap_or_else(|| json!({})),
+                        asked_at: Some(ts(now)),
+                    },
+                );
+                st.steps[idx]
+                    .upstream_input_keys
+                    .insert(fresh, upstream_key);
+            }
+            st.phase = RunPhase::Waiting;
+            let keys: Vec<_> = st.input_requests.keys().cloned().collect();
+            st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
+        }
+        Outcome::Succeeded(output) => {
+            let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+            rec.pending_answers = None;
+            rec.phase = StepPhase::Succeeded;
+            rec.output = Some(output);
+            rec.output_truncated = truncated;
+            rec.finished_at = Some(ts(now));
+            rec.message = None;
+        }
+        Outcome::Failed {
+            class,
+            message,
+            detail,
+        } => {
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+            // A tool step that timed out or lost its connection for good may leave an upstream
+            // task behind: cancel it as every other failure path does.
+            cancel_abandoned_upstream_task(&mut st, idx);
+            if let Some(d) = detail {
+                let rec = &mut st.steps[idx];
+                let full = format!("{}: {d}", rec.message.as_deref().unwrap_or_default());
+                if let Some(last) = rec.attempts.last_mut() {
+                    last.message = full.clone();
+                }
+                rec.message = Some(full);
+            }
+        }
+        Outcome::UpstreamFailed {
+            class,
+            message,
+            error,
+            call_ended,
+        } => {
+            if call_ended {
+                rec.upstream_task_id = None;
+                rec.upstream_request_state = None;
+                rec.pending_answers = None;
+            }
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, error, now);
+            cancel_abandoned_upstream_task(&mut st, idx);
+        }
+        Outcome::Fatal(error) => {
+            rec.phase = StepPhase::Failed;
+            rec.finished_at = Some(ts(now));
+            rec.message = Some(error.message.clone());
+            if st.ending.is_none()
+                || st
+                    .ending
+                    .as_ref()
+                    .is_some_and(|e| e.phase == RunPhase::Succeeded)
+            {
+                st.ending = Some(Ending {
+                    phase: RunPhase::Failed,
+                    result: None,
+                    message: Some(error.message.clone()),
+                    error: Some(error),
+                });
+            }
+            cancel_abandoned_upstream_task(&mut st, idx);
+        }
+    }
+    st
+}
+
+/// A failed attempt: retry it when the policy says so, else fail the step (and the Run, with a
+/// tool error, or with `error` when the upstream answered a protocol-level one).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fail_attempt(
+    run: &Run,
+    st: &mut RunStatus,
+    idx: usize,
+    step: Option<&Step>,
+    class: ErrorClass,
+    message: String,
+    error: Option<RunError>,
+    now: Timestamp,
+) {
+    let ctx = context(run, st);
+    let rec = &mut st.steps[idx];
+    let policy = step.and_then(|s| s.retry.clone());
+    let limit = match policy.as_ref().and_then(|p| p.limit.as_ref()) {
+        None => Ok(0),
+        Some(v) => retry_limit(v, &ctx),
+    };
+    let retries_on = policy
+        .as_ref()
+        .map(|p| p.retry_on.clone())
+        .filter(|on| !on.is_empty())
+        .unwrap_or_else(|| {
+            vec![
+                ErrorClass::Timeout,
+                ErrorClass::Connection,
+                ErrorClass::ServerError,
+                ErrorClass::TooManyRequests,
+            ]
+        });
+    rec.attempts.push(AttemptRecord {
+        attempt: rec.attempt,
+        started_at: rec.attempt_started_at.clone(),
+        finished_at: Some(ts(now)),
+        message: message.clone(),
+    });
+    if rec.attempts.len() > budget::MAX_ATTEMPTS_KEPT {
+        let drop = rec.attempts.len() - budget::MAX_ATTEMPTS_KEPT;
+        rec.attempts.drain(..drop);
+    }
+    rec.message = Some(message.clone());
+    let limit = match limit {
+        Ok(l) => l,
+        Err(e) => {
+            let name = rec.name.clone();
+            fail_step_fatal(st, idx, &name, e, now);
+            return;
+        }
+    };
+    if retries_on.contains(&class) && rec.attempt <= limit {
+        let backoff = backoff(policy.as_ref(), rec.attempt, &ctx);
+        rec.phase = StepPhase::Retrying;
+        rec.wake_at = Some(ts(now + backoff));
+    } else {
+        rec.phase = StepPhase::Failed;
+        rec.finished_at = Some(ts(now));
+        let name = rec.name.clone();
+        let is_finally = rec.finally;
+        if !is_finally && st.ending.is_none() {
+            st.ending = Some(match error {
+                Some(e) => upstream_error_ending(&name, e),
+                None => tool_error_ending(format!("step {name} failed: {message}")),
+            });
+        }
+    }
+}
+
+pub(super) fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
+    let rendered = match v {
+        Value::String(s) => template::render(s, ctx).map_err(|e| e.to_string())?,
+        other => other.to_string(),
+    };
+    let limit = rendered
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("retry.limit {rendered:?} is not a non-negative integer"))?;
+    if limit > budget::MAX_RETRY_LIMIT {
+        return Err(format!(
+            "retry.limit {limit} exceeds the maximum of {}",
+            budget::MAX_RETRY_LIMIT
+        ));
+    }
+    Ok(limit)
+}
+
+pub(super) fn backoff(
+    policy: Option<&crate::api::RetryPolicy>,
+    attempt: u32,
+    ctx: &Value,
+) -> SignedDuration {
+    let parse = |s: Option<&String>, default| {
+        s.and_then(|s| template::render(s, ctx).ok())
+            .and_then(|s| duration::parse(&s).ok())
+            .unwrap_or(default)
+    };
+    let base = parse(policy.and_then(|p| p.backoff.as_ref()), DEFAULT_BACKOFF);
+    let cap = parse(
+        policy.and_then(|p| p.max_backoff.as_ref()),
+        DEFAULT_MAX_BACKOFF,
+    );
+    let base = base.max(budget::MIN_BACKOFF);
+    let factor = 2i32.saturating_pow(attempt.saturating_sub(1).min(30));
+    base.checked_mul(factor)
+        .unwrap_or(cap)
+        .min(cap)
+        .max(budget::MIN_BACKOFF)
+}
+
+/// A `tool` step that failed for good while its upstream task runs on: cancel that task.
+pub(super) fn cancel_abandoned_upstream_task(st: &mut RunStatus, idx: usize) {
+    let rec = &st.steps[idx];
+    if rec.phase == StepPhase::Failed
+        && let Some(id) = rec.upstream_task_id.clone()
+    {
+        let step = rec.name.clone();
+        st.cleanups.push(crate::api::Cleanup {
+            step,
+            cancel_upstream_task: Some(id),
+            delete_job: None,
+        });
+    }
+}
+
+pub(super) fn fail_step_fatal(
+    st: &mut RunStatus,
+    idx: usize,
+    step: &str,
+    message: String,
+    now: Timestamp,
+) {
+    let rec = &mut st.steps[idx];
+    rec.phase = StepPhase::Failed;
+    rec.finished_at = Some(ts(now));
+    rec.message = Some(message.clone());
+    if st
+        .ending
+        .as_ref()
+        .is_none_or(|e| e.phase == RunPhase::Succeeded)
+    {
+        st.ending = Some(fatal_ending(format!("step {step}: {message}")));
+    }
+}
+
+/// Cut an oversized (or too deeply nested) value down to a string prefix of its JSON; the flag
+/// says it happened.
+pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
+    let text = v.to_string();
+    if text.len() <= limit && budget::depth(&v) <= budget::MAX_DEPTH {
+        return (v, false);
+    }
+    if text.len() <= limit {
+        return (Value::String(text), true);
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (Value::String(text[..cut].to_owned()), true)
+}
