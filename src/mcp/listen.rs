@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::access::{allowed, forbidden, readable_run};
 use super::events::Change;
-use super::handler::{live_spec, readable_run};
+use super::tasks::live_spec;
 use super::{McpState, Tenant, declares_tasks, rpc_error, task};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{
@@ -140,10 +141,10 @@ pub async fn serve(
     // Following tasks is watching Runs: `watch runs` in the namespace, as DESIGN's table says.
     // Each task then needs what `tasks/get` needs (`get runs` and the owner rule), so a stream
     // shows no task its caller could not read.
-    match super::handler::allowed(&state, &tenant, Verb::Watch, Resource::Runs).await {
+    match allowed(&state, &tenant, Verb::Watch, Resource::Runs).await {
         Ok(true) => {}
         Ok(false) => {
-            let e = super::handler::forbidden(&tenant, Verb::Watch, Resource::Runs);
+            let e = forbidden(&tenant, Verb::Watch, Resource::Runs);
             return rpc_error(StatusCode::OK, id, e.code.0.into(), &e.message);
         }
         Err(_) => {

@@ -2,10 +2,15 @@
 //! this module routes tenants, authenticates in front of it, and maps Workflows to tools and
 //! Runs to tasks. rmcp types do not leave this module.
 
+mod access;
+mod answers;
 pub mod events;
 mod handler;
 pub mod listen;
+mod sealing;
 pub mod task;
+mod tasks;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,176 @@
+//! Who may do what to which task: RBAC per method, the owner rule, named approvers.
+
+use rmcp::model::ErrorData;
+
+use super::answers::request_spec;
+use super::handler::{err, internal};
+use super::{McpState, TaskAccess, Tenant};
+use crate::api::Run;
+use crate::auth::{Resource, Verb};
+use crate::engine::input::{is_named_approver, may_answer};
+use crate::protocol::codes;
+
+pub(super) async fn allowed(
+    state: &McpState,
+    t: &Tenant,
+    verb: Verb,
+    resource: Resource,
+) -> Result<bool, ErrorData> {
+    state
+        .authz
+        .allowed(&t.identity, verb, resource, &t.namespace)
+        .await
+        .map_err(internal)
+}
+
+pub(super) fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
+    err(
+        codes::FORBIDDEN,
+        format!(
+            "forbidden: {} may not {} {} in namespace {}",
+            t.identity.principal.username,
+            verb.as_str(),
+            resource.as_str(),
+            t.namespace
+        ),
+        None,
+    )
+}
+
+/// What a caller wants to do with a task; each needs its RBAC verb and the owner rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// `tasks/get`, `subscriptions/listen`: `get runs`.
+    Read,
+    /// `tasks/update`: `update runs`.
+    Answer,
+    /// `tasks/cancel`: `update runs`.
+    Cancel,
+}
+
+impl Access {
+    pub(super) fn verb(self) -> Verb {
+        match self {
+            Self::Read => Verb::Get,
+            Self::Answer | Self::Cancel => Verb::Update,
+        }
+    }
+}
+
+/// Whether an open input request of `run` names `me` among its approvers.
+pub(super) fn awaits_answer_from(run: &Run, me: &crate::api::Principal) -> bool {
+    let Some(snapshot) = run.workflow_snapshot() else {
+        return false;
+    };
+    let open = run.status.as_ref().map(|s| &s.input_requests);
+    open.into_iter().flatten().any(|(_, req)| {
+        request_spec(&snapshot, &req.step, &req.name).is_some_and(|spec| {
+            is_named_approver(
+                &spec,
+                run.spec.requested_by.as_ref(),
+                &me.username,
+                &me.groups,
+            )
+        })
+    })
+}
+
+/// The open input keys of `run` the caller may answer (RBAC `update runs` and the approver
+/// rule), so that a person sees which questions wait for them; `None` when nothing is asked.
+pub(super) async fn awaiting_answer_from(
+    state: &McpState,
+    t: &Tenant,
+    run: &Run,
+) -> Option<Vec<String>> {
+    let open = run
+        .status
+        .as_ref()
+        .map(|s| &s.input_requests)
+        .filter(|o| !o.is_empty() && !run.phase().is_terminal())?;
+    if !allowed(state, t, Verb::Update, Resource::Runs)
+        .await
+        .unwrap_or(false)
+    {
+        return Some(vec![]);
+    }
+    let snapshot = run.workflow_snapshot();
+    let me = &t.identity.principal;
+    open.iter()
+        .filter(|(key, req)| {
+            !run.spec.input_responses.contains_key(*key)
+                && snapshot
+                    .as_ref()
+                    .and_then(|w| request_spec(w, &req.step, &req.name))
+                    .is_none_or(|spec| {
+                        may_answer(
+                            &spec,
+                            run.spec.requested_by.as_ref(),
+                            &me.username,
+                            &me.groups,
+                        )
+                        .is_ok()
+                    })
+        })
+        .map(|(key, _)| key.clone())
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// Whether the caller may act on `run`: RBAC plus the owner rule, under which the requester,
+/// whoever may list runs, and — to read and answer, not to cancel — the approvers an open
+/// question names may act.
+pub(super) async fn may_act(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
+    if !allowed(state, t, access.verb(), Resource::Runs)
+        .await
+        .unwrap_or(false)
+    {
+        return false;
+    }
+    if state.config.task_access == TaskAccess::Namespace {
+        return true;
+    }
+    let me = &t.identity.principal;
+    let owner = run.spec.requested_by.as_ref().is_some_and(|p| {
+        p.username == me.username && (p.uid.is_none() || me.uid.is_none() || p.uid == me.uid)
+    });
+    owner
+        || (access != Access::Cancel && awaits_answer_from(run, me))
+        || allowed(state, t, Verb::List, Resource::Runs)
+            .await
+            .unwrap_or(false)
+}
+
+/// The Run behind a task id if the caller may act on it; `None` for every kind of "no". The
+/// id's shape and the caller's namespace rights are checked before the store is asked, so a
+/// caller without rights learns nothing, and no id reaches an API path unless it is a name.
+pub(super) async fn task_run(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+    access: Access,
+) -> Result<Option<Run>, ErrorData> {
+    if !crate::api::is_dns_subdomain(task_id)
+        || !allowed(state, t, access.verb(), Resource::Runs)
+            .await
+            .unwrap_or(false)
+    {
+        return Ok(None);
+    }
+    let Some(run) = state
+        .store
+        .get(&t.namespace, task_id)
+        .await
+        .map_err(internal)?
+    else {
+        return Ok(None);
+    };
+    Ok(may_act(state, t, &run, access).await.then_some(run))
+}
+
+/// The Run behind a task id if the caller may read it; `None` for every kind of "no".
+pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Run> {
+    task_run(state, t, task_id, Access::Read)
+        .await
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,179 @@
+//! Answers to a Run's questions (`tasks/update`, MRTR retries): checked against each
+//! question's schema and approvers, taken one by one.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use rmcp::model::ErrorData;
+use serde_json::{Value, json};
+
+use super::Tenant;
+use super::handler::{RunwayMcp, err, internal, unknown_task};
+use crate::api::{InputAction, InputResponse, Run};
+use crate::engine::budget;
+use crate::engine::input::{answer_schema_error, may_answer};
+use crate::protocol::codes;
+use crate::store::StoreError;
+
+/// The manifest of input request `name` of step `step`.
+pub(super) fn request_spec(
+    wf: &crate::api::WorkflowSpec,
+    step: &str,
+    name: &str,
+) -> Option<crate::api::InputRequestSpec> {
+    wf.steps
+        .iter()
+        .chain(&wf.finally)
+        .find(|s| s.name == step)
+        .and_then(|s| s.input.as_ref())
+        .and_then(|i| i.requests.iter().find(|r| r.name == name))
+        .cloned()
+}
+
+/// What became of the answers of one `tasks/update`.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    /// Keys whose answers were recorded.
+    taken: Vec<String>,
+    /// Open keys whose answers were refused, with the reason.
+    refused: BTreeMap<String, String>,
+    /// Keys that are not open (unknown, or answered already).
+    ignored: Vec<String>,
+}
+
+impl Answers {
+    /// `tasks/update` answers with an empty result unless an answer to an open question was
+    /// refused; then an error says which and why (and which answers were taken anyway).
+    pub(super) fn into_result(self) -> Result<(), ErrorData> {
+        if self.refused.is_empty() {
+            return Ok(());
+        }
+        let why = self
+            .refused
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(err(
+            codes::INVALID_PARAMS,
+            format!("answer refused, the question stays open: {why}"),
+            Some(json!({"taken": self.taken, "refused": self.refused, "ignored": self.ignored})),
+        ))
+    }
+}
+
+/// Whether `value` may answer the open request `req`: a known action, an object as content
+/// within the answer budget, from someone the request lets answer, and (for `accept`) content
+/// that matches the `requestedSchema` the client was shown.
+pub(super) fn check_answer(
+    key: &str,
+    value: &Value,
+    req: &crate::api::OpenInputRequest,
+    spec: Option<&crate::api::InputRequestSpec>,
+    run: &Run,
+    me: &crate::api::Principal,
+) -> Result<(InputAction, Option<Value>), String> {
+    let action = value
+        .get("action")
+        .cloned()
+        .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
+        .ok_or_else(|| "action must be accept, decline or cancel".to_owned())?;
+    // A URL-mode answer has no content: whatever the page collected never passes through here.
+    let url_mode = req.params.get("mode").and_then(Value::as_str) == Some("url");
+    let content = value
+        .get("content")
+        .cloned()
+        .filter(|c| !c.is_null() && !url_mode);
+    if content.as_ref().is_some_and(|c| !c.is_object()) {
+        return Err("content must be an object".into());
+    }
+    if let Some(c) = &content {
+        budget::check(
+            &format!("inputResponses.{key}.content"),
+            c,
+            budget::MAX_ANSWER_BYTES,
+        )?;
+    }
+    if let Some(spec) = spec {
+        may_answer(
+            spec,
+            run.spec.requested_by.as_ref(),
+            &me.username,
+            &me.groups,
+        )?;
+    }
+    if action == InputAction::Accept
+        && let Some(why) = answer_schema_error(req.params.get("requestedSchema"), content.as_ref())
+    {
+        return Err(why);
+    }
+    Ok((action, content))
+}
+
+impl RunwayMcp {
+    /// Record answers to open input keys: the first valid answer to a key wins. Entries for
+    /// keys that are unknown or already answered are ignored; answers to open keys that are
+    /// malformed, do not match the request's `requestedSchema`, or come from someone the
+    /// request does not let answer are refused, and their questions stay open.
+    pub(super) async fn answer(
+        &self,
+        t: &Tenant,
+        name: &str,
+        responses: &BTreeMap<String, Value>,
+    ) -> Result<Answers, ErrorData> {
+        loop {
+            let mut run = self
+                .state
+                .store
+                .get(&t.namespace, name)
+                .await
+                .map_err(internal)?
+                .ok_or_else(unknown_task)?;
+            let snapshot = run.workflow_snapshot();
+            let open = run.status.clone().unwrap_or_default().input_requests;
+            let me = &t.identity.principal;
+            let mut outcome = Answers::default();
+            for (key, value) in responses {
+                let Some(req) = open.get(key) else {
+                    outcome.ignored.push(key.clone());
+                    continue;
+                };
+                if run.spec.input_responses.contains_key(key) {
+                    outcome.ignored.push(key.clone());
+                    continue;
+                }
+                let spec = snapshot
+                    .as_ref()
+                    .and_then(|w| request_spec(w, &req.step, &req.name));
+                match check_answer(key, value, req, spec.as_ref(), &run, me) {
+                    Ok((action, content)) => {
+                        run.spec.input_responses.insert(
+                            key.clone(),
+                            InputResponse {
+                                action,
+                                content,
+                                answered_by: Some(me.username.clone()),
+                                answered_by_groups: me.groups.clone(),
+                                answered_at: Some(Timestamp::now().to_string()),
+                            },
+                        );
+                        outcome.taken.push(key.clone());
+                    }
+                    Err(why) => {
+                        tracing::info!(namespace = %t.namespace, run = name, key, reason = crate::api::event_reasons::INPUT_REJECTED, "answer refused: {why}");
+                        outcome.refused.insert(key.clone(), why);
+                    }
+                }
+            }
+            if outcome.taken.is_empty() {
+                return Ok(outcome);
+            }
+            match self.state.store.update(run).await {
+                Ok(_) => return Ok(outcome),
+                Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return Err(unknown_task()),
+                Err(e) => return Err(internal(e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! State handed to clients and taken back: sealed `requestState` and idempotency keys turned
+//! into Run names.
+
+use hmac::{KeyInit, Mac};
+use rmcp::model::{ErrorData, SealOptions};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::Sha256;
+
+use super::handler::{RunwayMcp, internal, invalid};
+use super::{Tenant, task};
+use crate::api::{Run, Workflow};
+
+/// What a `requestState` lets a retry resume.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub(super) enum Resume {
+    /// Arguments collected so far, before any Run exists.
+    Args { tool: String, args: Value },
+    /// A blocking Run that waits for input.
+    Run { run: String },
+}
+
+/// The Run an idempotency key named earlier, if it is the same call (same Workflow and
+/// arguments); the same key with other arguments is refused.
+pub(super) fn same_call(
+    existing: Run,
+    wf: &Workflow,
+    args: &Map<String, Value>,
+) -> Result<Run, ErrorData> {
+    let same = existing.spec.workflow_ref.name == wf.metadata.name.clone().unwrap_or_default()
+        && existing.spec.arguments.as_ref().and_then(Value::as_object) == Some(args);
+    if same {
+        Ok(existing)
+    } else {
+        Err(invalid("idempotency key reused with different arguments"))
+    }
+}
+
+/// The Run name `key` maps to under one state key: an HMAC of (namespace, principal, tool, key),
+/// so the same retry always names the same Run and nobody can name another caller's.
+pub(super) fn idempotent_name(state_key: &[u8], t: &Tenant, wf: &Workflow, key: &str) -> String {
+    let mut mac = hmac::Hmac::<Sha256>::new_from_slice(state_key).expect("HMAC takes any key");
+    for part in [
+        t.namespace.as_str(),
+        t.identity.principal.username.as_str(),
+        wf.tool_name(),
+        key,
+    ] {
+        mac.update(part.as_bytes());
+        mac.update(&[0]);
+    }
+    let digest = mac.finalize().into_bytes();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    task::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
+}
+
+impl RunwayMcp {
+    pub(super) fn seal(&self, t: &Tenant, resume: &Resume) -> Result<String, ErrorData> {
+        let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
+        let opts = SealOptions::new()
+            .associated_data(ad.as_bytes())
+            .ttl(self.state.config.state_ttl);
+        self.state.codecs[0]
+            .seal_json_with(resume, &opts)
+            .map_err(internal)
+    }
+
+    pub(super) fn open(&self, t: &Tenant, sealed: &str) -> Result<Resume, ErrorData> {
+        let ad = format!("{}\0{}", t.namespace, t.identity.principal.username);
+        let mut expired = false;
+        for codec in &self.state.codecs {
+            match codec.open_json_with(sealed, ad.as_bytes()) {
+                Ok(resume) => return Ok(resume),
+                Err(rmcp::model::RequestStateError::Expired) => expired = true,
+                Err(_) => {}
+            }
+        }
+        Err(invalid(if expired {
+            "requestState expired: call the tool again without it to be asked again"
+        } else {
+            "invalid requestState"
+        }))
+    }
+
+    /// The Run names an idempotency key maps to, one per state key, newest key first.
+    pub(super) fn idempotent_names(&self, t: &Tenant, wf: &Workflow, key: &str) -> Vec<String> {
+        self.state
+            .config
+            .state_keys
+            .iter()
+            .map(|k| idempotent_name(k, t, wf, key))
+            .collect()
+    }
+}

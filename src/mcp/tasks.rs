@@ -1,0 +1,108 @@
+//! `tasks/get` and `tasks/cancel` on Runs.
+
+use jiff::Timestamp;
+use rmcp::RoleServer;
+use rmcp::model::{ErrorData, GetTaskParams, GetTaskResult};
+use rmcp::service::RequestContext;
+use serde_json::json;
+
+use super::access::{awaiting_answer_from, readable_run};
+use super::handler::{RunwayMcp, tenant, unknown_task};
+use super::{McpState, Tenant, task};
+use crate::api::{CancelRequest, Run};
+use crate::protocol::META_AWAITING_YOU;
+use crate::store::StoreError;
+
+/// The Workflow spec of a Run that has no snapshot yet (only just created).
+pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api::WorkflowSpec> {
+    if run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
+        return None;
+    }
+    let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+    state
+        .workflows
+        .get(ns, &run.spec.workflow_ref.name)
+        .await
+        .map(|w| w.spec)
+}
+
+/// (finished main steps, total main steps) of a Run; finished Runs are complete.
+pub(super) fn step_progress(run: &Run) -> (f64, f64) {
+    let Some(wf) = run.workflow_snapshot() else {
+        return (0.0, 1.0);
+    };
+    let total = wf.steps.len().max(1) as f64;
+    if run.phase().is_terminal() {
+        return (total, total);
+    }
+    let done = run
+        .status
+        .as_ref()
+        .map(|s| {
+            s.steps
+                .iter()
+                .filter(|r| !r.finally && r.phase.is_terminal())
+                .count()
+        })
+        .unwrap_or(0) as f64;
+    (done, total)
+}
+
+impl RunwayMcp {
+    /// Record the cancel intent in `spec.cancel` (once). `Ok` only when it is durable (or the
+    /// Run is gone, finished or already cancelled).
+    pub(super) async fn cancel(
+        &self,
+        t: &Tenant,
+        name: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        loop {
+            let Some(mut run) = self.state.store.get(&t.namespace, name).await? else {
+                return Ok(());
+            };
+            if run.spec.cancel.is_some() || run.phase().is_terminal() {
+                return Ok(());
+            }
+            run.spec.cancel = Some(CancelRequest {
+                reason: Some(reason.into()),
+                requested_by: Some(t.identity.principal.username.clone()),
+                requested_at: Some(Timestamp::now().to_string()),
+            });
+            match self.state.store.update(run).await {
+                Err(StoreError::Conflict) => continue,
+                Err(StoreError::NotFound) => return Ok(()),
+                Err(e) => {
+                    tracing::error!(run = name, error = %e, "cannot record cancellation");
+                    return Err(e);
+                }
+                Ok(_) => {
+                    tracing::info!(namespace = %t.namespace, run = name, by = %t.identity.principal.username, reason, "cancel requested");
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// `tasks/get`: the task, and which open questions wait for the caller.
+    pub(super) async fn get(
+        &self,
+        request: GetTaskParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let t = tenant(&ctx)?;
+        let run = readable_run(&self.state, &t, &request.task_id)
+            .await
+            .ok_or_else(unknown_task)?;
+        let live = live_spec(&self.state, &run).await;
+        let mut result = GetTaskResult::new(task::project(&run, live.as_ref()));
+        // Present (possibly empty) whenever questions are open, so a client can tell "none of
+        // them is yours" from a server that does not say.
+        if let Some(awaiting) = awaiting_answer_from(&self.state, &t, &run).await {
+            let mut meta = rmcp::model::MetaObject::default();
+            meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
+            result.meta = Some(meta);
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,487 @@
+//! `tools/list` and `tools/call`: Workflows as tools, capability checks, argument questions
+//! before a Run exists, creating the Run and waiting on blocking calls.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, ErrorData,
+    InputRequest, InputRequests, InputRequiredResult, ProgressNotificationParam, Tool,
+};
+use rmcp::service::RequestContext;
+use serde_json::{Map, Value, json};
+
+use super::access::{allowed, forbidden, readable_run};
+use super::events::Change;
+use super::handler::{RunwayMcp, err, internal, invalid, missing_capability, tenant, unknown_task};
+use super::sealing::{Resume, same_call};
+use super::tasks::step_progress;
+use super::{Tenant, task};
+use crate::api::{ExecutionMode, Run, RunPhase, RunSpec, Workflow, WorkflowRef, labels, reasons};
+use crate::auth::{Resource, Verb};
+use crate::engine::budget;
+use crate::engine::input::answer_schema_error;
+use crate::protocol::{META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes};
+use crate::store::StoreError;
+
+pub(super) fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
+    ctx.meta
+        .get(META_CLIENT_CAPABILITIES)
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+pub(super) fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
+    raw_caps(ctx)
+        .get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some()
+}
+
+/// Whether the client can show forms: `elicitation: {form: {}}`, or an empty `elicitation: {}`
+/// (which means form mode alone). A client that declares only `url` mode cannot.
+pub(super) fn declares_forms(ctx: &RequestContext<RoleServer>) -> bool {
+    match raw_caps(ctx).get("elicitation") {
+        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
+        _ => false,
+    }
+}
+
+/// Whether the client can send a person to a URL (`elicitation: {url: {}}`).
+pub(super) fn declares_urls(ctx: &RequestContext<RoleServer>) -> bool {
+    raw_caps(ctx)
+        .get("elicitation")
+        .and_then(|e| e.get("url"))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
+pub(super) fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
+    let req = required.as_object()?;
+    let mut missing = Map::new();
+    for (k, v) in req {
+        match caps.get(k) {
+            None | Some(Value::Null) => {
+                missing.insert(k.clone(), v.clone());
+            }
+            Some(have) if k == "extensions" => {
+                if let Some(m) = missing_caps(v, have) {
+                    missing.insert(k.clone(), m);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    (!missing.is_empty()).then_some(Value::Object(missing))
+}
+
+pub(super) fn has_input_steps(wf: &Workflow) -> bool {
+    wf.spec
+        .steps
+        .iter()
+        .chain(&wf.spec.finally)
+        .any(|s| s.input.is_some())
+}
+
+pub(super) fn run_result(run: &Run) -> Result<CallToolResponse, ErrorData> {
+    let st = run.status.clone().unwrap_or_default();
+    if let Some(e) = st.error {
+        return Err(err(e.code, e.message, e.data));
+    }
+    if st.phase == RunPhase::Cancelled {
+        let msg = st.status_message.unwrap_or_else(|| "cancelled".into());
+        return Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text(msg)]).into());
+    }
+    let result = st.result.unwrap_or_else(|| json!({"content": []}));
+    let mut parsed: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+    parsed.result_type = Some(rmcp::model::ResultType::COMPLETE);
+    Ok(parsed.into())
+}
+
+pub(super) fn tool_of(wf: &Workflow) -> Tool {
+    let schema = match &wf.spec.tool.input_schema {
+        Some(Value::Object(m)) => m.clone(),
+        _ => json!({"type": "object", "properties": {}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let mut tool = Tool::new(
+        wf.tool_name().to_owned(),
+        wf.spec.tool.description.clone().unwrap_or_default(),
+        Arc::new(schema),
+    );
+    if let Some(title) = &wf.spec.tool.title {
+        tool = tool.with_title(title.clone());
+    }
+    if let Some(Value::Object(out)) = &wf.spec.tool.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(out.clone()));
+    }
+    if let Some(a) = &wf.spec.tool.annotations
+        && let Ok(a) = serde_json::from_value(a.clone())
+    {
+        tool = tool.with_annotations(a);
+    }
+    tool
+}
+
+pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
+    let instance = Value::Object(args.clone());
+    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES).map_err(invalid)?;
+    let Some(schema) = &wf.spec.tool.input_schema else {
+        return Ok(());
+    };
+    let errors = budget::schema_errors(schema, &instance).map_err(internal)?;
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let summary = errors
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(err(
+        codes::INVALID_PARAMS,
+        format!("invalid arguments: {summary}"),
+        Some(json!({"errors": errors})),
+    ))
+}
+
+impl RunwayMcp {
+    pub(super) async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {
+        self.state
+            .workflows
+            .list(&t.namespace)
+            .await
+            .into_iter()
+            .find(|w| w.is_ready() && w.tool_name() == name)
+    }
+
+    /// Fill arguments through MRTR elicitation before a Run exists. `Ok(Err(resp))` is an
+    /// answer to send now (`input_required`, or a declined-tool result).
+    pub(super) fn elicit(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        ctx: &RequestContext<RoleServer>,
+        mut args: Map<String, Value>,
+        responses: &BTreeMap<String, Value>,
+    ) -> Result<Result<Map<String, Value>, CallToolResponse>, ErrorData> {
+        for q in &wf.spec.elicit {
+            if let Some(resp) = responses.get(&q.key) {
+                let resp = resp.as_object().ok_or_else(|| {
+                    invalid(format!("inputResponses.{}: must be an object", q.key))
+                })?;
+                match resp.get("action").and_then(Value::as_str) {
+                    Some("accept") => {
+                        let content = resp.get("content").filter(|c| !c.is_null());
+                        if content.is_some_and(|c| !c.is_object()) {
+                            return Err(invalid(format!(
+                                "inputResponses.{}.content must be an object",
+                                q.key
+                            )));
+                        }
+                        if let Some(why) = answer_schema_error(Some(&q.requested_schema), content) {
+                            return Err(invalid(format!("inputResponses.{}: {why}", q.key)));
+                        }
+                        if let Some(Value::Object(c)) = content {
+                            args.extend(c.clone());
+                        }
+                    }
+                    Some("decline") => {
+                        let text = format!("{} declined", q.key);
+                        return Ok(Err(CallToolResult::error(vec![
+                            rmcp::model::ContentBlock::text(text),
+                        ])
+                        .into()));
+                    }
+                    Some("cancel") => {}
+                    _ => {
+                        return Err(invalid(format!(
+                            "inputResponses.{}.action must be accept, decline or cancel",
+                            q.key
+                        )));
+                    }
+                }
+            }
+        }
+        let open = wf.spec.elicit.iter().find(|q| {
+            q.requested_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|props| props.keys().any(|p| !args.contains_key(p)))
+        });
+        let Some(q) = open else { return Ok(Ok(args)) };
+        if !declares_forms(ctx) {
+            return Err(missing_capability(
+                "form elicitation",
+                json!({"elicitation": {"form": {}}}),
+            ));
+        }
+        let request: InputRequest = serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": q.message, "requestedSchema": q.requested_schema},
+        }))
+        .map_err(internal)?;
+        let mut reqs = InputRequests::new();
+        reqs.insert(q.key.clone(), request);
+        let state = self.seal(
+            t,
+            &Resume::Args {
+                tool: wf.tool_name().to_owned(),
+                args: Value::Object(args),
+            },
+        )?;
+        Ok(Err(InputRequiredResult::new(Some(reqs), Some(state)).into()))
+    }
+
+    pub(super) async fn create_run(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        args: Map<String, Value>,
+        idem: Option<&str>,
+    ) -> Result<Run, ErrorData> {
+        let wf_name = wf.metadata.name.clone().unwrap_or_default();
+        let name = match idem {
+            Some(k) => {
+                let names = self.idempotent_names(t, wf, k);
+                // A Run named under a previous state key (before a rotation) is the same call.
+                for older in &names[1..] {
+                    if let Some(e) = self
+                        .state
+                        .store
+                        .get(&t.namespace, older)
+                        .await
+                        .map_err(internal)?
+                    {
+                        return same_call(e, wf, &args);
+                    }
+                }
+                names[0].clone()
+            }
+            None => task::new_task_id(&wf_name),
+        };
+        let mut run = Run::new(
+            &name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: wf_name.clone(),
+                },
+                arguments: Some(Value::Object(args)),
+                requested_by: Some(t.identity.principal.clone()),
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.metadata.namespace = Some(t.namespace.clone());
+        run.metadata.labels = Some(BTreeMap::from([(labels::WORKFLOW.to_owned(), wf_name)]));
+        match self.state.store.create(run.clone()).await {
+            Ok(r) => Ok(r),
+            Err(StoreError::AlreadyExists) if idem.is_some() => {
+                let existing = self
+                    .state
+                    .store
+                    .get(&t.namespace, &name)
+                    .await
+                    .map_err(internal)?;
+                match existing {
+                    Some(e) => same_call(
+                        e,
+                        wf,
+                        run.spec
+                            .arguments
+                            .as_ref()
+                            .and_then(Value::as_object)
+                            .unwrap_or(&Map::new()),
+                    ),
+                    None => Err(internal("idempotent run vanished; retry")),
+                }
+            }
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    /// Hold a blocking call until its Run finishes, or needs input the client can give.
+    pub(super) async fn await_run(
+        &self,
+        t: &Tenant,
+        name: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let mut changes = self.state.events.subscribe(&t.namespace, name);
+        let progress = ctx.meta.get_progress_token();
+        let (forms, urls) = (declares_forms(ctx), declares_urls(ctx));
+        let mut sent: Option<(f64, String)> = None;
+        let mut run = self
+            .state
+            .store
+            .get(&t.namespace, name)
+            .await
+            .map_err(internal)?
+            .ok_or_else(unknown_task)?;
+        loop {
+            if let Some(token) = &progress {
+                let (done, total) = step_progress(&run);
+                let msg = run
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.status_message.clone())
+                    .unwrap_or_else(|| "queued".into());
+                if sent.as_ref() != Some(&(done, msg.clone()))
+                    && sent.as_ref().is_none_or(|(d, _)| *d <= done)
+                {
+                    let p = ProgressNotificationParam::new(token.clone(), done)
+                        .with_total(total)
+                        .with_message(msg.clone());
+                    let _ = ctx.peer.notify_progress(p).await;
+                    sent = Some((done, msg));
+                }
+            }
+            if run.phase().is_terminal() {
+                return run_result(&run);
+            }
+            if run.phase() == RunPhase::Waiting && (forms || urls) {
+                // Only the requests this client can show; others wait for someone else.
+                let mut open = task::open_requests(&run);
+                let asked = run.status.as_ref().map(|s| &s.input_requests);
+                open.retain(|key, _| {
+                    let url_mode = asked.and_then(|a| a.get(key)).is_some_and(|r| {
+                        r.params.get("mode").and_then(Value::as_str) == Some("url")
+                    });
+                    if url_mode { urls } else { forms }
+                });
+                if !open.is_empty() {
+                    let state = self.seal(
+                        t,
+                        &Resume::Run {
+                            run: name.to_owned(),
+                        },
+                    )?;
+                    return Ok(InputRequiredResult::new(Some(open), Some(state)).into());
+                }
+            }
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(Change::Updated(r)) => run = *r,
+                    Ok(Change::Deleted) => return Err(unknown_task()),
+                    Err(_) => {
+                        changes = self.state.events.subscribe(&t.namespace, name);
+                        run = self.state.store.get(&t.namespace, name).await.map_err(internal)?.ok_or_else(unknown_task)?;
+                    }
+                },
+                _ = ctx.ct.cancelled() => {
+                    if !self.state.shutdown.is_cancelled() {
+                        // Logged inside; the client is gone and cannot be told.
+                        let _ = self.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
+                    }
+                    return Err(err(codes::INTERNAL_ERROR, "request cancelled", None));
+                }
+            }
+        }
+    }
+
+    /// `tools/call`: resume or start a call, create its Run, and answer with a task or wait.
+    pub(super) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let t = tenant(&ctx)?;
+        if !allowed(&self.state, &t, Verb::Create, Resource::Runs).await? {
+            return Err(forbidden(&t, Verb::Create, Resource::Runs));
+        }
+        let responses: BTreeMap<String, Value> = request
+            .input_responses
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let resume = match &request.request_state {
+            Some(s) => Some(self.open(&t, s)?),
+            None => None,
+        };
+        if let Some(Resume::Run { run }) = &resume {
+            // An MRTR retry of a blocking call: record the answers, keep waiting.
+            let current = readable_run(&self.state, &t, run)
+                .await
+                .ok_or_else(|| invalid("invalid requestState"))?;
+            if current.spec.workflow_ref.name.is_empty() {
+                return Err(unknown_task());
+            }
+            self.answer(&t, run, &responses).await?;
+            return self.await_run(&t, run, &ctx).await;
+        }
+        let wf = self
+            .tool(&t, &request.name)
+            .await
+            .ok_or_else(|| invalid(format!("unknown tool: {}", request.name)))?;
+        if let Some(req) = &wf.spec.execution.required_client_capabilities
+            && let Some(missing) = missing_caps(req, &raw_caps(&ctx))
+        {
+            let names = missing
+                .as_object()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+                .unwrap_or_default();
+            return Err(missing_capability(&names, missing));
+        }
+        let tasks = declares_tasks(&ctx);
+        let mode = wf.spec.execution.mode;
+        if mode == ExecutionMode::Task && !tasks {
+            return Err(missing_capability(
+                TASKS_EXTENSION,
+                json!({"extensions": {TASKS_EXTENSION: {}}}),
+            ));
+        }
+        let as_task = tasks && mode != ExecutionMode::Sync;
+        if !as_task && has_input_steps(&wf) && !declares_forms(&ctx) {
+            let caps = if mode == ExecutionMode::Sync {
+                json!({"elicitation": {"form": {}}})
+            } else {
+                json!({"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}})
+            };
+            return Err(missing_capability(
+                "form elicitation or io.modelcontextprotocol/tasks",
+                caps,
+            ));
+        }
+        let mut args = request.arguments.clone().unwrap_or_default();
+        if let Some(Resume::Args { tool, args: saved }) = resume {
+            if tool != wf.tool_name() {
+                return Err(invalid("invalid requestState"));
+            }
+            if let Value::Object(saved) = saved {
+                for (k, v) in saved {
+                    args.entry(k).or_insert(v);
+                }
+            }
+        }
+        let args = match self.elicit(&t, &wf, &ctx, args, &responses)? {
+            Ok(args) => args,
+            Err(answer) => return Ok(answer),
+        };
+        validate_args(&wf, &args)?;
+        let idem = ctx
+            .meta
+            .get(META_IDEMPOTENCY_KEY)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if ctx
+            .meta
+            .get(META_IDEMPOTENCY_KEY)
+            .is_some_and(|v| !v.is_string())
+        {
+            return Err(invalid(format!(
+                "_meta.{META_IDEMPOTENCY_KEY} must be a string"
+            )));
+        }
+        let run = self.create_run(&t, &wf, args, idem.as_deref()).await?;
+        let name = run.metadata.name.clone().unwrap_or_default();
+        tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
+        if as_task {
+            return Ok(CreateTaskResult::new(task::task(&run, Some(&wf.spec))).into());
+        }
+        self.await_run(&t, &name, &ctx).await
+    }
+}
