@@ -481,6 +481,28 @@ impl WorkflowStatus {
     }
 }
 
+impl WorkflowSpec {
+    /// The main steps, then the `finally` steps.
+    pub fn all_steps(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().chain(&self.finally)
+    }
+
+    /// The step named `name`, main or `finally`.
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.all_steps().find(|s| s.name == name)
+    }
+
+    /// Input request `name` of input step `step`.
+    pub fn input_request(&self, step: &str, name: &str) -> Option<&InputRequestSpec> {
+        self.step(step)?
+            .input
+            .as_ref()?
+            .requests
+            .iter()
+            .find(|r| r.name == name)
+    }
+}
+
 impl Workflow {
     /// The MCP tool name: `spec.tool.name`, else `metadata.name`.
     pub fn tool_name(&self) -> &str {

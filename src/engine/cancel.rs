@@ -54,12 +54,7 @@ impl Machine<'_> {
     /// Queue the cleanup of an interrupted step: its upstream task or its Job.
     pub(super) fn interrupt(&mut self, wf: &WorkflowSpec, i: usize) {
         let rec = &self.st.steps[i];
-        let kind = wf
-            .steps
-            .iter()
-            .chain(&wf.finally)
-            .find(|s| s.name == rec.name)
-            .map(|s| s.kind());
+        let kind = wf.step(&rec.name).map(|s| s.kind());
         let cleanup = match kind {
             Some(StepKind::Tool(_)) if rec.upstream_task_id.is_some() => {
                 Some(crate::api::Cleanup {

@@ -6,8 +6,8 @@ use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
 use super::{Next, duration, template, ts};
 use crate::api::{
-    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal,
-    RunPhase, Step, StepPhase, event_reasons,
+    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal, Run,
+    RunPhase, RunStatus, Step, StepPhase, event_reasons,
 };
 
 /// MCP method of the requests an input step opens.
@@ -86,6 +86,24 @@ pub fn answer_schema_error(
     })
 }
 
+/// The key to ask a question under: `base` (`<step>.<request>`) when no answer, open question
+/// or step has used it yet, else the first unused `base.N` (N ≥ 2). The one rule for questions
+/// of input steps, questions asked again and questions an upstream tool asks, so an answer
+/// written before its question (with kubectl, say) never answers it.
+pub(super) fn fresh_key(run: &Run, st: &RunStatus, base: &str) -> String {
+    let unused = |k: &str| {
+        !run.spec.input_responses.contains_key(k)
+            && !st.input_requests.contains_key(k)
+            && !st.steps.iter().any(|r| {
+                r.input_keys.values().any(|v| v == k) || r.upstream_input_keys.contains_key(k)
+            })
+    };
+    std::iter::once(base.to_owned())
+        .chain((2..).map(|n| format!("{base}.{n}")))
+        .find(|k| unused(k))
+        .expect("an unbounded range has an unused key")
+}
+
 impl Machine<'_> {
     pub(super) fn open_input(
         &mut self,
@@ -97,12 +115,7 @@ impl Machine<'_> {
         for req in &input.requests {
             // An answer written before the question was asked (with kubectl, say) must not
             // answer it: such a key is taken, and the question gets a fresh one.
-            let plain = format!("{}.{}", step.name, req.name);
-            let key = if self.key_unused(&plain) {
-                plain
-            } else {
-                self.fresh_key(&step.name, &req.name)
-            };
+            let key = fresh_key(self.run, &self.st, &format!("{}.{}", step.name, req.name));
             self.ask(i, step, req, key, ctx)?;
         }
         if let Some(t) = &input.timeout {
@@ -167,25 +180,6 @@ impl Machine<'_> {
     fn refresh_waiting(&mut self) {
         let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
         self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
-    }
-
-    /// Whether no answer, open question or earlier step has used `key`.
-    fn key_unused(&self, k: &str) -> bool {
-        !self.run.spec.input_responses.contains_key(k)
-            && !self.st.input_requests.contains_key(k)
-            && !self
-                .st
-                .steps
-                .iter()
-                .any(|r| r.input_keys.values().any(|v| v == k))
-    }
-
-    /// A key for asking `name` (again) that no answer has used yet.
-    fn fresh_key(&self, step: &str, name: &str) -> String {
-        (2..)
-            .map(|n| format!("{step}.{name}.{n}"))
-            .find(|k| self.key_unused(k))
-            .expect("an unbounded range has an unused key")
     }
 
     pub(super) fn continue_input(&mut self, i: usize, step: &Step, input: &InputStep) -> Progress {
@@ -312,7 +306,7 @@ impl Machine<'_> {
 
     fn reask(&mut self, i: usize, step: &Step, req: &InputRequestSpec, old: &str, ctx: &Value) {
         self.st.input_requests.remove(old);
-        let key = self.fresh_key(&step.name, &req.name);
+        let key = fresh_key(self.run, &self.st, &format!("{}.{}", step.name, req.name));
         if let Err(e) = self.ask(i, step, req, key, ctx) {
             self.fail_fatal(i, e);
         }

@@ -297,12 +297,7 @@ impl Machine<'_> {
 
     pub(super) fn continue_step(&mut self, wf: &WorkflowSpec, i: usize) -> Progress {
         let rec = self.st.steps[i].clone();
-        let Some(step) = wf
-            .steps
-            .iter()
-            .chain(&wf.finally)
-            .find(|s| s.name == rec.name)
-        else {
+        let Some(step) = wf.step(&rec.name) else {
             self.fail_fatal(i, "step vanished from the workflow snapshot".into());
             return Progress::Changed;
         };

@@ -1,11 +1,14 @@
 //! Recording an executor's outcome: success, retry with backoff, failure for good, and the
 //! status budget every write must fit.
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::effects::{Action, Effect, Outcome};
 use super::endings::{fatal_ending, tool_error_ending, upstream_error_ending};
+use super::input::fresh_key;
 use super::machine::fail_internal;
 use super::{MAX_OUTPUT_BYTES, budget, context, duration, template, ts};
 use crate::api::{
@@ -59,26 +62,7 @@ pub(super) fn record_outcome(
 ) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
     if let Action::Cleanup(c) = &effect.action {
-        // Best effort: whatever happened, the cleanup is done; a failure is noted on the step,
-        // and so is what a cleanup reports it did (a string output).
-        st.cleanups.retain(|x| x != c);
-        let note = match outcome {
-            Outcome::Succeeded(Value::String(done)) => Some(done),
-            Outcome::Succeeded(_) => None,
-            Outcome::Failed { message, .. } | Outcome::UpstreamFailed { message, .. } => {
-                Some(format!("cleanup failed: {message}"))
-            }
-            Outcome::Fatal(e) => Some(format!("cleanup failed: {}", e.message)),
-            _ => None,
-        };
-        if let Some(note) = note
-            && let Some(rec) = st.steps.iter_mut().rev().find(|r| r.name == c.step)
-        {
-            rec.message = Some(match rec.message.take() {
-                Some(before) => format!("{before}; {note}"),
-                None => note,
-            });
-        }
+        record_cleanup(&mut st, c, outcome);
         return st;
     }
     let Some(wf) = run.workflow_snapshot() else {
@@ -89,12 +73,7 @@ pub(super) fn record_outcome(
     }) else {
         return st;
     };
-    let step = wf
-        .steps
-        .iter()
-        .chain(&wf.finally)
-        .find(|s| s.name == effect.step)
-        .cloned();
+    let step = wf.step(&effect.step).cloned();
     let rec = &mut st.steps[idx];
     match outcome {
         Outcome::Checkpoint {
@@ -119,46 +98,7 @@ pub(super) fn record_outcome(
         Outcome::NeedsInput {
             requests,
             request_state,
-        } => {
-            let step_name = rec.name.clone();
-            rec.phase = StepPhase::Waiting;
-            rec.pending_answers = None;
-            rec.upstream_request_state = request_state;
-            rec.upstream_input_keys.clear();
-            for (upstream_key, request) in requests {
-                let key = format!("{step_name}.{upstream_key}");
-                let fresh = (1..)
-                    .map(|n| {
-                        if n == 1 {
-                            key.clone()
-                        } else {
-                            format!("{key}.{n}")
-                        }
-                    })
-                    .find(|k| !run.spec.input_responses.contains_key(k))
-                    .expect("an unbounded range has an unused key");
-                st.input_requests.insert(
-                    fresh.clone(),
-                    crate::api::OpenInputRequest {
-                        step: step_name.clone(),
-                        name: upstream_key.clone(),
-                        method: request
-                            .get("method")
-                            .and_then(Value::as_str)
-                            .unwrap_or("elicitation/create")
-                            .to_owned(),
-                        params: request.get("params").cloned().unwrap_or_else(|| json!({})),
-                        asked_at: Some(ts(now)),
-                    },
-                );
-                st.steps[idx]
-                    .upstream_input_keys
-                    .insert(fresh, upstream_key);
-            }
-            st.phase = RunPhase::Waiting;
-            let keys: Vec<_> = st.input_requests.keys().cloned().collect();
-            st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
-        }
+        } => open_upstream_input(run, &mut st, idx, requests, request_state, now),
         Outcome::Succeeded(output) => {
             let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
             rec.pending_answers = None;
@@ -221,6 +161,69 @@ pub(super) fn record_outcome(
         }
     }
     st
+}
+
+/// A cleanup's outcome. Best effort: whatever happened, the cleanup is done; a failure is noted
+/// on its step, and so is what a cleanup reports it did (a string output).
+fn record_cleanup(st: &mut RunStatus, c: &crate::api::Cleanup, outcome: Outcome) {
+    st.cleanups.retain(|x| x != c);
+    let note = match outcome {
+        Outcome::Succeeded(Value::String(done)) => Some(done),
+        Outcome::Succeeded(_) => None,
+        Outcome::Failed { message, .. } | Outcome::UpstreamFailed { message, .. } => {
+            Some(format!("cleanup failed: {message}"))
+        }
+        Outcome::Fatal(e) => Some(format!("cleanup failed: {}", e.message)),
+        _ => None,
+    };
+    if let Some(note) = note
+        && let Some(rec) = st.steps.iter_mut().rev().find(|r| r.name == c.step)
+    {
+        rec.message = Some(match rec.message.take() {
+            Some(before) => format!("{before}; {note}"),
+            None => note,
+        });
+    }
+}
+
+/// An upstream tool asks for input: its questions become this Run's, under fresh keys.
+fn open_upstream_input(
+    run: &Run,
+    st: &mut RunStatus,
+    idx: usize,
+    requests: BTreeMap<String, Value>,
+    request_state: Option<String>,
+    now: Timestamp,
+) {
+    let rec = &mut st.steps[idx];
+    let step_name = rec.name.clone();
+    rec.phase = StepPhase::Waiting;
+    rec.pending_answers = None;
+    rec.upstream_request_state = request_state;
+    rec.upstream_input_keys.clear();
+    for (upstream_key, request) in requests {
+        let fresh = fresh_key(run, st, &format!("{step_name}.{upstream_key}"));
+        st.input_requests.insert(
+            fresh.clone(),
+            crate::api::OpenInputRequest {
+                step: step_name.clone(),
+                name: upstream_key.clone(),
+                method: request
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("elicitation/create")
+                    .to_owned(),
+                params: request.get("params").cloned().unwrap_or_else(|| json!({})),
+                asked_at: Some(ts(now)),
+            },
+        );
+        st.steps[idx]
+            .upstream_input_keys
+            .insert(fresh, upstream_key);
+    }
+    st.phase = RunPhase::Waiting;
+    let keys: Vec<_> = st.input_requests.keys().cloned().collect();
+    st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
 }
 
 /// A failed attempt: retry it when the policy says so, else fail the step (and the Run, with a

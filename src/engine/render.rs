@@ -55,13 +55,7 @@ pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderVal
     let wf = run
         .workflow_snapshot()
         .ok_or("the run has no workflow snapshot")?;
-    let Some(StepKind::Tool(tool)) = wf
-        .steps
-        .iter()
-        .chain(&wf.finally)
-        .find(|s| s.name == step)
-        .map(Step::kind)
-    else {
+    let Some(StepKind::Tool(tool)) = wf.step(step).map(Step::kind) else {
         return Err(format!("step {step} is not a tool step"));
     };
     let status = run.status.clone().unwrap_or_default();

@@ -120,7 +120,7 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
         tool_name("tool.name", name)?;
     }
     let mut names = std::collections::BTreeSet::new();
-    for step in spec.steps.iter().chain(&spec.finally) {
+    for step in spec.all_steps() {
         step_name(&step.name)?;
         if !names.insert(step.name.as_str()) {
             return Err(invalid(
@@ -187,156 +187,15 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
     if let Some(t) = &step.timeout {
         dur(&f("timeout"), t)?;
     }
-    if let Some(retry) = &step.retry {
-        for (field, d) in [
-            ("retry.backoff", &retry.backoff),
-            ("retry.maxBackoff", &retry.max_backoff),
-        ] {
-            if let Some(d) = d {
-                dur(&f(field), d)?;
-            }
-        }
-        let literal = match &retry.limit {
-            Some(Value::Number(n)) => n.as_u64(),
-            Some(Value::String(s)) => s.trim().parse::<u64>().ok(),
-            _ => None,
-        };
-        if let Some(n) = literal.filter(|n| *n > u64::from(super::budget::MAX_RETRY_LIMIT)) {
-            return Err(invalid(
-                reasons::INVALID_SPEC,
-                format!(
-                    "{}: {n} exceeds the maximum of {}",
-                    f("retry.limit"),
-                    super::budget::MAX_RETRY_LIMIT
-                ),
-            ));
-        }
-        match &retry.limit {
-            None => {}
-            Some(Value::Number(n)) if n.as_u64().is_some() => {}
-            Some(Value::String(s)) if s.contains("{{") => text(&f("retry.limit"), s)?,
-            Some(Value::String(s)) if s.trim().parse::<u32>().is_ok() => {}
-            Some(other) => {
-                return Err(invalid(
-                    reasons::INVALID_SPEC,
-                    format!(
-                        "{}: {other} is not a non-negative integer",
-                        f("retry.limit")
-                    ),
-                ));
-            }
-        }
+    if let Some(r) = &step.retry {
+        retry(&f, r)?;
     }
     match step.kind() {
-        StepKind::Http(h) => {
-            text(&f("http.url"), &h.url)?;
-            if !h.url.contains("{{") {
-                url(&f("http.url"), &h.url)?;
-            }
-            for hd in &h.headers {
-                if let Some(v) = &hd.value {
-                    text(&f(&format!("http.headers[{}]", hd.name)), v)?;
-                }
-            }
-            if let Some(b) = &h.body {
-                tmpl(&f("http.body"), b)?;
-            }
-        }
-        StepKind::Tool(t) => {
-            url(&f("tool.server.url"), &t.server.url)?;
-            tool_name(&f("tool.name"), &t.name)?;
-            for hd in &t.server.headers {
-                let field = f(&format!("tool.server.headers[{}]", hd.name));
-                if http::HeaderName::from_bytes(hd.name.as_bytes()).is_err() {
-                    return Err(invalid(
-                        reasons::INVALID_SPEC,
-                        format!("{field}: not a valid header name"),
-                    ));
-                }
-                match (&hd.value, &hd.value_from) {
-                    (Some(v), None) => text(&field, v)?,
-                    (None, Some(_)) => {}
-                    _ => {
-                        return Err(invalid(
-                            reasons::INVALID_SPEC,
-                            format!("{field}: set exactly one of value, valueFrom"),
-                        ));
-                    }
-                }
-            }
-            if let Some(a) = &t.arguments {
-                if !a.is_object() {
-                    return Err(invalid(
-                        reasons::INVALID_SPEC,
-                        format!("{}: must be an object", f("tool.arguments")),
-                    ));
-                }
-                tmpl(&f("tool.arguments"), a)?;
-            }
-        }
-        StepKind::Job(j) => {
-            if !caps.jobs {
-                return Err(invalid(
-                    reasons::UNSUPPORTED_STEP,
-                    format!(
-                        "{}: job steps need the Kubernetes store (runway operator)",
-                        f("job")
-                    ),
-                ));
-            }
-            if !j.template.get("spec").is_some_and(Value::is_object) {
-                return Err(invalid(
-                    reasons::INVALID_SPEC,
-                    format!("{}: needs spec", f("job.template")),
-                ));
-            }
-        }
-        StepKind::Input(i) => {
-            let mut names = std::collections::BTreeSet::new();
-            for r in &i.requests {
-                if !names.insert(&r.name) {
-                    return Err(invalid(
-                        reasons::INVALID_SPEC,
-                        format!("{}: duplicate request {}", f("input"), r.name),
-                    ));
-                }
-                text(
-                    &f(&format!("input.requests[{}].message", r.name)),
-                    &r.message,
-                )?;
-                let field = |x: &str| f(&format!("input.requests[{}].{x}", r.name));
-                if let Some(s) = &r.requested_schema {
-                    json_schema(&field("requestedSchema"), s)?;
-                    if let Some(secret) = secret_field(s) {
-                        return Err(invalid(
-                            reasons::INVALID_SPEC,
-                            format!(
-                                "{}: field {secret} asks for a secret; forms must not collect \
-                                 passwords, tokens, API keys or card data: use url mode (url:) \
-                                 to send the person to a page that takes it",
-                                field("requestedSchema")
-                            ),
-                        ));
-                    }
-                }
-                if let Some(u) = &r.url {
-                    if r.requested_schema.is_some() {
-                        return Err(invalid(
-                            reasons::INVALID_SPEC,
-                            format!("{}: url mode takes no requestedSchema", field("url")),
-                        ));
-                    }
-                    text(&field("url"), u)?;
-                    if !u.contains("{{") {
-                        url(&field("url"), u)?;
-                    }
-                }
-            }
-            if let Some(t) = &i.timeout {
-                dur(&f("input.timeout"), t)?;
-            }
-        }
-        StepKind::Delay(d) => dur(&f("delay.duration"), &d.duration)?,
+        StepKind::Http(h) => http_step(&f, h),
+        StepKind::Tool(t) => tool_step(&f, t),
+        StepKind::Job(j) => job_step(&f, j, caps),
+        StepKind::Input(i) => input_step(&f, i),
+        StepKind::Delay(d) => dur(&f("delay.duration"), &d.duration),
         StepKind::Fail(fl) => {
             if let Some(m) = &fl.message {
                 text(&f("fail.message"), m)?;
@@ -344,13 +203,177 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
             if let Some(e) = &fl.error {
                 text(&f("fail.error.message"), &e.message)?;
             }
+            Ok(())
         }
-        StepKind::None => {
+        StepKind::None => Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{}: no kind", f("step")),
+        )),
+    }
+}
+
+/// A step's retry policy: durations, and a limit that is an integer within the cap (or a
+/// template that renders one).
+fn retry(f: &dyn Fn(&str) -> String, retry: &crate::api::RetryPolicy) -> Result<(), Invalid> {
+    for (field, d) in [
+        ("retry.backoff", &retry.backoff),
+        ("retry.maxBackoff", &retry.max_backoff),
+    ] {
+        if let Some(d) = d {
+            dur(&f(field), d)?;
+        }
+    }
+    let literal = match &retry.limit {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    if let Some(n) = literal.filter(|n| *n > u64::from(super::budget::MAX_RETRY_LIMIT)) {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "{}: {n} exceeds the maximum of {}",
+                f("retry.limit"),
+                super::budget::MAX_RETRY_LIMIT
+            ),
+        ));
+    }
+    match &retry.limit {
+        None => {}
+        Some(Value::Number(n)) if n.as_u64().is_some() => {}
+        Some(Value::String(s)) if s.contains("{{") => text(&f("retry.limit"), s)?,
+        Some(Value::String(s)) if s.trim().parse::<u32>().is_ok() => {}
+        Some(other) => {
             return Err(invalid(
                 reasons::INVALID_SPEC,
-                format!("{}: no kind", f("step")),
+                format!(
+                    "{}: {other} is not a non-negative integer",
+                    f("retry.limit")
+                ),
             ));
         }
+    }
+    Ok(())
+}
+
+fn http_step(f: &dyn Fn(&str) -> String, h: &crate::api::HttpStep) -> Result<(), Invalid> {
+    text(&f("http.url"), &h.url)?;
+    if !h.url.contains("{{") {
+        url(&f("http.url"), &h.url)?;
+    }
+    for hd in &h.headers {
+        if let Some(v) = &hd.value {
+            text(&f(&format!("http.headers[{}]", hd.name)), v)?;
+        }
+    }
+    if let Some(b) = &h.body {
+        tmpl(&f("http.body"), b)?;
+    }
+    Ok(())
+}
+
+fn tool_step(f: &dyn Fn(&str) -> String, t: &crate::api::ToolStep) -> Result<(), Invalid> {
+    url(&f("tool.server.url"), &t.server.url)?;
+    tool_name(&f("tool.name"), &t.name)?;
+    for hd in &t.server.headers {
+        let field = f(&format!("tool.server.headers[{}]", hd.name));
+        if http::HeaderName::from_bytes(hd.name.as_bytes()).is_err() {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!("{field}: not a valid header name"),
+            ));
+        }
+        match (&hd.value, &hd.value_from) {
+            (Some(v), None) => text(&field, v)?,
+            (None, Some(_)) => {}
+            _ => {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("{field}: set exactly one of value, valueFrom"),
+                ));
+            }
+        }
+    }
+    if let Some(a) = &t.arguments {
+        if !a.is_object() {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!("{}: must be an object", f("tool.arguments")),
+            ));
+        }
+        tmpl(&f("tool.arguments"), a)?;
+    }
+    Ok(())
+}
+
+fn job_step(
+    f: &dyn Fn(&str) -> String,
+    j: &crate::api::JobStep,
+    caps: Capabilities,
+) -> Result<(), Invalid> {
+    if !caps.jobs {
+        return Err(invalid(
+            reasons::UNSUPPORTED_STEP,
+            format!(
+                "{}: job steps need the Kubernetes store (runway operator)",
+                f("job")
+            ),
+        ));
+    }
+    if !j.template.get("spec").is_some_and(Value::is_object) {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{}: needs spec", f("job.template")),
+        ));
+    }
+    Ok(())
+}
+
+/// An input step: unique request names, templates that compile, schemas that are JSON Schema
+/// and ask for no secret, URL mode without a schema.
+fn input_step(f: &dyn Fn(&str) -> String, i: &crate::api::InputStep) -> Result<(), Invalid> {
+    let mut names = std::collections::BTreeSet::new();
+    for r in &i.requests {
+        if !names.insert(&r.name) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!("{}: duplicate request {}", f("input"), r.name),
+            ));
+        }
+        text(
+            &f(&format!("input.requests[{}].message", r.name)),
+            &r.message,
+        )?;
+        let field = |x: &str| f(&format!("input.requests[{}].{x}", r.name));
+        if let Some(s) = &r.requested_schema {
+            json_schema(&field("requestedSchema"), s)?;
+            if let Some(secret) = secret_field(s) {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!(
+                        "{}: field {secret} asks for a secret; forms must not collect \
+                         passwords, tokens, API keys or card data: use url mode (url:) \
+                         to send the person to a page that takes it",
+                        field("requestedSchema")
+                    ),
+                ));
+            }
+        }
+        if let Some(u) = &r.url {
+            if r.requested_schema.is_some() {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("{}: url mode takes no requestedSchema", field("url")),
+                ));
+            }
+            text(&field("url"), u)?;
+            if !u.contains("{{") {
+                url(&field("url"), u)?;
+            }
+        }
+    }
+    if let Some(t) = &i.timeout {
+        dur(&f("input.timeout"), t)?;
     }
     Ok(())
 }

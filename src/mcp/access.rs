@@ -2,7 +2,6 @@
 
 use rmcp::model::ErrorData;
 
-use super::answers::request_spec;
 use super::handler::{err, internal};
 use super::{McpState, TaskAccess, Tenant};
 use crate::api::Run;
@@ -64,14 +63,16 @@ pub(super) fn awaits_answer_from(run: &Run, me: &crate::api::Principal) -> bool 
     };
     let open = run.status.as_ref().map(|s| &s.input_requests);
     open.into_iter().flatten().any(|(_, req)| {
-        request_spec(&snapshot, &req.step, &req.name).is_some_and(|spec| {
-            is_named_approver(
-                &spec,
-                run.spec.requested_by.as_ref(),
-                &me.username,
-                &me.groups,
-            )
-        })
+        snapshot
+            .input_request(&req.step, &req.name)
+            .is_some_and(|spec| {
+                is_named_approver(
+                    spec,
+                    run.spec.requested_by.as_ref(),
+                    &me.username,
+                    &me.groups,
+                )
+            })
     })
 }
 
@@ -100,10 +101,10 @@ pub(super) async fn awaiting_answer_from(
             !run.spec.input_responses.contains_key(*key)
                 && snapshot
                     .as_ref()
-                    .and_then(|w| request_spec(w, &req.step, &req.name))
+                    .and_then(|w| w.input_request(&req.step, &req.name))
                     .is_none_or(|spec| {
                         may_answer(
-                            &spec,
+                            spec,
                             run.spec.requested_by.as_ref(),
                             &me.username,
                             &me.groups,

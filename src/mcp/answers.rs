@@ -15,21 +15,6 @@ use crate::engine::input::{answer_schema_error, may_answer};
 use crate::protocol::codes;
 use crate::store::StoreError;
 
-/// The manifest of input request `name` of step `step`.
-pub(super) fn request_spec(
-    wf: &crate::api::WorkflowSpec,
-    step: &str,
-    name: &str,
-) -> Option<crate::api::InputRequestSpec> {
-    wf.steps
-        .iter()
-        .chain(&wf.finally)
-        .find(|s| s.name == step)
-        .and_then(|s| s.input.as_ref())
-        .and_then(|i| i.requests.iter().find(|r| r.name == name))
-        .cloned()
-}
-
 /// What became of the answers of one `tasks/update`.
 #[derive(Debug, Default)]
 pub(super) struct Answers {
@@ -144,8 +129,8 @@ impl RunwayMcp {
                 }
                 let spec = snapshot
                     .as_ref()
-                    .and_then(|w| request_spec(w, &req.step, &req.name));
-                match check_answer(key, value, req, spec.as_ref(), &run, me) {
+                    .and_then(|w| w.input_request(&req.step, &req.name));
+                match check_answer(key, value, req, spec, &run, me) {
                     Ok((action, content)) => {
                         run.spec.input_responses.insert(
                             key.clone(),

@@ -407,168 +407,50 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         return next.run(req).await;
     }
     let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
-        let mut resp = rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Value::Null,
-            codes::INTERNAL_ERROR,
-            "server busy; retry later",
-        );
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return resp;
+        return busy();
     };
     let (mut parts, body) = req.into_parts();
     // Nothing but headers is read before the caller is known.
-    if !host_and_origin_allowed(&parts.headers, &state.hosts, &state.origins) {
-        return rpc_error(
-            StatusCode::FORBIDDEN,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "Forbidden: Host or Origin header is not allowed",
-        );
-    }
-    let path_ns = match path_namespace(parts.uri.path()) {
-        Some(ns) if crate::api::is_dns_label(ns) => Some(ns.to_owned()),
-        Some(_) => {
-            return rpc_error(
-                StatusCode::NOT_FOUND,
-                Value::Null,
-                codes::INVALID_REQUEST,
-                "the path's namespace is not a valid namespace name",
-            );
-        }
-        None => None,
+    let (path_ns, identity) = match caller(&state, &parts.headers, parts.uri.path()).await {
+        Ok(c) => c,
+        Err(refused) => return refused,
     };
-    let identity = match state.authn.authenticate(bearer(&parts.headers)).await {
-        Ok(i) => i,
-        Err(AuthError::Unauthenticated(why)) => {
-            let mut resp = rpc_error(
-                StatusCode::UNAUTHORIZED,
-                Value::Null,
-                codes::UNAUTHENTICATED,
-                &format!("unauthenticated: {why}"),
-            );
-            resp.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"runway\""),
-            );
-            return resp;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "authentication failed");
-            return rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Value::Null,
-                codes::INTERNAL_ERROR,
-                "authentication is unavailable; retry later",
-            );
-        }
+    let (bytes, msg) = match read_message(&state, body).await {
+        Ok(m) => m,
+        Err(refused) => return refused,
     };
-    let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
-    let bytes = match tokio::time::timeout(state.config.body_read_timeout, collect).await {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(_)) => {
-            return rpc_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Value::Null,
-                codes::INVALID_REQUEST,
-                "request body too large",
-            );
-        }
-        Err(_) => {
-            return rpc_error(
-                StatusCode::REQUEST_TIMEOUT,
-                Value::Null,
-                codes::INVALID_REQUEST,
-                "request body not received in time",
-            );
-        }
-    };
-    let msg: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                Value::Null,
-                codes::PARSE_ERROR,
-                &format!("parse error: {e}"),
-            );
-        }
-    };
-    if !msg.is_object() {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            codes::INVALID_REQUEST,
-            "one JSON-RPC object per request (batches are not supported)",
-        );
-    }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let header_version = parts
-        .headers
-        .get(HEADER_PROTOCOL_VERSION)
-        .map(|v| v.to_str().unwrap_or_default().trim());
-    if header_version == Some("") {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            codes::HEADER_MISMATCH,
-            "empty MCP-Protocol-Version header",
-        );
-    }
     let method = msg
         .get("method")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
     let params = msg.get("params");
-    if method.starts_with("tasks/") {
-        let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str);
-        let header_name = parts
-            .headers
-            .get(HEADER_NAME)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim);
-        if !declares_tasks(params)
-            || (task_id.is_some() && header_name.is_some() && header_name != task_id)
-        {
-            return next
-                .run(Request::from_parts(parts, Body::from(bytes)))
-                .await;
-        }
+    if let Err(why) = protocol_headers(&parts.headers) {
+        return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, why);
     }
-    let namespace = match path_ns.or_else(|| identity.namespace.clone()) {
-        Some(ns) => ns,
-        None => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::INVALID_REQUEST,
-                "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
-            );
-        }
+    if method.starts_with("tasks/") && !task_headers_agree(&parts.headers, params) {
+        // rmcp answers these malformed requests with the protocol's own errors.
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    }
+    let Some(namespace) = path_ns.or_else(|| identity.namespace.clone()) else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::INVALID_REQUEST,
+            "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
+        );
     };
     let tenant = Tenant {
         namespace,
         identity,
     };
     if method == "tools/call"
-        && let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str)
-        && let Some(wf) = state
-            .workflows
-            .list(&tenant.namespace)
-            .await
-            .into_iter()
-            .find(|w| w.is_ready() && w.tool_name() == name)
-        && let Some(schema) = &wf.spec.tool.input_schema
+        && let Err(why) = tool_param_headers(&state, &tenant, params, &parts.headers).await
     {
-        let args = params
-            .and_then(|p| p.get("arguments"))
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        if let Err(why) = check_param_headers(schema, &args, &parts.headers) {
-            return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
-        }
+        return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
     }
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
@@ -580,4 +462,155 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
     };
     metrics.request(&method, resp.status().as_u16());
     resp
+}
+
+/// The answer past the concurrency limit.
+fn busy() -> Response {
+    let mut resp = rpc_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Value::Null,
+        codes::INTERNAL_ERROR,
+        "server busy; retry later",
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+/// Who is calling, and which namespace the path names, from headers and path alone: Host and
+/// Origin allowed, the path's namespace a DNS label, the bearer token accepted.
+async fn caller(
+    state: &McpState,
+    headers: &HeaderMap,
+    path: &str,
+) -> Result<(Option<String>, Identity), Response> {
+    if !host_and_origin_allowed(headers, &state.hosts, &state.origins) {
+        return Err(rpc_error(
+            StatusCode::FORBIDDEN,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "Forbidden: Host or Origin header is not allowed",
+        ));
+    }
+    let path_ns = match path_namespace(path) {
+        Some(ns) if crate::api::is_dns_label(ns) => Some(ns.to_owned()),
+        Some(_) => {
+            return Err(rpc_error(
+                StatusCode::NOT_FOUND,
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "the path's namespace is not a valid namespace name",
+            ));
+        }
+        None => None,
+    };
+    match state.authn.authenticate(bearer(headers)).await {
+        Ok(identity) => Ok((path_ns, identity)),
+        Err(AuthError::Unauthenticated(why)) => {
+            let mut resp = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                Value::Null,
+                codes::UNAUTHENTICATED,
+                &format!("unauthenticated: {why}"),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"runway\""),
+            );
+            Err(resp)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "authentication failed");
+            Err(rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Value::Null,
+                codes::INTERNAL_ERROR,
+                "authentication is unavailable; retry later",
+            ))
+        }
+    }
+}
+
+/// The request body, within the size limit and the read timeout, as one JSON-RPC object.
+async fn read_message(state: &McpState, body: Body) -> Result<(bytes::Bytes, Value), Response> {
+    let refuse = |status, code, message: &str| rpc_error(status, Value::Null, code, message);
+    let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
+    let bytes = match tokio::time::timeout(state.config.body_read_timeout, collect).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(_)) => {
+            return Err(refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                codes::INVALID_REQUEST,
+                "request body too large",
+            ));
+        }
+        Err(_) => {
+            return Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                codes::INVALID_REQUEST,
+                "request body not received in time",
+            ));
+        }
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(msg) if msg.is_object() => Ok((bytes, msg)),
+        Ok(_) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            codes::INVALID_REQUEST,
+            "one JSON-RPC object per request (batches are not supported)",
+        )),
+        Err(e) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            codes::PARSE_ERROR,
+            &format!("parse error: {e}"),
+        )),
+    }
+}
+
+/// An `MCP-Protocol-Version` header, when sent, is not empty.
+fn protocol_headers(headers: &HeaderMap) -> Result<(), &'static str> {
+    let version = headers
+        .get(HEADER_PROTOCOL_VERSION)
+        .map(|v| v.to_str().unwrap_or_default().trim());
+    match version {
+        Some("") => Err("empty MCP-Protocol-Version header"),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a `tasks/*` request declares the Tasks extension and its `Mcp-Name` header (when
+/// sent) names the task of the body.
+fn task_headers_agree(headers: &HeaderMap, params: Option<&Value>) -> bool {
+    let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str);
+    let header_name = headers
+        .get(HEADER_NAME)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    declares_tasks(params) && (task_id.is_none() || header_name.is_none() || header_name == task_id)
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` agree with the arguments its tool's schema marks
+/// with `x-mcp-header`. Calls of unknown tools pass: the handler answers those.
+async fn tool_param_headers(
+    state: &McpState,
+    tenant: &Tenant,
+    params: Option<&Value>,
+    headers: &HeaderMap,
+) -> Result<(), String> {
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let tools = state.workflows.list(&tenant.namespace).await;
+    let Some(schema) = tools
+        .iter()
+        .find(|w| w.is_ready() && w.tool_name() == name)
+        .and_then(|w| w.spec.tool.input_schema.as_ref())
+    else {
+        return Ok(());
+    };
+    let args = params
+        .and_then(|p| p.get("arguments"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    check_param_headers(schema, &args, headers)
 }

@@ -77,11 +77,7 @@ pub(super) fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
 }
 
 pub(super) fn has_input_steps(wf: &Workflow) -> bool {
-    wf.spec
-        .steps
-        .iter()
-        .chain(&wf.spec.finally)
-        .any(|s| s.input.is_some())
+    wf.spec.all_steps().any(|s| s.input.is_some())
 }
 
 pub(super) fn run_result(run: &Run) -> Result<CallToolResponse, ErrorData> {
