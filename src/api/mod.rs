@@ -13,6 +13,40 @@ pub const GROUP: &str = "runway.dev";
 /// API version of every Runway resource.
 pub const VERSION: &str = "v1alpha1";
 
+/// Where an object lives: namespace and name. The one key of Runs and Workflows in the stores,
+/// the work queue and the event fan-out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of `namespace`/`name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of an object, when it names both its namespace and itself.
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Self> {
+        match (&meta.namespace, &meta.name) {
+            (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Some(Self::new(ns, n)),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// Condition types written on Workflows and Runs.
 pub mod conditions {
     /// A Workflow passed validation and is offered as a tool.

@@ -103,13 +103,6 @@ fn waits_long(effect: &Effect) -> bool {
     )
 }
 
-fn key(run: &Run) -> Key {
-    (
-        run.metadata.namespace.clone().unwrap_or_default(),
-        run.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
 /// Run pure but possibly heavy engine work (template rendering, schema validation) on the
 /// blocking pool, so that one Run's templates cannot stall the async workers. A panic there
 /// continues here, where the worker catches it and fails the Run.
@@ -209,8 +202,8 @@ impl Controller {
             };
             match self.store.list(None, &BTreeMap::new()).await {
                 Ok(runs) => {
-                    for run in runs {
-                        self.queue.add(key(&run));
+                    for k in runs.iter().filter_map(|r| Key::of(&r.metadata)) {
+                        self.queue.add(k);
                     }
                 }
                 Err(e) => {
@@ -223,13 +216,19 @@ impl Controller {
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(WatchEvent::Applied(run)) => {
-                        let k = key(&run);
+                        let Some(k) = Key::of(&run.metadata) else {
+                            continue;
+                        };
                         if run.spec.cancel.is_some() {
                             self.abort_inflight(&k);
                         }
                         self.queue.add(k);
                     }
-                    Ok(WatchEvent::Deleted(run)) => self.abort_inflight(&key(&run)),
+                    Ok(WatchEvent::Deleted(run)) => {
+                        if let Some(k) = Key::of(&run.metadata) {
+                            self.abort_inflight(&k);
+                        }
+                    }
                     Err(StoreError::Gone) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "watch failed; listing again");
@@ -249,7 +248,7 @@ impl Controller {
     /// Bring one Run as far as it can go now.
     pub async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
-            let run = match self.store.get(&k.0, &k.1).await {
+            let run = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(run)) => run,
                 Ok(None) => return,
                 Err(e) => return self.retry_later(k, e),
@@ -258,7 +257,7 @@ impl Controller {
                 && !run.phase().is_terminal()
             {
                 self.workflows
-                    .get(&k.0, &run.spec.workflow_ref.name)
+                    .get(&k.namespace, &run.spec.workflow_ref.name)
                     .await
                     .filter(|w| w.is_ready())
             } else {
@@ -298,9 +297,9 @@ impl Controller {
                 Next::WaitUntil(Some(t)) => return self.queue.add_at(k.clone(), instant_at(t)),
                 Next::WaitUntil(None) => return,
                 Next::Finished { delete_at: Some(t) } if t <= Timestamp::now() => {
-                    match self.store.delete(&k.0, &k.1).await {
+                    match self.store.delete(&k.namespace, &k.name).await {
                         Ok(()) | Err(StoreError::NotFound) => {
-                            tracing::info!(namespace = %k.0, run = %k.1, "finished run garbage-collected");
+                            tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
                         }
                         Err(e) => self.retry_later(k, e),
                     }
@@ -376,7 +375,7 @@ impl Controller {
         let already_cancelled = run.spec.cancel.is_some();
         // A cancel that landed between our read and registering the token is caught here.
         if !already_cancelled
-            && let Ok(Some(latest)) = self.store.get(&k.0, &k.1).await
+            && let Ok(Some(latest)) = self.store.get(&k.namespace, &k.name).await
             && latest.spec.cancel.is_some()
         {
             token.cancel();
@@ -395,7 +394,7 @@ impl Controller {
 
     async fn record(&self, k: &Key, effect: &Effect, outcome: Outcome) -> bool {
         loop {
-            let latest = match self.store.get(&k.0, &k.1).await {
+            let latest = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return false,
                 Err(e) => {
@@ -433,14 +432,14 @@ impl Controller {
     /// Fail the Run whose status the store refused (a write retried forever would never be
     /// accepted either).
     async fn fail_refused(&self, k: &Key, why: &str) {
-        tracing::error!(namespace = %k.0, run = %k.1, error = %why, "the store refused the run's status; failing the run");
+        tracing::error!(namespace = %k.namespace, run = %k.name, error = %why, "the store refused the run's status; failing the run");
         self.fail_internal(k, format!("the store refused the run's status: {why}"))
             .await;
     }
 
     /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
     async fn fail_after_panic(&self, k: &Key, why: String) {
-        tracing::error!(namespace = %k.0, run = %k.1, panic = %why, "reconcile panicked; failing the run");
+        tracing::error!(namespace = %k.namespace, run = %k.name, panic = %why, "reconcile panicked; failing the run");
         self.inflight.lock().expect("inflight lock").remove(k);
         self.fail_internal(k, why).await;
     }
@@ -448,7 +447,7 @@ impl Controller {
     async fn fail_internal(&self, k: &Key, why: String) {
         self.config.metrics.reconcile_error();
         for _ in 0..MAX_CYCLES {
-            let run = match self.store.get(&k.0, &k.1).await {
+            let run = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(run)) if !run.phase().is_terminal() => run,
                 Ok(_) => return,
                 Err(e) => return self.retry_later(k, e),
@@ -466,7 +465,7 @@ impl Controller {
 
     fn retry_later(&self, k: &Key, e: StoreError) {
         self.config.metrics.reconcile_error();
-        tracing::error!(namespace = %k.0, run = %k.1, error = %e, "store error; will retry");
+        tracing::error!(namespace = %k.namespace, run = %k.name, error = %e, "store error; will retry");
         self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
     }
 }

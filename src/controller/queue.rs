@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// `(namespace, name)` of a Run.
-pub type Key = (String, String);
+pub use crate::api::ObjectKey as Key;
 
 /// The queue.
 pub struct Queue {
@@ -89,14 +89,15 @@ impl Queue {
                     .iter()
                     .take_while(|(t, _)| *t <= now)
                     .find(|(_, k)| {
-                        !s.active.contains(k) && s.busy.get(&k.0).copied().unwrap_or(0) < limit
+                        !s.active.contains(k)
+                            && s.busy.get(&k.namespace).copied().unwrap_or(0) < limit
                     })
                     .cloned();
                 if let Some((t, k)) = found {
                     s.due.remove(&(t, k.clone()));
                     s.when.remove(&k);
                     s.active.insert(k.clone());
-                    *s.busy.entry(k.0.clone()).or_default() += 1;
+                    *s.busy.entry(k.namespace.clone()).or_default() += 1;
                     return k;
                 }
                 s.due
@@ -120,11 +121,11 @@ impl Queue {
     pub fn done(&self, key: &Key) {
         let mut s = self.state.lock().expect("queue lock");
         if s.active.remove(key)
-            && let Some(n) = s.busy.get_mut(&key.0)
+            && let Some(n) = s.busy.get_mut(&key.namespace)
         {
             *n -= 1;
             if *n == 0 {
-                s.busy.remove(&key.0);
+                s.busy.remove(&key.namespace);
             }
         }
         drop(s);
@@ -140,7 +141,7 @@ mod tests {
     #[tokio::test]
     async fn one_namespace_gets_at_most_its_share() {
         let q = Queue::with_namespace_limit(1);
-        let key = |ns: &str, n: &str| (ns.to_owned(), n.to_owned());
+        let key = Key::new;
         q.add(key("busy", "1"));
         q.add(key("busy", "2"));
         q.add(key("quiet", "1"));
@@ -154,7 +155,7 @@ mod tests {
     }
 
     fn k(n: &str) -> Key {
-        ("ns".into(), n.into())
+        Key::new("ns", n)
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,7 @@ use crate::store::{RunStore, WatchEvent};
 /// Changes buffered per Run for a slow listener; past that it re-reads the Run.
 const PER_RUN_BUFFER: usize = 64;
 
-type Key = (String, String);
+use crate::api::ObjectKey as Key;
 
 /// What a waiter receives.
 #[derive(Debug, Clone)]
@@ -63,10 +63,9 @@ impl RunEvents {
                     WatchEvent::Applied(r) => (r.clone(), Change::Updated(Box::new(r))),
                     WatchEvent::Deleted(r) => (r, Change::Deleted),
                 };
-                let key = (
-                    run.metadata.namespace.clone().unwrap_or_default(),
-                    run.metadata.name.clone().unwrap_or_default(),
-                );
+                let Some(key) = Key::of(&run.metadata) else {
+                    continue;
+                };
                 let mut subs = self.subs.lock().expect("subs lock");
                 if let Some(tx) = subs.get(&key)
                     && tx.send(change).is_err()
@@ -86,13 +85,13 @@ impl RunEvents {
             .keys()
             .cloned()
             .collect();
-        for (ns, name) in keys {
-            let change = match store.get(&ns, &name).await {
+        for key in keys {
+            let change = match store.get(&key.namespace, &key.name).await {
                 Ok(Some(r)) => Change::Updated(Box::new(r)),
                 Ok(None) => Change::Deleted,
                 Err(_) => continue,
             };
-            if let Some(tx) = self.subs.lock().expect("subs lock").get(&(ns, name)) {
+            if let Some(tx) = self.subs.lock().expect("subs lock").get(&key) {
                 let _ = tx.send(change);
             }
         }
@@ -101,7 +100,7 @@ impl RunEvents {
     /// Changes of one Run from now on. Read the Run after subscribing to miss nothing.
     pub fn subscribe(&self, namespace: &str, name: &str) -> broadcast::Receiver<Change> {
         let mut subs = self.subs.lock().expect("subs lock");
-        subs.entry((namespace.to_owned(), name.to_owned()))
+        subs.entry(Key::new(namespace, name))
             .or_insert_with(|| broadcast::channel(PER_RUN_BUFFER).0)
             .subscribe()
     }

@@ -28,7 +28,8 @@ pub const CONTROLLER_MANAGER: &str = "runway-controller";
 /// Field manager of the MCP endpoint's spec writes (`cancel`, `inputResponses`).
 pub const MCP_MANAGER: &str = "runway-mcp";
 
-type Key = (String, String);
+use super::key_of;
+use crate::api::ObjectKey as Key;
 
 fn map_err(e: kube::Error) -> StoreError {
     match e {
@@ -107,7 +108,7 @@ impl KubeStore {
         self.own
             .lock()
             .expect("own lock")
-            .remove(&(ns.to_owned(), name.to_owned()));
+            .remove(&Key::new(ns, name));
     }
 }
 
@@ -118,10 +119,9 @@ type Recent = Arc<Mutex<HashMap<Key, (Instant, Run)>>>;
 /// by another watch and may lag behind either, and a reconcile triggered by a watch event must
 /// not read an older version than the one that triggered it.
 fn remember_newer(recent: &Recent, run: &Run) {
-    let key = (
-        run.metadata.namespace.clone().unwrap_or_default(),
-        run.metadata.name.clone().unwrap_or_default(),
-    );
+    let Some(key) = Key::of(&run.metadata) else {
+        return;
+    };
     let mut recent = recent.lock().expect("own lock");
     let newer = recent
         .get(&key)
@@ -134,19 +134,10 @@ fn remember_newer(recent: &Recent, run: &Run) {
     }
 }
 
-fn key_of(run: &Run) -> Result<Key, StoreError> {
-    match (&run.metadata.namespace, &run.metadata.name) {
-        (Some(ns), Some(n)) => Ok((ns.clone(), n.clone())),
-        _ => Err(StoreError::Invalid(
-            "metadata.namespace and metadata.name are required".into(),
-        )),
-    }
-}
-
 #[async_trait]
 impl RunStore for KubeStore {
     async fn create(&self, run: Run) -> Result<Run, StoreError> {
-        let (ns, _) = key_of(&run)?;
+        let ns = key_of(&run)?.namespace;
         let created = self
             .api(&ns)
             .create(
@@ -168,7 +159,7 @@ impl RunStore for KubeStore {
             .own
             .lock()
             .expect("own lock")
-            .get(&(namespace.to_owned(), name.to_owned()))
+            .get(&Key::new(namespace, name))
             .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
             .map(|(_, r)| r.clone());
         match (cached, own) {
@@ -248,7 +239,10 @@ impl RunStore for KubeStore {
     }
 
     async fn update(&self, run: Run) -> Result<Run, StoreError> {
-        let (ns, name) = key_of(&run)?;
+        let Key {
+            namespace: ns,
+            name,
+        } = key_of(&run)?;
         // A merge patch of the spec, conditional on the resourceVersion: answers only gain keys
         // and cancel is set once, so merging is replacing; the CRD's CEL rules police the rest.
         let mut patch = json!({
@@ -272,7 +266,10 @@ impl RunStore for KubeStore {
     }
 
     async fn update_status(&self, run: &Run) -> Result<Run, StoreError> {
-        let (ns, name) = key_of(run)?;
+        let Key {
+            namespace: ns,
+            name,
+        } = key_of(run)?;
         let mut patch = json!({
             "apiVersion": "runway.dev/v1alpha1",
             "kind": "Run",
@@ -354,12 +351,7 @@ impl RunStore for KubeStore {
                                     }
                                     KubeWatchEvent::Deleted(r) => {
                                         rv = r.metadata.resource_version.clone().unwrap_or(rv);
-                                        if let Some(k) = r
-                                            .metadata
-                                            .namespace
-                                            .clone()
-                                            .zip(r.metadata.name.clone())
-                                        {
+                                        if let Some(k) = Key::of(&r.metadata) {
                                             recent.lock().expect("own lock").remove(&k);
                                         }
                                         WatchEvent::Deleted(r)

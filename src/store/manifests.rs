@@ -29,7 +29,7 @@ pub struct Problem {
     pub message: String,
 }
 
-type Key = (String, String);
+use crate::api::ObjectKey as Key;
 
 /// Workflows loaded from a directory.
 #[derive(Clone)]
@@ -148,7 +148,7 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
                 source.0 + 1
             ));
         };
-        let key = (ns.to_owned(), name.to_owned());
+        let key = Key::new(ns, name);
         let mut unknown = Vec::new();
         let parsed = serde_path_to_error::deserialize::<_, Workflow>(
             serde_ignored::Deserializer::new(doc, &mut |path: serde_ignored::Path<'_>| {
@@ -178,7 +178,7 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
                 out.push(Err((key, format!("unknown field {named}"))));
             }
             Ok(mut wf) => {
-                wf.metadata.namespace = Some(key.0.clone());
+                wf.metadata.namespace = Some(key.namespace.clone());
                 out.push(Ok(wf));
             }
             Err(e) => {
@@ -373,8 +373,9 @@ impl ManifestWorkflows {
 /// Say what a reload changed: Workflows added, changed, removed, becoming Ready, and every
 /// Workflow that is (still) not Ready, so the log after each reload is complete on its own.
 fn log_changes(previous: &BTreeMap<Key, Workflow>, next: &BTreeMap<Key, Workflow>) {
-    for ((ns, name), wf) in next {
-        let before = previous.get(&(ns.clone(), name.clone()));
+    for (key, wf) in next {
+        let (ns, name) = (&key.namespace, &key.name);
+        let before = previous.get(key);
         let c = wf.status.as_ref().and_then(|s| s.conditions.first());
         let (reason, message) = c.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
         match before {
@@ -392,18 +393,19 @@ fn log_changes(previous: &BTreeMap<Key, Workflow>, next: &BTreeMap<Key, Workflow
             tracing::info!(namespace = %ns, workflow = %name, tool = wf.tool_name(), "workflow ready");
         }
     }
-    for (ns, name) in previous.keys().filter(|k| !next.contains_key(*k)) {
-        tracing::info!(namespace = %ns, workflow = %name, "workflow removed");
+    for key in previous.keys().filter(|k| !next.contains_key(*k)) {
+        tracing::info!(namespace = %key.namespace, workflow = %key.name, "workflow removed");
     }
 }
 
+/// A manifest's key: a Workflow without a namespace lives in `default`, as with kubectl.
 fn key_of(wf: &Workflow) -> Key {
-    (
+    Key::new(
         wf.metadata
             .namespace
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
-        wf.metadata.name.clone().unwrap_or_default(),
+            .as_deref()
+            .unwrap_or(DEFAULT_NAMESPACE),
+        wf.metadata.name.as_deref().unwrap_or_default(),
     )
 }
 
@@ -456,7 +458,7 @@ fn invalid_manifest(
     previous: Option<&Workflow>,
 ) -> Workflow {
     let mut wf = Workflow::new(
-        &key.1,
+        &key.name,
         WorkflowSpec {
             tool: Default::default(),
             execution: Default::default(),
@@ -466,7 +468,7 @@ fn invalid_manifest(
             result: None,
         },
     );
-    wf.metadata.namespace = Some(key.0.clone());
+    wf.metadata.namespace = Some(key.namespace.clone());
     carry_identity(&mut wf, previous);
     let status = ready(
         &wf,
@@ -500,18 +502,15 @@ fn mark_duplicate_tools(
 impl WorkflowSource for ManifestWorkflows {
     async fn get(&self, namespace: &str, name: &str) -> Option<Workflow> {
         let state = self.inner.state.read().expect("state lock");
-        state
-            .workflows
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+        state.workflows.get(&Key::new(namespace, name)).cloned()
     }
 
     async fn list(&self, namespace: &str) -> Vec<Workflow> {
         let state = self.inner.state.read().expect("state lock");
         state
             .workflows
-            .range((namespace.to_owned(), String::new())..)
-            .take_while(|((ns, _), _)| ns == namespace)
+            .range(Key::new(namespace, "")..)
+            .take_while(|(k, _)| k.namespace == namespace)
             .map(|(_, wf)| wf.clone())
             .collect()
     }

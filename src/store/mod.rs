@@ -137,3 +137,10 @@ pub fn new_state_key() -> Vec<u8> {
     getrandom::fill(&mut b).expect("the OS random source works");
     data_encoding::BASE64URL_NOPAD.encode(&b).into_bytes()
 }
+
+/// The key of a Run a store is asked to write: both namespace and name are required.
+pub(crate) fn key_of(run: &Run) -> Result<crate::api::ObjectKey, StoreError> {
+    crate::api::ObjectKey::of(&run.metadata).ok_or_else(|| {
+        StoreError::Invalid("metadata.namespace and metadata.name are required".into())
+    })
+}

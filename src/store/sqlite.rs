@@ -26,7 +26,8 @@ const MAX_GROUP: usize = 512;
 /// Watch history kept in memory; an older resume point gets `Gone`.
 const HISTORY: usize = 4096;
 
-type Key = (String, String);
+use super::key_of;
+use crate::api::ObjectKey as Key;
 type Reply = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 type Op = Box<dyn FnOnce(&mut Batch<'_>) -> Reply + Send>;
 
@@ -79,7 +80,7 @@ impl Batch<'_> {
         let res = self.tx.execute(
             "INSERT INTO runs (namespace, name, body) VALUES (?1, ?2, ?3)
              ON CONFLICT(namespace, name) DO UPDATE SET body = excluded.body",
-            params![key.0, key.1, body],
+            params![key.namespace, key.name, body],
         );
         if let Err(e) = res {
             self.failed.get_or_insert(e.to_string());
@@ -94,7 +95,7 @@ impl Batch<'_> {
         self.rv += 1;
         if let Err(e) = self.tx.execute(
             "DELETE FROM runs WHERE namespace = ?1 AND name = ?2",
-            params![key.0, key.1],
+            params![key.namespace, key.name],
         ) {
             self.failed.get_or_insert(e.to_string());
         }
@@ -102,15 +103,6 @@ impl Batch<'_> {
         last.metadata.resource_version = Some(self.rv.to_string());
         self.overlay.insert(key, None);
         self.events.push((self.rv, WatchEvent::Deleted(last)));
-    }
-}
-
-fn key_of(run: &Run) -> Result<Key, StoreError> {
-    match (&run.metadata.namespace, &run.metadata.name) {
-        (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok((ns.clone(), n.clone())),
-        _ => Err(StoreError::Invalid(
-            "metadata.namespace and metadata.name are required".into(),
-        )),
     }
 }
 
@@ -313,9 +305,7 @@ impl RunStore for SqliteStore {
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
         let cache = self.inner.cache.read().expect("cache lock");
-        Ok(cache
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .map(|r| (**r).clone()))
+        Ok(cache.get(&Key::new(namespace, name)).map(|r| (**r).clone()))
     }
 
     async fn list(
@@ -326,7 +316,7 @@ impl RunStore for SqliteStore {
         let cache = self.inner.cache.read().expect("cache lock");
         let mut out: Vec<Run> = cache
             .iter()
-            .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+            .filter(|(k, _)| namespace.is_none_or(|n| n == k.namespace))
             .filter(|(_, r)| labels_match(r.metadata.labels.as_ref(), labels))
             .map(|(_, r)| (**r).clone())
             .collect();
@@ -388,7 +378,7 @@ impl RunStore for SqliteStore {
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
-        let key = (namespace.to_owned(), name.to_owned());
+        let key = Key::new(namespace, name);
         self.submit(move |b| {
             let old = b.current(&key).ok_or(StoreError::NotFound)?;
             b.remove(key, old);
