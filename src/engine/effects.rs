@@ -7,6 +7,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use crate::api::{ErrorClass, JobStep, RunError, RunStatus, ToolStep};
+use crate::protocol::codes;
 
 /// What the controller does after writing [`Decision::status`].
 #[derive(Debug, Clone, PartialEq)]
@@ -180,4 +181,16 @@ pub enum Outcome {
         /// Upstream MRTR `requestState` to echo with the answers.
         request_state: Option<String>,
     },
+}
+
+impl Outcome {
+    /// A protocol-level failure of this server (`-32603`): a step this server cannot perform
+    /// as asked. It ends the Run; retrying would not help.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::Fatal(RunError {
+            code: codes::INTERNAL_ERROR,
+            message: message.into(),
+            data: None,
+        })
+    }
 }

@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ErrorClass, Run};
-use crate::engine::{Body, Effect, HttpRequest, Outcome};
+use crate::engine::{Action, Body, Effect, HttpRequest, Outcome};
 use crate::store::SecretSource;
 
 /// Header carrying the step's idempotency key.
@@ -32,46 +31,45 @@ impl HttpExecutor {
             secrets,
         }
     }
+}
 
-    /// Perform one attempt.
-    pub async fn execute(
+#[async_trait::async_trait]
+impl super::Executor for HttpExecutor {
+    async fn execute(
         &self,
         run: &Run,
         effect: &Effect,
-        req: &HttpRequest,
         cancel: CancellationToken,
     ) -> Option<Outcome> {
-        let attempt = self.attempt(run, effect, req);
-        let timeout = effect.deadline.map(|d| {
-            let left = d.duration_since(jiff::Timestamp::now());
-            Duration::try_from(left).unwrap_or(Duration::ZERO)
-        });
+        let Action::Http(req) = &effect.action else {
+            return Some(Outcome::internal("not an HTTP step"));
+        };
+        let attempt =
+            super::within_deadline(effect, self.attempt(run, effect, req), || Outcome::Failed {
+                detail: None,
+                class: ErrorClass::Timeout,
+                message: "timed out".into(),
+            });
         tokio::select! {
             _ = cancel.cancelled() => None,
-            out = async {
-                match timeout {
-                    Some(t) => tokio::time::timeout(t, attempt).await.unwrap_or_else(|_| Outcome::Failed { detail: None,
-                        class: ErrorClass::Timeout,
-                        message: "timed out".into(),
-                    }),
-                    None => attempt.await,
-                }
-            } => Some(out),
+            out = attempt => Some(out),
         }
     }
+}
 
+impl HttpExecutor {
     async fn attempt(&self, run: &Run, effect: &Effect, req: &HttpRequest) -> Outcome {
         let method = match reqwest::Method::from_bytes(req.method.as_bytes()) {
             Ok(m) => m,
-            Err(_) => return fatal(format!("invalid HTTP method {:?}", req.method)),
+            Err(_) => return Outcome::internal(format!("invalid HTTP method {:?}", req.method)),
         };
         match reqwest::Url::parse(&req.url) {
             Ok(url) => {
                 if let Err(e) = self.egress.check_url(&url) {
-                    return fatal(e);
+                    return Outcome::internal(e);
                 }
             }
-            Err(e) => return fatal(format!("url {:?}: {e}", req.url)),
+            Err(e) => return Outcome::internal(format!("url {:?}: {e}", req.url)),
         }
         let mut builder = self
             .client
@@ -83,7 +81,7 @@ impl HttpExecutor {
                     builder = builder.header(name, value);
                 }
             }
-            Err(e) => return fatal(e),
+            Err(e) => return Outcome::internal(e),
         }
         builder = match &req.body {
             None => builder,
@@ -101,7 +99,7 @@ impl HttpExecutor {
                     message: e.to_string(),
                 };
             }
-            Err(e) if e.is_builder() => return fatal(format!("invalid request: {e}")),
+            Err(e) if e.is_builder() => return Outcome::internal(format!("invalid request: {e}")),
             Err(e) => {
                 return Outcome::Failed {
                     detail: None,
@@ -177,12 +175,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-fn fatal(message: String) -> Outcome {
-    Outcome::Fatal(crate::api::RunError {
-        code: crate::protocol::codes::INTERNAL_ERROR,
-        message,
-        data: None,
-    })
 }

@@ -14,9 +14,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Executor;
-use crate::api::{ErrorClass, JobStep, Run, RunError};
+use crate::api::{ErrorClass, JobStep, Run};
 use crate::engine::{Action, Effect, Outcome};
-use crate::protocol::codes;
 
 /// Label naming the Run that owns a Job.
 pub const RUN_LABEL: &str = "runway.dev/run";
@@ -93,14 +92,6 @@ fn finished(job: &Job) -> Option<bool> {
         })
 }
 
-fn fatal(message: String) -> Outcome {
-    Outcome::Fatal(RunError {
-        code: codes::INTERNAL_ERROR,
-        message,
-        data: None,
-    })
-}
-
 /// Whether `owners` name `uid` as their controller: the only proof that an object with the
 /// expected name is ours (anyone who may create Jobs or Pods in the namespace could have made
 /// one with that name first).
@@ -146,9 +137,7 @@ impl JobExecutor {
     ) -> Option<Outcome> {
         let ns = run.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-        let left = effect
-            .deadline
-            .map(|d| d.duration_since(jiff::Timestamp::now()).as_secs());
+        let left = super::time_left(effect);
         let existing = match api.get_opt(job_name).await {
             Ok(j) => j,
             Err(e) => {
@@ -160,16 +149,22 @@ impl JobExecutor {
             }
         };
         if existing.is_none() {
-            let job = match build_job(run, &effect.step, job_name, step, left) {
+            let job = match build_job(
+                run,
+                &effect.step,
+                job_name,
+                step,
+                left.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+            ) {
                 Ok(j) => j,
-                Err(e) => return Some(fatal(e)),
+                Err(e) => return Some(Outcome::internal(e)),
             };
             match api.create(&PostParams::default(), &job).await {
                 Ok(_) => {}
                 // Created by an earlier controller between our read and our create: follow it.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-                    return Some(fatal(format!("job rejected: {}", s.message)));
+                    return Some(Outcome::internal(format!("job rejected: {}", s.message)));
                 }
                 Err(e) => {
                     return Some(Outcome::Failed {
@@ -184,7 +179,7 @@ impl JobExecutor {
         match api.get_opt(job_name).await {
             Ok(Some(j)) if controlled_by(j.metadata.owner_references.as_ref(), &run_uid) => {}
             Ok(Some(_)) => {
-                return Some(fatal(format!(
+                return Some(Outcome::internal(format!(
                     "job {job_name} exists and is not owned by this run; not adopting it"
                 )));
             }
@@ -200,9 +195,7 @@ impl JobExecutor {
         let wait = await_condition(api, job_name, |j: Option<&Job>| {
             j.and_then(finished).is_some()
         });
-        let timeout = left
-            .map(|s| Duration::from_secs(s.max(0) as u64))
-            .unwrap_or(Duration::MAX);
+        let timeout = left.unwrap_or(Duration::MAX);
         let done = tokio::select! {
             _ = cancel.cancelled() => return None,
             r = tokio::time::timeout(timeout, wait) => r,
@@ -278,7 +271,7 @@ impl Executor for JobExecutor {
                     }),
                 }
             }
-            _ => Some(fatal("not a job action".into())),
+            _ => Some(Outcome::internal("not a job action")),
         }
     }
 }

@@ -13,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::Run;
 use crate::engine::{Action, Effect, Outcome};
-use crate::protocol::codes;
 use crate::store::SecretSource;
 
 /// Performs effects.
@@ -69,7 +68,7 @@ impl Executor for Executors {
         cancel: CancellationToken,
     ) -> Option<Outcome> {
         let delegate = match &effect.action {
-            Action::Http(req) => return self.http.execute(run, effect, req, cancel).await,
+            Action::Http(_) => return self.http.execute(run, effect, cancel).await,
             Action::Tool { .. } => self.tool.as_ref().ok_or("tool"),
             Action::Job { .. } => self.job.as_ref().ok_or("job"),
             Action::Cleanup(c) if c.cancel_upstream_task.is_some() => {
@@ -79,17 +78,32 @@ impl Executor for Executors {
         };
         match delegate {
             Ok(e) => e.execute(run, effect, cancel).await,
-            Err(kind) => Some(unsupported(kind)),
+            Err(kind) => Some(Outcome::internal(format!(
+                "{kind} steps cannot run on this server"
+            ))),
         }
     }
 }
 
-fn unsupported(kind: &str) -> Outcome {
-    Outcome::Fatal(crate::api::RunError {
-        code: codes::INTERNAL_ERROR,
-        message: format!("{kind} steps cannot run on this server"),
-        data: None,
+/// What is left of an attempt's time: `None` without a deadline, zero past it.
+pub(crate) fn time_left(effect: &Effect) -> Option<std::time::Duration> {
+    effect.deadline.map(|d| {
+        std::time::Duration::try_from(d.duration_since(jiff::Timestamp::now())).unwrap_or_default()
     })
+}
+
+/// `attempt` bounded by the effect's deadline; `timed_out` is the outcome when time runs out.
+pub(crate) async fn within_deadline(
+    effect: &Effect,
+    attempt: impl std::future::Future<Output = Outcome>,
+    timed_out: impl FnOnce() -> Outcome,
+) -> Outcome {
+    match time_left(effect) {
+        Some(left) => tokio::time::timeout(left, attempt)
+            .await
+            .unwrap_or_else(|_| timed_out()),
+        None => attempt.await,
+    }
 }
 
 /// Secrets for the embedded store: a fixed map (from the auth file's `secrets` section).

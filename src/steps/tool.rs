@@ -101,18 +101,19 @@ impl ToolExecutor {
         step: &ToolStep,
         headers: &[HeaderValue],
     ) -> Result<Upstream, Outcome> {
-        let url = reqwest::Url::parse(&step.server.url)
-            .map_err(|e| fatal(format!("tool.server.url {:?}: {e}", step.server.url)))?;
-        self.egress.check_url(&url).map_err(fatal)?;
+        let url = reqwest::Url::parse(&step.server.url).map_err(|e| {
+            Outcome::internal(format!("tool.server.url {:?}: {e}", step.server.url))
+        })?;
+        self.egress.check_url(&url).map_err(Outcome::internal)?;
         let resolved = super::resolve_headers(&*self.secrets, run, headers)
             .await
-            .map_err(|e| fatal(format!("tool.server.{e}")))?;
+            .map_err(|e| Outcome::internal(format!("tool.server.{e}")))?;
         let mut map = HashMap::new();
         for (name, value) in resolved {
             let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| fatal(format!("tool.server.header {name}: {e}")))?;
+                .map_err(|e| Outcome::internal(format!("tool.server.header {name}: {e}")))?;
             let value = HttpHeaderValue::from_str(&value)
-                .map_err(|e| fatal(format!("tool.server.header {name}: {e}")))?;
+                .map_err(|e| Outcome::internal(format!("tool.server.header {name}: {e}")))?;
             map.insert(name, value);
         }
         Ok(Upstream {
@@ -126,7 +127,7 @@ impl ToolExecutor {
     async fn cleanup(&self, run: &Run, step: &str, task_id: &str) -> Outcome {
         let (tool, headers) = match engine::upstream_server(run, step) {
             Ok(s) => s,
-            Err(e) => return fatal(e),
+            Err(e) => return Outcome::internal(e),
         };
         let up = match self.upstream(run, &tool, &headers).await {
             Ok(up) => up,
@@ -181,14 +182,14 @@ impl Executor for ToolExecutor {
                 ),
                 Action::Cleanup(c) => {
                     let Some(id) = &c.cancel_upstream_task else {
-                        return Some(fatal("a tool cleanup needs an upstream task".into()));
+                        return Some(Outcome::internal("a tool cleanup needs an upstream task"));
                     };
                     return tokio::select! {
                         out = self.cleanup(run, &c.step, id) => Some(out),
                         _ = cancel.cancelled() => None,
                     };
                 }
-                _ => return Some(fatal("not a tool step".into())),
+                _ => return Some(Outcome::internal("not a tool step")),
             };
         let up = match self.upstream(run, step, headers).await {
             Ok(up) => up,
@@ -204,24 +205,14 @@ impl Executor for ToolExecutor {
             // honours it hands back the same task; a retry is a new call with a new key.
             idempotency_key: format!("{}/{}", effect.idempotency_key, effect.attempt),
         };
-        let left = effect.deadline.map(|d| {
-            Duration::try_from(d.duration_since(jiff::Timestamp::now())).unwrap_or(Duration::ZERO)
+        let attempt = super::within_deadline(effect, up.attempt(&call), || Outcome::Failed {
+            detail: None,
+            class: ErrorClass::Timeout,
+            message: match call.upstream_task_id {
+                Some(id) => format!("timed out following upstream task {id}"),
+                None => format!("tools/call {} on {}: timed out", call.tool, up.url),
+            },
         });
-        let attempt = async {
-            match left {
-                Some(t) => tokio::time::timeout(t, up.attempt(&call))
-                    .await
-                    .unwrap_or_else(|_| Outcome::Failed {
-                        detail: None,
-                        class: ErrorClass::Timeout,
-                        message: match call.upstream_task_id {
-                            Some(id) => format!("timed out following upstream task {id}"),
-                            None => format!("tools/call {} on {}: timed out", call.tool, up.url),
-                        },
-                    }),
-                None => up.attempt(&call).await,
-            }
-        };
         tokio::select! {
             out = attempt => Some(out),
             _ = cancel.cancelled() => {
@@ -325,7 +316,9 @@ impl Upstream {
     async fn call(&self, session: &Session, call: &Call<'_>) -> Outcome {
         let arguments: JsonObject = match call.arguments {
             Value::Object(m) => m.clone(),
-            other => return fatal(format!("tool.arguments must be an object, not {other}")),
+            other => {
+                return Outcome::internal(format!("tool.arguments must be an object, not {other}"));
+            }
         };
         let mut params = CallToolRequestParams::new(call.tool.to_owned()).with_arguments(arguments);
         if let Some(Value::Object(answers)) = call.answers {
@@ -679,14 +672,6 @@ fn clip(s: &str) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
     }
-}
-
-fn fatal(message: String) -> Outcome {
-    Outcome::Fatal(RunError {
-        code: codes::INTERNAL_ERROR,
-        message,
-        data: None,
-    })
 }
 
 #[cfg(test)]
