@@ -520,6 +520,55 @@ pub async fn call(
     }
 }
 
+/// What one `tasks/get` while following gave.
+enum Polled {
+    /// The task.
+    Task(Box<rmcp::model::GetTaskResult>),
+    /// The server was unreachable; a fresh session is ready for the next try.
+    Retry,
+    /// Stop with this exit code (the person pressed Ctrl-C).
+    Exit(u8),
+}
+
+/// One `tasks/get`. A server restart or a dropped connection is waited out with bounded
+/// backoff, up to a limit: the Run carries on without us.
+async fn poll(
+    target: &Target,
+    session: &mut Session,
+    id: &str,
+    outage: &mut Outage,
+    prompter: &mut Prompter,
+) -> Result<Polled, ClientError> {
+    let why = match session.get_task(GetTaskParams::new(id.to_owned())).await {
+        Ok(got) => {
+            outage.over();
+            return Ok(Polled::Task(Box::new(got)));
+        }
+        Err(e) => match ClientError::from(e) {
+            ClientError::Unreachable(why) => why,
+            other => return Err(other),
+        },
+    };
+    let Some(wait) = outage.next(&why) else {
+        eprintln!(
+            "giving up after {}s; task {id} keeps running (runway tasks get {id})",
+            OUTAGE_LIMIT.as_secs()
+        );
+        return Err(ClientError::Unreachable(why));
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = prompter.interrupted() => return Ok(Polled::Exit(interrupted(id))),
+    }
+    // A failed transport may not recover by itself: start a fresh session.
+    match connect(target, true).await {
+        Ok(fresh) => *session = fresh,
+        Err(ClientError::Unreachable(_)) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(Polled::Retry)
+}
+
 async fn follow(
     target: &Target,
     mut session: Session,
@@ -531,36 +580,10 @@ async fn follow(
     let mut interval = Duration::from_millis(poll_ms.unwrap_or(1000).max(50));
     let mut outage = Outage::default();
     loop {
-        let got = match session.get_task(GetTaskParams::new(id.to_owned())).await {
-            Ok(got) => {
-                outage.over();
-                got
-            }
-            // The Run carries on without us: a server restart or a dropped connection is
-            // waited out, with bounded backoff, up to a limit.
-            Err(e) => match ClientError::from(e) {
-                ClientError::Unreachable(why) => {
-                    let Some(wait) = outage.next(&why) else {
-                        eprintln!(
-                            "giving up after {}s; task {id} keeps running (runway tasks get {id})",
-                            OUTAGE_LIMIT.as_secs()
-                        );
-                        return Err(ClientError::Unreachable(why));
-                    };
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = prompter.interrupted() => return Ok(interrupted(id)),
-                    }
-                    // A failed transport may not recover by itself: start a fresh session.
-                    match connect(target, true).await {
-                        Ok(fresh) => session = fresh,
-                        Err(ClientError::Unreachable(_)) => {}
-                        Err(e) => return Err(e),
-                    }
-                    continue;
-                }
-                other => return Err(other),
-            },
+        let got = match poll(target, &mut session, id, &mut outage, prompter).await? {
+            Polled::Task(got) => got,
+            Polled::Retry => continue,
+            Polled::Exit(code) => return Ok(code),
         };
         // Runway says which open questions this caller may answer; other servers do not, and
         // then every question is asked.
@@ -597,62 +620,16 @@ async fn follow(
             }
             TaskPayload::InputRequired { input_requests } => {
                 let requests = serde_json::to_value(input_requests).unwrap_or(Value::Null);
-                let mine: Vec<(&String, &Value)> = requests
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, _)| awaiting.as_ref().is_none_or(|a| a.contains(k)))
-                    .collect();
-                if mine.is_empty() {
-                    let others: Vec<&String> = requests
-                        .as_object()
-                        .into_iter()
-                        .flatten()
-                        .map(|(k, _)| k)
-                        .collect();
-                    let note = format!(
-                        "waiting for someone else to answer {}",
-                        others
-                            .iter()
-                            .map(|k| k.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    if last_message.as_deref() != Some(note.as_str()) {
+                let asked = ask(&session, id, &requests, awaiting.as_deref(), prompter).await?;
+                match asked {
+                    Asked::Answered => continue,
+                    Asked::Interrupted => return Ok(interrupted(id)),
+                    Asked::NotMine(note) if last_message.as_deref() != Some(note.as_str()) => {
                         eprintln!("  {note}");
                         last_message = Some(note);
                     }
-                    tokio::select! {
-                        _ = tokio::time::sleep(interval) => {}
-                        _ = prompter.interrupted() => return Ok(interrupted(id)),
-                    }
-                    continue;
+                    Asked::NotMine(_) => {}
                 }
-                let mut answers = BTreeMap::new();
-                for (key, req) in mine {
-                    match prompter.answer(key, req).await {
-                        Ok(a) => answers.insert(key.clone(), a),
-                        Err(ClientError::Interrupted) => return Ok(interrupted(id)),
-                        Err(e) => return Err(e),
-                    };
-                }
-                // A refused answer leaves its question open: say why, and the next round
-                // asks again.
-                match session
-                    .update_task(UpdateTaskParams::new(
-                        id.to_owned(),
-                        answers.into_iter().collect(),
-                    ))
-                    .await
-                    .map_err(ClientError::from)
-                {
-                    Ok(()) => {}
-                    Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
-                        eprintln!("  {message}");
-                    }
-                    Err(e) => return Err(e),
-                }
-                continue;
             }
             _ => {}
         }
@@ -661,6 +638,57 @@ async fn follow(
             _ = prompter.interrupted() => return Ok(interrupted(id)),
         }
     }
+}
+
+/// What became of a task's open questions.
+enum Asked {
+    /// The caller answered (or an answer was refused and its question stays open).
+    Answered,
+    /// None is the caller's to answer: this says whose turn it is.
+    NotMine(String),
+    /// The person pressed Ctrl-C at a prompt.
+    Interrupted,
+}
+
+/// Ask the person the open questions that wait for them (all of them when the server does not
+/// say which), and send the answers in one `tasks/update`.
+async fn ask(
+    session: &Session,
+    id: &str,
+    requests: &Value,
+    awaiting: Option<&[String]>,
+    prompter: &mut Prompter,
+) -> Result<Asked, ClientError> {
+    let open = requests.as_object().into_iter().flatten();
+    let mine: Vec<(&String, &Value)> = open
+        .clone()
+        .filter(|(k, _)| awaiting.is_none_or(|a| a.contains(k)))
+        .collect();
+    if mine.is_empty() {
+        let others: Vec<&str> = open.map(|(k, _)| k.as_str()).collect();
+        return Ok(Asked::NotMine(format!(
+            "waiting for someone else to answer {}",
+            others.join(", ")
+        )));
+    }
+    let mut answers = BTreeMap::new();
+    for (key, req) in mine {
+        match prompter.answer(key, req).await {
+            Ok(a) => answers.insert(key.clone(), a),
+            Err(ClientError::Interrupted) => return Ok(Asked::Interrupted),
+            Err(e) => return Err(e),
+        };
+    }
+    // A refused answer leaves its question open: say why, and the next round asks again.
+    let update = UpdateTaskParams::new(id.to_owned(), answers.into_iter().collect());
+    match session.update_task(update).await.map_err(ClientError::from) {
+        Ok(()) => {}
+        Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
+            eprintln!("  {message}");
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(Asked::Answered)
 }
 
 /// Whether a JSON-RPC error code says the request was refused (malformed, unauthorized, unknown
@@ -785,6 +813,32 @@ pub async fn cancel(target: &Target, id: &str) -> Result<u8, ClientError> {
     Ok(exit::OK)
 }
 
+/// One message of a listen stream: print task states; `Some` with the exit code once the task
+/// ended or the stream answered, or the error when the task is unknown.
+fn on_frame(msg: &Value, id: &str, acknowledged: &mut bool) -> Option<Result<u8, ClientError>> {
+    if msg["method"] == crate::protocol::NOTIFICATION_ACKNOWLEDGED {
+        *acknowledged = msg["params"]["notifications"]["taskIds"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+        return (!*acknowledged).then(|| Err(ClientError::Usage(format!("unknown task {id}"))));
+    }
+    if msg["method"] == crate::protocol::NOTIFICATION_TASK {
+        let p = &msg["params"];
+        let status = p["status"].as_str().unwrap_or("?");
+        out(&format!(
+            "{status}\t{}",
+            p["statusMessage"].as_str().unwrap_or("")
+        ));
+        return match status {
+            "completed" if p["result"]["isError"] == true => Some(Ok(exit::FAILED)),
+            "completed" => Some(Ok(exit::OK)),
+            "failed" | "cancelled" => Some(Ok(exit::FAILED)),
+            _ => None,
+        };
+    }
+    msg.get("id").is_some().then_some(Ok(exit::OK))
+}
+
 /// `runway tasks watch`: follow a task on `subscriptions/listen` until it ends.
 pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
     crate::install_crypto_provider();
@@ -851,33 +905,8 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
                 let Ok(msg) = serde_json::from_str::<Value>(data.trim()) else {
                     continue;
                 };
-                if msg["method"] == crate::protocol::NOTIFICATION_ACKNOWLEDGED {
-                    acknowledged = msg["params"]["notifications"]["taskIds"]
-                        .as_array()
-                        .is_some_and(|a| !a.is_empty());
-                    if !acknowledged {
-                        return Err(ClientError::Usage(format!("unknown task {id}")));
-                    }
-                } else if msg["method"] == crate::protocol::NOTIFICATION_TASK {
-                    let p = &msg["params"];
-                    let status = p["status"].as_str().unwrap_or("?");
-                    out(&format!(
-                        "{status}\t{}",
-                        p["statusMessage"].as_str().unwrap_or("")
-                    ));
-                    match status {
-                        "completed" => {
-                            return Ok(if p["result"]["isError"] == true {
-                                exit::FAILED
-                            } else {
-                                exit::OK
-                            });
-                        }
-                        "failed" | "cancelled" => return Ok(exit::FAILED),
-                        _ => {}
-                    }
-                } else if msg.get("id").is_some() {
-                    return Ok(exit::OK);
+                if let Some(done) = on_frame(&msg, id, &mut acknowledged) {
+                    return done;
                 }
             }
         }

@@ -49,57 +49,8 @@ pub async fn serve(
 ) -> Response {
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
-    let meta = params.get("_meta");
-    match header(headers, HEADER_PROTOCOL_VERSION) {
-        None => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::HEADER_MISMATCH,
-                "missing MCP-Protocol-Version header",
-            );
-        }
-        Some(v) if v != PROTOCOL_VERSION => {
-            return error_data(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::UNSUPPORTED_VERSION,
-                "unsupported protocol version",
-                json!({"requested": v, "supported": [PROTOCOL_VERSION]}),
-            );
-        }
-        Some(_) => {}
-    }
-    if header(headers, HEADER_METHOD) != Some(METHOD_LISTEN) {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            codes::HEADER_MISMATCH,
-            "Mcp-Method header does not match the method",
-        );
-    }
-    let meta_version = meta
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    let caps = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES));
-    match (meta_version, caps) {
-        (Some(v), Some(_)) if v == PROTOCOL_VERSION => {}
-        (Some(_), Some(_)) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::HEADER_MISMATCH,
-                "MCP-Protocol-Version header does not match _meta",
-            );
-        }
-        _ => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::INVALID_PARAMS,
-                "request _meta is missing protocolVersion or clientCapabilities",
-            );
-        }
+    if let Some(refused) = version_refusal(headers, &params, &id) {
+        return refused;
     }
     if params.get("taskIds").is_some() {
         return rpc_error(
@@ -180,6 +131,65 @@ pub async fn serve(
         );
     };
     stream(state, tenant, id, readable, follows_nothing, slot)
+}
+
+/// The refusal of a request whose protocol version (header and `_meta`) or `Mcp-Method` header
+/// is missing or wrong; `None` when both are right.
+fn version_refusal(headers: &HeaderMap, params: &Value, id: &Value) -> Option<Response> {
+    let id = id.clone();
+    let meta = params.get("_meta");
+    match header(headers, HEADER_PROTOCOL_VERSION) {
+        None => {
+            return Some(rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::HEADER_MISMATCH,
+                "missing MCP-Protocol-Version header",
+            ));
+        }
+        Some(v) if v != PROTOCOL_VERSION => {
+            return Some(error_data(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::UNSUPPORTED_VERSION,
+                "unsupported protocol version",
+                json!({"requested": v, "supported": [PROTOCOL_VERSION]}),
+            ));
+        }
+        Some(_) => {}
+    }
+    if header(headers, HEADER_METHOD) != Some(METHOD_LISTEN) {
+        return Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            "Mcp-Method header does not match the method",
+        ));
+    }
+    let meta_version = meta
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let caps = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES));
+    match (meta_version, caps) {
+        (Some(v), Some(_)) if v == PROTOCOL_VERSION => {}
+        (Some(_), Some(_)) => {
+            return Some(rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::HEADER_MISMATCH,
+                "MCP-Protocol-Version header does not match _meta",
+            ));
+        }
+        _ => {
+            return Some(rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                codes::INVALID_PARAMS,
+                "request _meta is missing protocolVersion or clientCapabilities",
+            ));
+        }
+    }
+    None
 }
 
 /// One of a principal's `subscriptions/listen` streams; counted while it lives.
