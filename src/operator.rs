@@ -5,8 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action as ControllerAction, Controller as KubeController};
@@ -332,83 +330,78 @@ pub async fn run_with(
         crate::endpoint::serve(mcp_listener, app, token).await;
     });
     let token = shutdown.clone();
-    let counting = store.clone();
-    let m = metrics.clone();
-    tasks.spawn(async move {
-        let app = Router::new()
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(|| async { "ok" }))
-            .route(
-                "/metrics",
-                get(move || {
-                    let m = m.clone();
-                    let counting = counting.clone();
-                    async move {
-                        crate::controller::count_runs(&counting, &m).await;
-                        m.encode()
-                    }
-                }),
-            );
-        crate::endpoint::serve(metrics_listener, app, token).await;
-    });
+    let app = crate::endpoint::health_and_metrics(Arc::new(store.clone()), metrics.clone());
+    tasks.spawn(crate::endpoint::serve(metrics_listener, app, token));
     tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
 
-    if !opts.leader_election {
-        lead(client, store, workflows, &opts, metrics, shutdown.clone()).await;
+    if opts.leader_election {
+        lead_while_leader(client, store, workflows, &opts, metrics, &shutdown).await?;
     } else {
-        let manager =
-            kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
-                .with_namespace(&opts.lease_namespace)
-                .with_identity(&opts.identity)
-                .build()
-                .await
-                .map_err(|e| OperatorError::Start(format!("lease {}: {e}", opts.lease_name)))?;
-        let (mut leader, lease_task) = manager.watch().await;
-        loop {
-            while !*leader.borrow_and_update() {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    r = leader.changed() => if r.is_err() { break },
-                }
-            }
-            if shutdown.is_cancelled() {
-                break;
-            }
-            tracing::info!(identity = %opts.identity, "acquired the lease; running the controller");
-            let stop = shutdown.child_token();
-            let until_lost = {
-                let stop = stop.clone();
-                let mut leader = leader.clone();
-                async move {
-                    while *leader.borrow_and_update() {
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            r = leader.changed() => if r.is_err() { break },
-                        }
-                    }
-                    tracing::warn!("lost the lease; stopping the controller");
-                    stop.cancel();
-                }
-            };
-            tokio::join!(
-                lead(
-                    client.clone(),
-                    store.clone(),
-                    workflows.clone(),
-                    &opts,
-                    metrics.clone(),
-                    stop.clone()
-                ),
-                until_lost
-            );
-            if shutdown.is_cancelled() {
-                break;
-            }
-        }
-        drop(leader);
-        let _ = lease_task.await;
+        lead(client, store, workflows, &opts, metrics, shutdown.clone()).await;
     }
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Run the controller whenever this replica holds the Lease, until `shutdown`.
+async fn lead_while_leader(
+    client: Client,
+    store: KubeStore,
+    workflows: KubeWorkflows,
+    opts: &Options,
+    metrics: Metrics,
+    shutdown: &CancellationToken,
+) -> Result<(), OperatorError> {
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
+        .with_namespace(&opts.lease_namespace)
+        .with_identity(&opts.identity)
+        .build()
+        .await
+        .map_err(|e| OperatorError::Start(format!("lease {}: {e}", opts.lease_name)))?;
+    let (mut leader, lease_task) = manager.watch().await;
+    loop {
+        while !*leader.borrow_and_update() {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = leader.changed() => if r.is_err() { break },
+            }
+        }
+        if shutdown.is_cancelled() {
+            break;
+        }
+        tracing::info!(identity = %opts.identity, "acquired the lease; running the controller");
+        let stop = shutdown.child_token();
+        let until_lost = {
+            let stop = stop.clone();
+            let mut leader = leader.clone();
+            async move {
+                while *leader.borrow_and_update() {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        r = leader.changed() => if r.is_err() { break },
+                    }
+                }
+                tracing::warn!("lost the lease; stopping the controller");
+                stop.cancel();
+            }
+        };
+        tokio::join!(
+            lead(
+                client.clone(),
+                store.clone(),
+                workflows.clone(),
+                opts,
+                metrics.clone(),
+                stop.clone()
+            ),
+            until_lost
+        );
+        if shutdown.is_cancelled() {
+            break;
+        }
+    }
+    drop(leader);
+    let _ = lease_task.await;
     Ok(())
 }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::file::AuthFile;
@@ -185,21 +184,10 @@ impl Server {
             shutdown.clone(),
         )
         .map_err(StartError::Mcp)?;
-        let metrics = opts.mcp.metrics.clone();
-        let counted = store.clone();
-        let app = mcp::router(state)
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/readyz", get(|| async { "ok" }))
-            .route(
-                "/metrics",
-                get(move || {
-                    let (metrics, counted) = (metrics.clone(), counted.clone());
-                    async move {
-                        crate::controller::count_runs(&counted, &metrics).await;
-                        metrics.encode()
-                    }
-                }),
-            );
+        let app = mcp::router(state).merge(crate::endpoint::health_and_metrics(
+            Arc::new(store.clone()),
+            opts.mcp.metrics.clone(),
+        ));
         let token = shutdown.clone();
         tasks.spawn(async move {
             crate::endpoint::serve(listener, app, token).await;

@@ -469,15 +469,3 @@ impl Controller {
         self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
     }
 }
-
-/// Update the per-phase Run gauge from the store's cache (counted in place, no Run copied).
-pub async fn count_runs(store: &dyn RunStore, metrics: &crate::telemetry::Metrics) {
-    let Ok(counts) = store.phase_counts().await else {
-        return;
-    };
-    let all: Vec<(&str, i64)> = crate::api::RunPhase::ALL
-        .iter()
-        .map(|p| (p.as_str(), counts.get(p).copied().unwrap_or(0)))
-        .collect();
-    metrics.set_runs(&all);
-}
