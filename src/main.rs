@@ -247,71 +247,79 @@ enum LogFormat {
     Json,
 }
 
+/// Flags of `runway serve`.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory of Workflow manifests (YAML, as `kubectl apply -f` takes them); reloaded on change.
+    #[arg(long)]
+    workflows: PathBuf,
+    /// SQLite database file; created when missing.
+    #[arg(long)]
+    db: PathBuf,
+    /// Address of the MCP and health endpoint.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Runs reconciled at once.
+    #[arg(long, default_value_t = 32)]
+    workers: usize,
+    /// Token file: tokens → users, groups and namespace; rules → permissions; secrets.
+    #[arg(long, conflicts_with = "no_auth", required_unless_present = "no_auth")]
+    auth_file: Option<PathBuf>,
+    /// No authentication (loopback --listen only): everyone is `anonymous` in --namespace.
+    #[arg(long)]
+    no_auth: bool,
+    /// Namespace of `POST /mcp` with --no-auth.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    #[command(flatten)]
+    mcp: McpFlags,
+}
+
+/// Flags of `runway operator`.
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// Address of the MCP endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_listen: SocketAddr,
+    /// Run the controller without leader election (a single replica only).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Name of the coordination.k8s.io Lease used for leader election.
+    #[arg(long, default_value = "runway-controller")]
+    lease_name: String,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
+    #[arg(long = "token-audience")]
+    token_audiences: Vec<String>,
+    /// Secret in --lease-namespace holding the state keys (key `state-key`) when
+    /// --state-key-file is not given; created with a new key when missing.
+    #[arg(long, default_value = "runway-state-key")]
+    state_key_secret: String,
+    /// How long TokenReview and SubjectAccessReview answers are cached, e.g. 10s.
+    #[arg(long, default_value = "10s")]
+    auth_cache_ttl: String,
+    /// Runs reconciled at once.
+    #[arg(long, default_value_t = 32)]
+    workers: usize,
+    #[command(flatten)]
+    mcp: McpFlags,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the embedded server: Runs in SQLite, Workflows from a manifest directory.
-    Serve {
-        /// Directory of Workflow manifests (YAML, as `kubectl apply -f` takes them); reloaded on change.
-        #[arg(long)]
-        workflows: PathBuf,
-        /// SQLite database file; created when missing.
-        #[arg(long)]
-        db: PathBuf,
-        /// Address of the MCP and health endpoint.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
-        /// Runs reconciled at once.
-        #[arg(long, default_value_t = 32)]
-        workers: usize,
-        /// Token file: tokens → users, groups and namespace; rules → permissions; secrets.
-        #[arg(long, conflicts_with = "no_auth", required_unless_present = "no_auth")]
-        auth_file: Option<PathBuf>,
-        /// No authentication (loopback --listen only): everyone is `anonymous` in --namespace.
-        #[arg(long)]
-        no_auth: bool,
-        /// Namespace of `POST /mcp` with --no-auth.
-        #[arg(long, default_value = "default")]
-        namespace: String,
-        #[command(flatten)]
-        mcp: McpFlags,
-    },
+    Serve(ServeArgs),
     /// Run the operator against a cluster (in-cluster config or kubeconfig): Runs and Workflows
     /// as custom resources, MCP on --listen in every replica, the controller in the elected leader.
-    Operator {
-        /// Address of the MCP endpoint.
-        #[arg(long, default_value = "0.0.0.0:8080")]
-        listen: SocketAddr,
-        /// Address of /metrics, /healthz and /readyz.
-        #[arg(long, default_value = "0.0.0.0:9090")]
-        metrics_listen: SocketAddr,
-        /// Run the controller without leader election (a single replica only).
-        #[arg(long)]
-        no_leader_election: bool,
-        /// Name of the coordination.k8s.io Lease used for leader election.
-        #[arg(long, default_value = "runway-controller")]
-        lease_name: String,
-        /// Namespace of the Lease.
-        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-        lease_namespace: String,
-        /// This replica's identity in the Lease.
-        #[arg(long, env = "POD_NAME")]
-        identity: Option<String>,
-        /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
-        #[arg(long = "token-audience")]
-        token_audiences: Vec<String>,
-        /// Secret in --lease-namespace holding the state keys (key `state-key`) when
-        /// --state-key-file is not given; created with a new key when missing.
-        #[arg(long, default_value = "runway-state-key")]
-        state_key_secret: String,
-        /// How long TokenReview and SubjectAccessReview answers are cached, e.g. 10s.
-        #[arg(long, default_value = "10s")]
-        auth_cache_ttl: String,
-        /// Runs reconciled at once.
-        #[arg(long, default_value_t = 32)]
-        workers: usize,
-        #[command(flatten)]
-        mcp: McpFlags,
-    },
+    Operator(OperatorArgs),
     /// Call a tool on an MCP server and print its result (prompting for any input it asks for).
     Call {
         /// Tool name.
@@ -469,108 +477,116 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Operator {
-            listen,
-            metrics_listen,
-            no_leader_election,
-            lease_name,
-            lease_namespace,
-            identity,
-            token_audiences,
-            state_key_secret,
-            auth_cache_ttl,
-            workers,
-            mcp,
-        } => {
-            let operator_egress = mcp.egress(false);
-            let mcp = match mcp.config() {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("runway: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let ttl = match runway::engine::duration::parse(&auth_cache_ttl) {
-                Ok(d) => std::time::Duration::try_from(d).unwrap_or_default(),
-                Err(e) => {
-                    eprintln!("runway: --auth-cache-ttl: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let identity = identity.unwrap_or_else(|| {
-                std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_owned())
-                    .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
-            });
-            let opts = runway::operator::Options {
-                listen,
-                metrics_listen,
-                leader_election: !no_leader_election,
-                lease_name,
-                lease_namespace,
-                identity,
-                audiences: token_audiences,
-                auth_cache_ttl: ttl,
-                workers,
-                egress: operator_egress,
-                mcp,
-                state_key_secret,
-            };
-            let shutdown = tokio_util::sync::CancellationToken::new();
-            let token = shutdown.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                token.cancel();
-            });
-            match runway::operator::run(opts, shutdown).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("runway: {e}");
-                    ExitCode::from(2)
-                }
-            }
+        Command::Operator(args) => operator(args).await,
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+/// `runway operator`.
+async fn operator(args: OperatorArgs) -> ExitCode {
+    let OperatorArgs {
+        listen,
+        metrics_listen,
+        no_leader_election,
+        lease_name,
+        lease_namespace,
+        identity,
+        token_audiences,
+        state_key_secret,
+        auth_cache_ttl,
+        workers,
+        mcp,
+    } = args;
+    let operator_egress = mcp.egress(false);
+    let mcp = match mcp.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("runway: {e}");
+            return ExitCode::from(2);
         }
-        Command::Serve {
-            workflows,
-            db,
-            listen,
-            workers,
-            auth_file,
-            no_auth: _,
-            namespace,
-            mcp,
-        } => {
-            let egress = mcp.egress(true);
-            let mcp = match mcp.config() {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("runway: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let auth = match auth_file {
-                Some(f) => runway::server::AuthMode::File(f),
-                None => runway::server::AuthMode::None { namespace },
-            };
-            let opts = runway::server::Options {
-                workflows,
-                db,
-                listen,
-                workers,
-                auth,
-                mcp,
-                egress,
-            };
-            match runway::server::Server::start(opts).await {
-                Ok(server) => {
-                    server.wait(shutdown_signal()).await;
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("runway: {e}");
-                    ExitCode::from(2)
-                }
-            }
+    };
+    let ttl = match runway::engine::duration::parse(&auth_cache_ttl) {
+        Ok(d) => std::time::Duration::try_from(d).unwrap_or_default(),
+        Err(e) => {
+            eprintln!("runway: --auth-cache-ttl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let identity = identity.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
+    });
+    let opts = runway::operator::Options {
+        listen,
+        metrics_listen,
+        leader_election: !no_leader_election,
+        lease_name,
+        lease_namespace,
+        identity,
+        audiences: token_audiences,
+        auth_cache_ttl: ttl,
+        workers,
+        egress: operator_egress,
+        mcp,
+        state_key_secret,
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        token.cancel();
+    });
+    match runway::operator::run(opts, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("runway: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `runway serve`.
+async fn serve(args: ServeArgs) -> ExitCode {
+    let ServeArgs {
+        workflows,
+        db,
+        listen,
+        workers,
+        auth_file,
+        no_auth: _,
+        namespace,
+        mcp,
+    } = args;
+    let egress = mcp.egress(true);
+    let mcp = match mcp.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("runway: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let auth = match auth_file {
+        Some(f) => runway::server::AuthMode::File(f),
+        None => runway::server::AuthMode::None { namespace },
+    };
+    let opts = runway::server::Options {
+        workflows,
+        db,
+        listen,
+        workers,
+        auth,
+        mcp,
+        egress,
+    };
+    match runway::server::Server::start(opts).await {
+        Ok(server) => {
+            server.wait(shutdown_signal()).await;
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("runway: {e}");
+            ExitCode::from(2)
         }
     }
 }
