@@ -104,6 +104,16 @@ pub(super) fn fresh_key(run: &Run, st: &RunStatus, base: &str) -> String {
         .expect("an unbounded range has an unused key")
 }
 
+/// What one answer did to an input step.
+enum Taken {
+    /// No answer, or already taken.
+    Nothing,
+    /// Taken, or refused and asked again.
+    Changed,
+    /// The step failed (a decline it does not allow).
+    Failed,
+}
+
 impl Machine<'_> {
     pub(super) fn open_input(
         &mut self,
@@ -191,83 +201,11 @@ impl Machine<'_> {
         let mut changed = false;
         let ctx = super::context(self.run, &self.st);
         for req in &input.requests {
-            if outputs.contains_key(&req.name) {
-                continue;
+            match self.take_answer(i, step, input, req, &ctx, &mut outputs) {
+                Taken::Nothing => {}
+                Taken::Changed => changed = true,
+                Taken::Failed => return Progress::Changed,
             }
-            let Some(key) = rec.input_keys.get(&req.name).cloned() else {
-                continue;
-            };
-            let Some(resp) = self.run.spec.input_responses.get(&key).cloned() else {
-                continue;
-            };
-            let who = resp.answered_by.clone().unwrap_or_else(|| "unknown".into());
-            let refused = may_answer(
-                req,
-                self.run.spec.requested_by.as_ref(),
-                &who,
-                &resp.answered_by_groups,
-            )
-            .err()
-            .or_else(|| {
-                (resp.action == InputAction::Accept)
-                    .then(|| {
-                        answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref())
-                    })
-                    .flatten()
-            });
-            if let Some(why) = refused {
-                self.st.notes.push(Note {
-                    key: key.clone(),
-                    answered_by: Some(who.clone()),
-                    message: why.clone(),
-                });
-                self.warn(
-                    event_reasons::INPUT_REJECTED,
-                    format!("answer to {key} ignored: {why}"),
-                );
-                self.reask(i, step, req, &key, &ctx);
-                changed = true;
-                continue;
-            }
-            self.st.input_requests.remove(&key);
-            let at = resp.answered_at.clone().unwrap_or_else(|| ts(self.now));
-            match resp.action {
-                InputAction::Accept => {
-                    // A URL-mode accept carries no content: the page did the work.
-                    let content = match &req.url {
-                        Some(_) => json!({}),
-                        None => resp.content.clone().unwrap_or(json!({})),
-                    };
-                    outputs.insert(req.name.clone(), content);
-                    self.event(
-                        event_reasons::INPUT_ANSWERED,
-                        format!("{who} accepted {key} at {at}"),
-                    );
-                }
-                InputAction::Decline if input.allow_decline => {
-                    outputs.insert(req.name.clone(), Value::Null);
-                    self.event(
-                        event_reasons::INPUT_ANSWERED,
-                        format!("{who} declined {key} at {at}"),
-                    );
-                }
-                InputAction::Decline => {
-                    self.event(
-                        event_reasons::INPUT_ANSWERED,
-                        format!("{who} declined {key} at {at}"),
-                    );
-                    self.fail_input(i, format!("{} declined by {who}", req.name));
-                    return Progress::Changed;
-                }
-                InputAction::Cancel => {
-                    self.event(
-                        event_reasons::INPUT_ANSWERED,
-                        format!("{who} dismissed {key} at {at}; asking again"),
-                    );
-                    self.reask(i, step, req, &key, &ctx);
-                }
-            }
-            changed = true;
         }
         if changed {
             self.st.steps[i].output = Some(Value::Object(outputs.clone()));
@@ -302,6 +240,94 @@ impl Machine<'_> {
             None => super::parse_ts(self.st.deadline.as_deref()),
         };
         Progress::Stop(Next::WaitUntil(until))
+    }
+
+    /// Take the answer to `req`, if one came: refuse it (noted, asked again), or record what it
+    /// says in `outputs`.
+    fn take_answer(
+        &mut self,
+        i: usize,
+        step: &Step,
+        input: &InputStep,
+        req: &InputRequestSpec,
+        ctx: &Value,
+        outputs: &mut Map<String, Value>,
+    ) -> Taken {
+        let rec = &self.st.steps[i];
+        if outputs.contains_key(&req.name) {
+            return Taken::Nothing;
+        }
+        let Some(key) = rec.input_keys.get(&req.name).cloned() else {
+            return Taken::Nothing;
+        };
+        let Some(resp) = self.run.spec.input_responses.get(&key).cloned() else {
+            return Taken::Nothing;
+        };
+        let who = resp.answered_by.clone().unwrap_or_else(|| "unknown".into());
+        let refused = may_answer(
+            req,
+            self.run.spec.requested_by.as_ref(),
+            &who,
+            &resp.answered_by_groups,
+        )
+        .err()
+        .or_else(|| {
+            (resp.action == InputAction::Accept)
+                .then(|| answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref()))
+                .flatten()
+        });
+        if let Some(why) = refused {
+            self.st.notes.push(Note {
+                key: key.clone(),
+                answered_by: Some(who.clone()),
+                message: why.clone(),
+            });
+            self.warn(
+                event_reasons::INPUT_REJECTED,
+                format!("answer to {key} ignored: {why}"),
+            );
+            self.reask(i, step, req, &key, ctx);
+            return Taken::Changed;
+        }
+        self.st.input_requests.remove(&key);
+        let at = resp.answered_at.clone().unwrap_or_else(|| ts(self.now));
+        match resp.action {
+            InputAction::Accept => {
+                // A URL-mode accept carries no content: the page did the work.
+                let content = match &req.url {
+                    Some(_) => json!({}),
+                    None => resp.content.clone().unwrap_or(json!({})),
+                };
+                outputs.insert(req.name.clone(), content);
+                self.event(
+                    event_reasons::INPUT_ANSWERED,
+                    format!("{who} accepted {key} at {at}"),
+                );
+            }
+            InputAction::Decline if input.allow_decline => {
+                outputs.insert(req.name.clone(), Value::Null);
+                self.event(
+                    event_reasons::INPUT_ANSWERED,
+                    format!("{who} declined {key} at {at}"),
+                );
+            }
+            InputAction::Decline => {
+                self.event(
+                    event_reasons::INPUT_ANSWERED,
+                    format!("{who} declined {key} at {at}"),
+                );
+                self.fail_input(i, format!("{} declined by {who}", req.name));
+                return Taken::Failed;
+            }
+            InputAction::Cancel => {
+                self.event(
+                    event_reasons::INPUT_ANSWERED,
+                    format!("{who} dismissed {key} at {at}; asking again"),
+                );
+                self.reask(i, step, req, &key, ctx);
+            }
+        }
+        Taken::Changed
     }
 
     fn reask(&mut self, i: usize, step: &Step, req: &InputRequestSpec, old: &str, ctx: &Value) {

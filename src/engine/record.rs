@@ -7,13 +7,14 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::effects::{Action, Effect, Outcome};
-use super::endings::{fatal_ending, tool_error_ending, upstream_error_ending};
+use super::endings::{tool_error_ending, upstream_error_ending};
 use super::input::fresh_key;
 use super::machine::fail_internal;
 use super::{MAX_OUTPUT_BYTES, budget, context, duration, template, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
 };
+use crate::protocol::codes;
 
 /// Backoff of the first retry when a policy gives none.
 pub(super) const DEFAULT_BACKOFF: SignedDuration = SignedDuration::from_secs(1);
@@ -141,26 +142,32 @@ pub(super) fn record_outcome(
             cancel_abandoned_upstream_task(&mut st, idx);
         }
         Outcome::Fatal(error) => {
-            rec.phase = StepPhase::Failed;
-            rec.finished_at = Some(ts(now));
-            rec.message = Some(error.message.clone());
-            if st.ending.is_none()
-                || st
-                    .ending
-                    .as_ref()
-                    .is_some_and(|e| e.phase == RunPhase::Succeeded)
-            {
-                st.ending = Some(Ending {
-                    phase: RunPhase::Failed,
-                    result: None,
-                    message: Some(error.message.clone()),
-                    error: Some(error),
-                });
-            }
+            fail_step(&mut st, idx, error.message.clone(), error, now);
             cancel_abandoned_upstream_task(&mut st, idx);
         }
     }
     st
+}
+
+/// A step fails for good with a protocol-level `error`: the Run ends with it, unless it is
+/// already ending with another failure. `message` is what the step's record says.
+fn fail_step(st: &mut RunStatus, idx: usize, message: String, error: RunError, now: Timestamp) {
+    let rec = &mut st.steps[idx];
+    rec.phase = StepPhase::Failed;
+    rec.finished_at = Some(ts(now));
+    rec.message = Some(message);
+    if st
+        .ending
+        .as_ref()
+        .is_none_or(|e| e.phase == RunPhase::Succeeded)
+    {
+        st.ending = Some(Ending {
+            phase: RunPhase::Failed,
+            result: None,
+            message: Some(error.message.clone()),
+            error: Some(error),
+        });
+    }
 }
 
 /// A cleanup's outcome. Best effort: whatever happened, the cleanup is done; a failure is noted
@@ -358,17 +365,12 @@ pub(super) fn fail_step_fatal(
     message: String,
     now: Timestamp,
 ) {
-    let rec = &mut st.steps[idx];
-    rec.phase = StepPhase::Failed;
-    rec.finished_at = Some(ts(now));
-    rec.message = Some(message.clone());
-    if st
-        .ending
-        .as_ref()
-        .is_none_or(|e| e.phase == RunPhase::Succeeded)
-    {
-        st.ending = Some(fatal_ending(format!("step {step}: {message}")));
-    }
+    let error = RunError {
+        code: codes::INTERNAL_ERROR,
+        message: format!("step {step}: {message}"),
+        data: None,
+    };
+    fail_step(st, idx, message, error, now);
 }
 
 /// Cut an oversized (or too deeply nested) value down to a string prefix of its JSON; the flag
