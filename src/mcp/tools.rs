@@ -144,6 +144,53 @@ pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<
     ))
 }
 
+/// Whether a call of `wf` is answered with a task (else it blocks): the client must declare
+/// what the Workflow requires, the Tasks extension for task-only tools, and form elicitation
+/// (or tasks) for tools that ask questions.
+fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, ErrorData> {
+    if let Some(req) = &wf.spec.execution.required_client_capabilities
+        && let Some(missing) = missing_caps(req, &raw_caps(ctx))
+    {
+        let names = missing
+            .as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+            .unwrap_or_default();
+        return Err(missing_capability(&names, missing));
+    }
+    let tasks = declares_tasks(ctx);
+    let mode = wf.spec.execution.mode;
+    if mode == ExecutionMode::Task && !tasks {
+        return Err(missing_capability(
+            TASKS_EXTENSION,
+            json!({"extensions": {TASKS_EXTENSION: {}}}),
+        ));
+    }
+    let as_task = tasks && mode != ExecutionMode::Sync;
+    if !as_task && has_input_steps(wf) && !declares_forms(ctx) {
+        let caps = if mode == ExecutionMode::Sync {
+            json!({"elicitation": {"form": {}}})
+        } else {
+            json!({"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}})
+        };
+        return Err(missing_capability(
+            "form elicitation or io.modelcontextprotocol/tasks",
+            caps,
+        ));
+    }
+    Ok(as_task)
+}
+
+/// The call's `_meta` idempotency key, which must be a string when present.
+fn idempotency_key(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+    match ctx.meta.get(META_IDEMPOTENCY_KEY) {
+        None => Ok(None),
+        Some(Value::String(k)) => Ok(Some(k.clone())),
+        Some(_) => Err(invalid(format!(
+            "_meta.{META_IDEMPOTENCY_KEY} must be a string"
+        ))),
+    }
+}
+
 impl RunwayMcp {
     pub(super) async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {
         self.state
@@ -413,35 +460,7 @@ impl RunwayMcp {
             .tool(&t, &request.name)
             .await
             .ok_or_else(|| invalid(format!("unknown tool: {}", request.name)))?;
-        if let Some(req) = &wf.spec.execution.required_client_capabilities
-            && let Some(missing) = missing_caps(req, &raw_caps(&ctx))
-        {
-            let names = missing
-                .as_object()
-                .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
-                .unwrap_or_default();
-            return Err(missing_capability(&names, missing));
-        }
-        let tasks = declares_tasks(&ctx);
-        let mode = wf.spec.execution.mode;
-        if mode == ExecutionMode::Task && !tasks {
-            return Err(missing_capability(
-                TASKS_EXTENSION,
-                json!({"extensions": {TASKS_EXTENSION: {}}}),
-            ));
-        }
-        let as_task = tasks && mode != ExecutionMode::Sync;
-        if !as_task && has_input_steps(&wf) && !declares_forms(&ctx) {
-            let caps = if mode == ExecutionMode::Sync {
-                json!({"elicitation": {"form": {}}})
-            } else {
-                json!({"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}})
-            };
-            return Err(missing_capability(
-                "form elicitation or io.modelcontextprotocol/tasks",
-                caps,
-            ));
-        }
+        let as_task = answer_mode(&wf, &ctx)?;
         let mut args = request.arguments.clone().unwrap_or_default();
         if let Some(Resume::Args { tool, args: saved }) = resume {
             if tool != wf.tool_name() {
@@ -458,20 +477,7 @@ impl RunwayMcp {
             Err(answer) => return Ok(answer),
         };
         validate_args(&wf, &args)?;
-        let idem = ctx
-            .meta
-            .get(META_IDEMPOTENCY_KEY)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        if ctx
-            .meta
-            .get(META_IDEMPOTENCY_KEY)
-            .is_some_and(|v| !v.is_string())
-        {
-            return Err(invalid(format!(
-                "_meta.{META_IDEMPOTENCY_KEY} must be a string"
-            )));
-        }
+        let idem = idempotency_key(&ctx)?;
         let run = self.create_run(&t, &wf, args, idem.as_deref()).await?;
         let name = run.metadata.name.clone().unwrap_or_default();
         tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");

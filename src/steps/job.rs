@@ -92,6 +92,70 @@ fn finished(job: &Job) -> Option<bool> {
         })
 }
 
+/// The attempt's Job exists and is this Run's: created when missing (a Job of that name that
+/// another object controls is never adopted). `Some` with the attempt's outcome when not.
+async fn ensure_job(
+    api: &Api<Job>,
+    run: &Run,
+    effect: &Effect,
+    step: &JobStep,
+    job_name: &str,
+    left: Option<Duration>,
+) -> Option<Outcome> {
+    let existing = match api.get_opt(job_name).await {
+        Ok(j) => j,
+        Err(e) => {
+            return Some(connection(e));
+        }
+    };
+    if existing.is_none() {
+        let job = match build_job(
+            run,
+            &effect.step,
+            job_name,
+            step,
+            left.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+        ) {
+            Ok(j) => j,
+            Err(e) => return Some(Outcome::internal(e)),
+        };
+        match api.create(&PostParams::default(), &job).await {
+            Ok(_) => {}
+            // Created by an earlier controller between our read and our create: follow it.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+                return Some(Outcome::internal(format!("job rejected: {}", s.message)));
+            }
+            Err(e) => {
+                return Some(connection(e));
+            }
+        }
+    }
+    let run_uid = run.metadata.uid.clone().unwrap_or_default();
+    match api.get_opt(job_name).await {
+        Ok(Some(j)) if controlled_by(j.metadata.owner_references.as_ref(), &run_uid) => {}
+        Ok(Some(_)) => {
+            return Some(Outcome::internal(format!(
+                "job {job_name} exists and is not owned by this run; not adopting it"
+            )));
+        }
+        Ok(None) => {}
+        Err(e) => {
+            return Some(connection(e));
+        }
+    }
+    None
+}
+
+/// A failed request to the API server: retried like any connection failure.
+fn connection(e: kube::Error) -> Outcome {
+    Outcome::Failed {
+        detail: None,
+        class: ErrorClass::Connection,
+        message: e.to_string(),
+    }
+}
+
 /// Whether `owners` name `uid` as their controller: the only proof that an object with the
 /// expected name is ours (anyone who may create Jobs or Pods in the namespace could have made
 /// one with that name first).
@@ -138,59 +202,8 @@ impl JobExecutor {
         let ns = run.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let left = super::time_left(effect);
-        let existing = match api.get_opt(job_name).await {
-            Ok(j) => j,
-            Err(e) => {
-                return Some(Outcome::Failed {
-                    detail: None,
-                    class: ErrorClass::Connection,
-                    message: e.to_string(),
-                });
-            }
-        };
-        if existing.is_none() {
-            let job = match build_job(
-                run,
-                &effect.step,
-                job_name,
-                step,
-                left.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
-            ) {
-                Ok(j) => j,
-                Err(e) => return Some(Outcome::internal(e)),
-            };
-            match api.create(&PostParams::default(), &job).await {
-                Ok(_) => {}
-                // Created by an earlier controller between our read and our create: follow it.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-                    return Some(Outcome::internal(format!("job rejected: {}", s.message)));
-                }
-                Err(e) => {
-                    return Some(Outcome::Failed {
-                        detail: None,
-                        class: ErrorClass::Connection,
-                        message: e.to_string(),
-                    });
-                }
-            }
-        }
-        let run_uid = run.metadata.uid.clone().unwrap_or_default();
-        match api.get_opt(job_name).await {
-            Ok(Some(j)) if controlled_by(j.metadata.owner_references.as_ref(), &run_uid) => {}
-            Ok(Some(_)) => {
-                return Some(Outcome::internal(format!(
-                    "job {job_name} exists and is not owned by this run; not adopting it"
-                )));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                return Some(Outcome::Failed {
-                    detail: None,
-                    class: ErrorClass::Connection,
-                    message: e.to_string(),
-                });
-            }
+        if let Some(failed) = ensure_job(&api, run, effect, step, job_name, left).await {
+            return Some(failed);
         }
         let wait = await_condition(api, job_name, |j: Option<&Job>| {
             j.and_then(finished).is_some()
