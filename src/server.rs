@@ -98,6 +98,31 @@ pub struct Server {
     tasks: tokio::task::JoinSet<()>,
 }
 
+/// Authentication, authorization and the Secrets steps may read.
+type Access = (Arc<dyn Authenticator>, Arc<dyn Authorizer>, StaticSecrets);
+
+/// Who may do what, and the Secrets steps may read: the auth file, or no authentication on a
+/// loopback address.
+fn access(opts: &Options) -> Result<Access, StartError> {
+    Ok(match &opts.auth {
+        AuthMode::None { namespace } => {
+            if !opts.listen.ip().is_loopback() {
+                return Err(StartError::NoAuthNotLoopback(opts.listen));
+            }
+            let a = Arc::new(NoAuth {
+                namespace: namespace.clone(),
+            });
+            (a.clone(), a, StaticSecrets::default())
+        }
+        AuthMode::File(path) => {
+            let f = AuthFile::load(path).map_err(|e| StartError::AuthFile(e.to_string()))?;
+            let secrets = StaticSecrets(f.secrets.clone());
+            let f = Arc::new(f);
+            (f.clone(), f, secrets)
+        }
+    })
+}
+
 impl Server {
     /// Open the store, load Workflows, start the controller and the HTTP endpoint.
     pub async fn start(opts: Options) -> Result<Self, StartError> {
@@ -108,25 +133,7 @@ impl Server {
             path: opts.db.clone(),
             source,
         })?;
-        let (authn, authz, secrets): (Arc<dyn Authenticator>, Arc<dyn Authorizer>, StaticSecrets) =
-            match &opts.auth {
-                AuthMode::None { namespace } => {
-                    if !opts.listen.ip().is_loopback() {
-                        return Err(StartError::NoAuthNotLoopback(opts.listen));
-                    }
-                    let a = Arc::new(NoAuth {
-                        namespace: namespace.clone(),
-                    });
-                    (a.clone(), a, StaticSecrets::default())
-                }
-                AuthMode::File(path) => {
-                    let f =
-                        AuthFile::load(path).map_err(|e| StartError::AuthFile(e.to_string()))?;
-                    let secrets = StaticSecrets(f.secrets.clone());
-                    let f = Arc::new(f);
-                    (f.clone(), f, secrets)
-                }
-            };
+        let (authn, authz, secrets) = access(&opts)?;
         let workflows = ManifestWorkflows::load(&opts.workflows, Capabilities { jobs: false });
         for p in workflows.problems() {
             tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
