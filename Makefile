@@ -3,7 +3,7 @@
 CARGO ?= cargo
 RUNWAY := target/debug/runway
 
-.PHONY: build run test lint fmt-check clippy crds crds-check unit conformance clean
+.PHONY: build run test lint fmt-check clippy doc crds crds-check unit conformance clean
 
 build:
 	$(CARGO) build
@@ -12,14 +12,18 @@ build:
 run: build
 	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080 --no-auth
 
-## Everything CI checks: formatting, lints, generated CRDs, all tests.
-test: fmt-check clippy crds-check unit
+## Everything CI checks: formatting, lints, API docs without warnings, generated CRDs, all
+## tests (tests/layering.rs among them keeps the module graph one-way).
+test: fmt-check clippy doc crds-check unit
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
 	$(CARGO) clippy --all-targets --features e2e -- -D warnings
+
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --lib
 
 unit:
 	$(CARGO) test --all-targets

@@ -699,7 +699,7 @@ fn refused_request(code: i64) -> bool {
         codes::PARSE_ERROR,
         codes::INVALID_REQUEST,
         codes::METHOD_NOT_FOUND,
-        codes::INVALID_PARAMS,
+        INVALID_PARAMS,
         codes::HEADER_MISMATCH,
         codes::MISSING_CAPABILITY,
         codes::UNSUPPORTED_VERSION,

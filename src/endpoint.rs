@@ -78,7 +78,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
         let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE));
         let service = TowerToHyperService::new(
             app.clone()
-                .map_request(|r: axum::http::Request<Incoming>| r.map(Body::new)),
+                .map_request(|r: http::Request<Incoming>| r.map(Body::new)),
         );
         let token = shutdown.clone();
         conns.spawn(async move {

@@ -1,5 +1,7 @@
 //! Runway: Workflows as MCP tools, Runs as durable MCP tasks.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod controller;
 pub mod endpoint;

@@ -216,7 +216,7 @@ impl Server {
     }
 
     /// Wait until the server is stopped by `shutdown`.
-    pub async fn wait(mut self, shutdown: impl std::future::Future<Output = ()>) {
+    pub async fn wait(mut self, shutdown: impl Future<Output = ()>) {
         shutdown.await;
         self.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}

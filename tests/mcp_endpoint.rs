@@ -90,7 +90,7 @@ async fn server() -> Mcp {
 /// Start a call of the `slow` tool and return its Run's name once that Run is running.
 async fn running_call<T: Send + 'static>(
     s: &Mcp,
-    call: impl std::future::Future<Output = T> + Send + 'static,
+    call: impl Future<Output = T> + Send + 'static,
 ) -> (String, tokio::task::JoinHandle<T>) {
     use futures::StreamExt;
     let rv = runway::store::RunStore::resource_version(s.store())
@@ -463,7 +463,7 @@ async fn blocking_calls_stream_progress_and_return_the_result() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_state_past_its_lifetime_is_refused() {
     let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
-        c.state_ttl = std::time::Duration::from_millis(1)
+        c.state_ttl = Duration::from_millis(1)
     })
     .await;
     let c = s
@@ -472,7 +472,7 @@ async fn a_request_state_past_its_lifetime_is_refused() {
     let res = c.call("hello", json!({})).await.result().clone();
     let state = res["requestState"].as_str().unwrap().to_owned();
     // The lifetime is a clock, not an event: let it pass.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let answer = json!({"who": {"action": "accept", "content": {"name": "Ada"}}});
     let late = c
         .rpc("tools/call", Some("hello"), json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": state}))
@@ -648,7 +648,7 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_is_read_only_after_authentication_and_only_for_so_long() {
     let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
-        c.body_read_timeout = std::time::Duration::from_millis(300);
+        c.body_read_timeout = Duration::from_millis(300);
     })
     .await;
     // A stranger announces 100 MB and sends none of it: 401 at once, nothing read.

@@ -645,10 +645,7 @@ async fn idempotency_keys_return_the_same_task() {
 async fn listen(
     c: &Client,
     ids: &[&str],
-) -> (
-    reqwest::StatusCode,
-    futures::stream::BoxStream<'static, Value>,
-) {
+) -> (StatusCode, futures::stream::BoxStream<'static, Value>) {
     let body = json!({"jsonrpc": "2.0", "id": 99, "method": "subscriptions/listen",
         "params": {"_meta": c.meta(), "notifications": {"taskIds": ids}}});
     let resp = c

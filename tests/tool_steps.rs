@@ -313,7 +313,7 @@ async fn an_upstream_answering_5xx_is_retried_as_a_server_error() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let unavailable = axum::Router::new()
-        .fallback(|| async { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "try later") });
+        .fallback(|| async { (http::StatusCode::SERVICE_UNAVAILABLE, "try later") });
     let server = tokio::spawn(async move { axum::serve(listener, unavailable).await.unwrap() });
     let (a, _b) = servers(
         &[(
@@ -443,7 +443,7 @@ async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_
     let run = a.wait(&id, "failed", |r| r.phase().is_terminal()).await;
     assert_eq!(run.phase(), RunPhase::Failed);
     // By the time the Run has ended, the upstream task has been cancelled and has ended.
-    let on_b = runway::store::RunStore::get(b.store(), "team-a", &upstream)
+    let on_b = RunStore::get(b.store(), "team-a", &upstream)
         .await
         .unwrap()
         .unwrap();

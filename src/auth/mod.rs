@@ -1,5 +1,5 @@
 //! Who is calling and what they may do. `Authenticator` turns a bearer token into a principal;
-//! `Authorizer` answers "may this principal <verb> <resource> in <namespace>?". The embedded
+//! `Authorizer` answers "may this principal `<verb>` `<resource>` in `<namespace>`?". The embedded
 //! store uses a token file (or no auth on loopback); the Kubernetes store uses TokenReview and
 //! SubjectAccessReview behind the same traits.
 

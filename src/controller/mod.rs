@@ -99,7 +99,7 @@ pub struct Controller {
 fn waits_long(effect: &Effect) -> bool {
     matches!(
         effect.action,
-        crate::engine::Action::Job { .. } | crate::engine::Action::Tool { .. }
+        engine::Action::Job { .. } | engine::Action::Tool { .. }
     )
 }
 
@@ -383,10 +383,10 @@ impl Controller {
         let started = std::time::Instant::now();
         let outcome = self.executor.execute(run, effect, token).await;
         let kind = match &effect.action {
-            crate::engine::Action::Http(_) => "http",
-            crate::engine::Action::Tool { .. } => "tool",
-            crate::engine::Action::Job { .. } => "job",
-            crate::engine::Action::Cleanup(_) => "cleanup",
+            engine::Action::Http(_) => "http",
+            engine::Action::Tool { .. } => "tool",
+            engine::Action::Job { .. } => "job",
+            engine::Action::Cleanup(_) => "cleanup",
         };
         self.config.metrics.step(kind, started);
         outcome

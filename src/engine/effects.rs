@@ -12,7 +12,7 @@ use crate::protocol::codes;
 /// What the controller does after writing [`Decision::status`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
-    /// Perform this effect, then report its outcome through [`record`].
+    /// Perform this effect, then report its outcome through [`record`](super::record).
     Execute(Box<Effect>),
     /// Nothing to do until this time (or until the Run changes). `None`: until the Run changes.
     WaitUntil(Option<Timestamp>),
@@ -23,7 +23,7 @@ pub enum Next {
     },
 }
 
-/// The outcome of [`decide`].
+/// The outcome of [`decide`](super::decide).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// Status to write first, when it changed.

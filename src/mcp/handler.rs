@@ -71,7 +71,7 @@ pub(super) fn missing_capability(what: &str, caps: Value) -> ErrorData {
 
 pub(super) fn tenant(ctx: &RequestContext<RoleServer>) -> Result<Tenant, ErrorData> {
     ctx.extensions
-        .get::<axum::http::request::Parts>()
+        .get::<http::request::Parts>()
         .and_then(|p| p.extensions.get::<Tenant>())
         .cloned()
         .ok_or_else(|| err(codes::UNAUTHENTICATED, "unauthenticated", None))

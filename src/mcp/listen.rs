@@ -34,7 +34,7 @@ fn error_data(status: StatusCode, id: Value, code: i64, message: &str, data: Val
     let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}});
     (
         status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        [(http::header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
         .into_response()

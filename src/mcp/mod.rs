@@ -236,14 +236,14 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[Str
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+    let Ok(authority) = host.parse::<http::uri::Authority>() else {
         return false;
     };
     let name = authority.host().to_ascii_lowercase();
     let port = authority.port_u16();
     let host_ok = hosts.iter().any(|allowed| {
         let allowed = allowed.to_ascii_lowercase();
-        match allowed.parse::<axum::http::uri::Authority>() {
+        match allowed.parse::<http::uri::Authority>() {
             Ok(a) if a.port_u16().is_some() => a.host() == name && a.port_u16() == port,
             Ok(a) => a.host() == name,
             Err(_) => allowed == name,
@@ -258,7 +258,7 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[Str
     let Some(origin) = origin
         .to_str()
         .ok()
-        .and_then(|o| o.parse::<axum::http::Uri>().ok())
+        .and_then(|o| o.parse::<http::Uri>().ok())
     else {
         return false;
     };
@@ -274,7 +274,7 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[Str
             Some(b) => (b.to_owned(), true),
             None => (allowed.clone(), false),
         };
-        let Ok(uri) = base.parse::<axum::http::Uri>() else {
+        let Ok(uri) = base.parse::<http::Uri>() else {
             return false;
         };
         let (Some(s), Some(a)) = (uri.scheme_str(), uri.authority()) else {

@@ -95,7 +95,7 @@ pub(crate) fn time_left(effect: &Effect) -> Option<std::time::Duration> {
 /// `attempt` bounded by the effect's deadline; `timed_out` is the outcome when time runs out.
 pub(crate) async fn within_deadline(
     effect: &Effect,
-    attempt: impl std::future::Future<Output = Outcome>,
+    attempt: impl Future<Output = Outcome>,
     timed_out: impl FnOnce() -> Outcome,
 ) -> Outcome {
     match time_left(effect) {

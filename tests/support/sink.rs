@@ -22,7 +22,7 @@ impl Sink {
         let (k, a) = (by_key.clone(), authorization.clone());
         let app = axum::Router::new().route(
             "/hook",
-            axum::routing::post(move |headers: axum::http::HeaderMap| {
+            axum::routing::post(move |headers: http::HeaderMap| {
                 let (k, a) = (k.clone(), a.clone());
                 async move {
                     let header = |name: &str, default: &str| {

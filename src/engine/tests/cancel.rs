@@ -28,7 +28,7 @@ fn cancellation_runs_finally_then_ends_cancelled() {
     }));
     let mut run = new_run(json!({}));
     settle(&mut run, &w, at(0));
-    run.spec.cancel = Some(crate::api::CancelRequest {
+    run.spec.cancel = Some(CancelRequest {
         reason: Some("stop".into()),
         requested_by: Some("alice".into()),
         requested_at: None,
@@ -63,7 +63,7 @@ fn cancelling_a_waiting_run_closes_its_requests() {
     let w = approval_wf();
     let mut run = new_run(json!({"x": 1}));
     settle(&mut run, &w, at(0));
-    run.spec.cancel = Some(crate::api::CancelRequest {
+    run.spec.cancel = Some(CancelRequest {
         reason: None,
         requested_by: None,
         requested_at: None,
@@ -98,7 +98,7 @@ fn cancel_after_finish_changes_nothing() {
     let w = wf(json!({"steps": []}));
     let mut run = new_run(json!({}));
     settle(&mut run, &w, at(0));
-    run.spec.cancel = Some(crate::api::CancelRequest {
+    run.spec.cancel = Some(CancelRequest {
         reason: None,
         requested_by: None,
         requested_at: None,

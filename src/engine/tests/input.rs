@@ -237,7 +237,7 @@ fn input_timeout_fails_or_continues() {
     );
 
     let mut cont = approval_wf();
-    cont.steps[0].input.as_mut().unwrap().on_timeout = crate::api::OnTimeout::Continue;
+    cont.steps[0].input.as_mut().unwrap().on_timeout = OnTimeout::Continue;
     cont.result = None;
     let mut run = new_run(json!({"x": 1}));
     settle(&mut run, &cont, at(0));

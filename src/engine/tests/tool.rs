@@ -180,7 +180,7 @@ fn cancelling_cleans_up_the_upstream_task_before_finally() {
         },
         at(0),
     );
-    run.spec.cancel = Some(crate::api::CancelRequest {
+    run.spec.cancel = Some(CancelRequest {
         reason: None,
         requested_by: None,
         requested_at: None,
