@@ -9,7 +9,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("protocol", &[]),
     ("api", &[]),
     ("telemetry", &["api"]),
-    ("endpoint", &[]),
+    ("endpoint", &["api", "store", "telemetry"]),
     ("engine", &["api", "protocol"]),
     ("auth", &["api", "telemetry"]),
     ("store", &["api", "engine"]),
@@ -107,7 +107,10 @@ fn modules() -> BTreeMap<String, Vec<(PathBuf, String)>> {
             Some(i) => text[..i].to_owned(),
             None => text,
         };
-        by_module.entry(top).or_default().push((path, text));
+        by_module
+            .entry(top)
+            .or_default()
+            .push((Path::new("src").join(rel), text));
     }
     by_module
 }
