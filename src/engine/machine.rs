@@ -480,26 +480,10 @@ impl Machine<'_> {
             attempt_started_at: Some(ts(self.now)),
             ..Default::default()
         };
-        if let Some(when) = &step.when {
-            match template::truthy(when, &ctx) {
-                Ok(true) => {}
-                Ok(false) => {
-                    rec.phase = StepPhase::Skipped;
-                    rec.finished_at = Some(ts(self.now));
-                    self.st.steps.push(rec);
-                    self.event(
-                        event_reasons::STEP_SKIPPED,
-                        format!("step {} skipped", step.name),
-                    );
-                    return Progress::Changed;
-                }
-                Err(e) => {
-                    self.st.steps.push(rec);
-                    let i = self.st.steps.len() - 1;
-                    self.fail_fatal(i, format!("when: {e}"));
-                    return Progress::Changed;
-                }
-            }
+        if let Some(when) = &step.when
+            && let Some(done) = self.skip_or_fail_by_when(step, when, &ctx, rec.clone())
+        {
+            return done;
         }
         match step.kind() {
             StepKind::Delay(d) => {
@@ -554,6 +538,36 @@ impl Machine<'_> {
             format!("step {} started", step.name),
         );
         Progress::Changed
+    }
+
+    /// A step whose `when` is false is skipped; one whose `when` does not render fails.
+    /// `None`: the step runs.
+    fn skip_or_fail_by_when(
+        &mut self,
+        step: &Step,
+        when: &str,
+        ctx: &Value,
+        mut rec: StepRecord,
+    ) -> Option<Progress> {
+        match template::truthy(when, ctx) {
+            Ok(true) => None,
+            Ok(false) => {
+                rec.phase = StepPhase::Skipped;
+                rec.finished_at = Some(ts(self.now));
+                self.st.steps.push(rec);
+                self.event(
+                    event_reasons::STEP_SKIPPED,
+                    format!("step {} skipped", step.name),
+                );
+                Some(Progress::Changed)
+            }
+            Err(e) => {
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                self.fail_fatal(i, format!("when: {e}"));
+                Some(Progress::Changed)
+            }
+        }
     }
 
     pub(super) fn apply_fail(

@@ -13,6 +13,7 @@ use super::machine::fail_internal;
 use super::{MAX_OUTPUT_BYTES, budget, context, duration, template, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
+    StepRecord,
 };
 use crate::protocol::codes;
 
@@ -80,22 +81,7 @@ pub(super) fn record_outcome(
         Outcome::Checkpoint {
             upstream_task_id,
             job_name,
-        } => {
-            if let Some(id) = upstream_task_id {
-                if let Action::Tool { step, .. } = &effect.action {
-                    rec.message = Some(format!(
-                        "following upstream task {id} on {}",
-                        step.server.url
-                    ));
-                }
-                rec.upstream_task_id = Some(id);
-                rec.upstream_request_state = None;
-            }
-            if job_name.is_some() {
-                rec.job_name = job_name;
-            }
-            rec.pending_answers = None;
-        }
+        } => checkpoint(rec, effect, upstream_task_id, job_name),
         Outcome::NeedsInput {
             requests,
             request_state,
@@ -147,6 +133,29 @@ pub(super) fn record_outcome(
         }
     }
     st
+}
+
+/// What an attempt that is still under way has started: an upstream task, a Job.
+fn checkpoint(
+    rec: &mut StepRecord,
+    effect: &Effect,
+    upstream_task_id: Option<String>,
+    job_name: Option<String>,
+) {
+    if let Some(id) = upstream_task_id {
+        if let Action::Tool { step, .. } = &effect.action {
+            rec.message = Some(format!(
+                "following upstream task {id} on {}",
+                step.server.url
+            ));
+        }
+        rec.upstream_task_id = Some(id);
+        rec.upstream_request_state = None;
+    }
+    if job_name.is_some() {
+        rec.job_name = job_name;
+    }
+    rec.pending_answers = None;
 }
 
 /// A step fails for good with a protocol-level `error`: the Run ends with it, unless it is

@@ -229,6 +229,46 @@ fn frame(v: Value) -> Result<Event, Infallible> {
     Ok(Event::default().data(v.to_string()))
 }
 
+/// Send the task view of `current`, then of every change of it that the caller would see
+/// differently, until the Run ends, goes or the stream closes.
+async fn follow(
+    current: crate::api::Run,
+    live: Option<crate::api::WorkflowSpec>,
+    mut rx: tokio::sync::broadcast::Receiver<Change>,
+    out: mpsc::Sender<Value>,
+) {
+    let mut last = task::project(&current, live.as_ref());
+    let _ = out
+        .send(serde_json::to_value(&last).unwrap_or(Value::Null))
+        .await;
+    if current.phase().is_terminal() {
+        return;
+    }
+    loop {
+        match rx.recv().await {
+            Ok(Change::Updated(run)) => {
+                let next = task::project(&run, live.as_ref());
+                if next != last {
+                    last = next;
+                    if out
+                        .send(serde_json::to_value(&last).unwrap_or(Value::Null))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                if run.phase().is_terminal() {
+                    return;
+                }
+            }
+            Ok(Change::Deleted) => return,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
 fn stream(
     state: Arc<McpState>,
     tenant: Tenant,
@@ -255,44 +295,12 @@ fn stream(
         let (changes_tx, mut changes) = mpsc::channel::<Value>(256);
         let mut followers = tokio::task::JoinSet::new();
         for t in &tasks {
-            let mut rx = state.events.subscribe(&tenant.namespace, t);
+            let rx = state.events.subscribe(&tenant.namespace, t);
             let Some(current) = readable_run(&state, &tenant, t).await else {
                 continue;
             };
-            let out = changes_tx.clone();
             let live = live_spec(&state, &current).await;
-            followers.spawn(async move {
-                let mut last = task::project(&current, live.as_ref());
-                let _ = out
-                    .send(serde_json::to_value(&last).unwrap_or(Value::Null))
-                    .await;
-                if current.phase().is_terminal() {
-                    return;
-                }
-                loop {
-                    match rx.recv().await {
-                        Ok(Change::Updated(run)) => {
-                            let next = task::project(&run, live.as_ref());
-                            if next != last {
-                                last = next;
-                                if out
-                                    .send(serde_json::to_value(&last).unwrap_or(Value::Null))
-                                    .await
-                                    .is_err()
-                                {
-                                    return;
-                                }
-                            }
-                            if run.phase().is_terminal() {
-                                return;
-                            }
-                        }
-                        Ok(Change::Deleted) => return,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(_) => return,
-                    }
-                }
-            });
+            followers.spawn(follow(current, live, rx, changes_tx.clone()));
         }
         drop(changes_tx);
         let open = !tasks.is_empty();
