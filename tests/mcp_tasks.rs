@@ -858,3 +858,74 @@ async fn following_tasks_needs_watch_runs_as_well_as_reading_them() {
     let ack = frames.next().await.unwrap();
     assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
 }
+
+const SAMPLE: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: muse, namespace: NS }
+spec:
+  tool:
+    description: Asks the caller's model for a greeting.
+    inputSchema: { type: object, properties: { who: { type: string } } }
+  steps:
+    - name: greet
+      sample: { prompt: "Say hi to {{ args.who }}", maxTokens: 20 }
+  result:
+    content: [ { type: text, text: "{{ args.who }}: {{ steps.greet.output.text }}" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_step_is_answered_by_the_callers_model_and_survives_a_restart() {
+    let s = Mcp::start(&[("wf.yaml", SAMPLE)]).await;
+    // Only the caller's model can answer: a client that cannot sample is told so up front.
+    let plain = s.client("alice-token");
+    let refused = plain.call("muse", json!({"who": "Ada"})).await;
+    assert_eq!(refused.error_code(), -32021, "{:?}", refused.messages);
+    assert_eq!(
+        refused.last()["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    let alice = s
+        .client("alice-token")
+        .with_caps(json!({"extensions": {TASKS: {}}, "sampling": {}}));
+    let id = task_id(&alice.call("muse", json!({"who": "Ada"})).await);
+    let task = alice.await_status(&id, "input_required").await;
+    let asked = &task["inputRequests"]["greet.sample"];
+    assert_eq!(asked["method"], "sampling/createMessage");
+    assert_eq!(
+        asked["params"]["messages"][0]["content"]["text"],
+        "Say hi to Ada"
+    );
+
+    // The question is durable: a restart between asking and answering loses nothing.
+    let s = Mcp::start_in(s.stop().await).await;
+    let alice = s
+        .client("alice-token")
+        .with_caps(json!({"extensions": {TASKS: {}}, "sampling": {}}));
+    // An answer that is not a model's message is refused, naming why; the question stays.
+    let wrong = alice
+        .update(
+            &id,
+            json!({"greet.sample": {"action": "accept", "content": {"text": "hi"}}}),
+        )
+        .await;
+    assert_eq!(wrong.error_code(), -32602, "{:?}", wrong.messages);
+    assert!(
+        wrong.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("assistant"),
+        "{:?}",
+        wrong.messages
+    );
+    alice
+        .update(
+            &id,
+            json!({"greet.sample": {"role": "assistant", "model": "m-1",
+                "content": {"type": "text", "text": "hello"}}}),
+        )
+        .await
+        .assert_complete();
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "Ada: hello");
+}

@@ -137,11 +137,11 @@ pub struct ArgumentElicitation {
     pub requested_schema: Value,
 }
 
-/// One step. Exactly one of `http`, `tool`, `job`, `input`, `delay`, `fail` is set.
+/// One step. Exactly one of `http`, `tool`, `job`, `input`, `sample`, `delay`, `fail` is set.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = kube::core::Rule::new(
-    "[has(self.http), has(self.tool), has(self.job), has(self.input), has(self.delay), has(self.fail)].filter(x, x).size() == 1"
-).message("a step must set exactly one of http, tool, job, input, delay, fail"))]
+    "[has(self.http), has(self.tool), has(self.job), has(self.input), has(self.sample), has(self.delay), has(self.fail)].filter(x, x).size() == 1"
+).message("a step must set exactly one of http, tool, job, input, sample, delay, fail"))]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// Unique name; outputs are `steps.<name>.output` in templates. Letters, digits, `_` and `-`
@@ -172,6 +172,9 @@ pub struct Step {
     /// Ask people or agents for input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<InputStep>,
+    /// Ask the calling agent's model (`sampling/createMessage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<SampleStep>,
     /// Wait durably.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay: Option<DelayStep>,
@@ -400,6 +403,29 @@ pub enum OnTimeout {
     Continue,
 }
 
+/// A question for the calling agent's model: one `sampling/createMessage` request, asked like
+/// an input request (MRTR `input_required` for a blocking call, the task's `inputRequests`
+/// otherwise) and answered with the model's message. The step's output is that message:
+/// `text`, `model`, `stopReason` and the full `content`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SampleStep {
+    /// The user message (a template), e.g. "Summarize {{ steps.fetch.output.body }}".
+    #[schemars(length(min = 1, max = 65536))]
+    pub prompt: String,
+    /// System prompt (a template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16384))]
+    pub system_prompt: Option<String>,
+    /// Most tokens the model may generate. Default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_tokens: Option<u32>,
+    /// How long to wait for the answer; the step fails when it runs out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
 /// A durable timer.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -533,6 +559,9 @@ impl Step {
             Step { tool: Some(t), .. } => StepKind::Tool(t),
             Step { job: Some(j), .. } => StepKind::Job(j),
             Step { input: Some(i), .. } => StepKind::Input(i),
+            Step {
+                sample: Some(s), ..
+            } => StepKind::Sample(s),
             Step { delay: Some(d), .. } => StepKind::Delay(d),
             Step { fail: Some(f), .. } => StepKind::Fail(f),
             _ => StepKind::None,
@@ -551,6 +580,8 @@ pub enum StepKind<'a> {
     Job(&'a JobStep),
     /// An input wait.
     Input(&'a InputStep),
+    /// A question for the caller's model.
+    Sample(&'a SampleStep),
     /// A durable timer.
     Delay(&'a DelayStep),
     /// A failure.

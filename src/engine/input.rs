@@ -9,9 +9,7 @@ use crate::api::{
     InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal, Run,
     RunPhase, RunStatus, Step, StepPhase, event_reasons,
 };
-
-/// MCP method of the requests an input step opens.
-pub const ELICITATION_METHOD: &str = "elicitation/create";
+use crate::protocol::METHOD_ELICITATION;
 
 /// Whether `username` (in `groups`) may answer `request` of a Run requested by `requester`.
 /// `Err` says why not.
@@ -178,7 +176,7 @@ impl Machine<'_> {
             OpenInputRequest {
                 step: step.name.clone(),
                 name: req.name.clone(),
-                method: ELICITATION_METHOD.into(),
+                method: METHOD_ELICITATION.into(),
                 params,
                 asked_at: Some(ts(self.now)),
             },
@@ -187,7 +185,23 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn refresh_waiting(&mut self) {
+    /// Close every question step `i` has open: its own, and those it asks for someone else
+    /// (an upstream tool, the caller's model).
+    fn close_requests(&mut self, i: usize) {
+        let rec = &self.st.steps[i];
+        let keys: Vec<String> = rec
+            .input_keys
+            .values()
+            .chain(rec.upstream_input_keys.keys())
+            .cloned()
+            .collect();
+        for k in keys {
+            self.st.input_requests.remove(&k);
+        }
+        self.refresh_waiting();
+    }
+
+    pub(super) fn refresh_waiting(&mut self) {
         let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
         self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
     }
@@ -339,12 +353,8 @@ impl Machine<'_> {
         self.refresh_waiting();
     }
 
-    fn close_input(&mut self, i: usize, outputs: Map<String, Value>) {
-        let keys: Vec<String> = self.st.steps[i].input_keys.values().cloned().collect();
-        for k in keys {
-            self.st.input_requests.remove(&k);
-        }
-        self.refresh_waiting();
+    pub(super) fn close_input(&mut self, i: usize, outputs: Map<String, Value>) {
+        self.close_requests(i);
         self.st.phase = if self
             .st
             .ending
@@ -358,12 +368,8 @@ impl Machine<'_> {
         self.succeed(i, Value::Object(outputs));
     }
 
-    fn fail_input(&mut self, i: usize, message: String) {
-        let keys: Vec<String> = self.st.steps[i].input_keys.values().cloned().collect();
-        for k in keys {
-            self.st.input_requests.remove(&k);
-        }
-        self.refresh_waiting();
+    pub(super) fn fail_input(&mut self, i: usize, message: String) {
+        self.close_requests(i);
         let rec = &mut self.st.steps[i];
         rec.phase = StepPhase::Failed;
         rec.finished_at = Some(ts(self.now));

@@ -335,6 +335,7 @@ impl Machine<'_> {
                 }
             }
             (StepKind::Input(input), _) => self.continue_input(i, step, input),
+            (StepKind::Sample(sample), _) => self.continue_sample(i, step, sample),
             (StepKind::Http(http), StepPhase::Running) => match self.render_http(http, &ctx) {
                 Ok(req) => self.execute(i, step, &ctx, Action::Http(req)),
                 Err(e) => {
@@ -498,6 +499,15 @@ impl Machine<'_> {
                         self.fail_fatal(i, format!("delay.duration: {e}"));
                         return Progress::Changed;
                     }
+                }
+            }
+            StepKind::Sample(sample) => {
+                rec.phase = StepPhase::Waiting;
+                self.st.steps.push(rec);
+                let i = self.st.steps.len() - 1;
+                if let Err(e) = self.open_sample(i, step, sample, &ctx) {
+                    self.fail_fatal(i, e);
+                    return Progress::Changed;
                 }
             }
             StepKind::Input(input) => {

@@ -15,11 +15,13 @@ mod endings;
 mod machine;
 mod record;
 mod render;
+mod sample;
 
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
 pub use machine::{decide, fail_internal};
 pub use record::{guard_output, record};
 pub use render::{job_name, upstream_server};
+pub use sample::sampling_answer_error;
 
 use jiff::Timestamp;
 use serde_json::{Value, json};

@@ -195,6 +195,22 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
         StepKind::Tool(t) => tool_step(&f, t),
         StepKind::Job(j) => job_step(&f, j, caps),
         StepKind::Input(i) => input_step(&f, i),
+        StepKind::Sample(sm) => {
+            text(&f("sample.prompt"), &sm.prompt)?;
+            if let Some(s) = &sm.system_prompt {
+                text(&f("sample.systemPrompt"), s)?;
+            }
+            if let Some(t) = &sm.timeout {
+                dur(&f("sample.timeout"), t)?;
+            }
+            match sm.max_tokens {
+                Some(n) if !(1..=100_000).contains(&n) => Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("{}: {n} is not between 1 and 100000", f("sample.maxTokens")),
+                )),
+                _ => Ok(()),
+            }
+        }
         StepKind::Delay(d) => dur(&f("delay.duration"), &d.duration),
         StepKind::Fail(fl) => {
             if let Some(m) = &fl.message {

@@ -12,6 +12,8 @@ use super::handler::{RunwayMcp, err, internal, unknown_task};
 use crate::api::{InputAction, InputResponse, Run};
 use crate::engine::budget;
 use crate::engine::input::{answer_schema_error, may_answer};
+use crate::engine::sampling_answer_error;
+use crate::protocol::METHOD_SAMPLING;
 use crate::protocol::codes;
 use crate::store::StoreError;
 
@@ -58,6 +60,18 @@ pub(super) fn check_answer(
     run: &Run,
     me: &crate::api::Principal,
 ) -> Result<(InputAction, Option<Value>), String> {
+    if req.method == METHOD_SAMPLING {
+        // The answer is the model's message itself (a CreateMessageResult).
+        if let Some(why) = sampling_answer_error(Some(value)) {
+            return Err(why);
+        }
+        budget::check(
+            &format!("inputResponses.{key}"),
+            value,
+            budget::MAX_ANSWER_BYTES,
+        )?;
+        return Ok((InputAction::Accept, Some(value.clone())));
+    }
     let action = value
         .get("action")
         .cloned()

@@ -22,7 +22,9 @@ use crate::api::{ExecutionMode, Run, RunPhase, RunSpec, Workflow, WorkflowRef, l
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
 use crate::engine::input::answer_schema_error;
-use crate::protocol::{META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, TASKS_EXTENSION, codes};
+use crate::protocol::{
+    META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, METHOD_SAMPLING, TASKS_EXTENSION, codes,
+};
 use crate::store::StoreError;
 
 pub(super) fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
@@ -54,6 +56,16 @@ pub(super) fn declares_urls(ctx: &RequestContext<RoleServer>) -> bool {
         .get("elicitation")
         .and_then(|e| e.get("url"))
         .is_some_and(|v| !v.is_null())
+}
+
+/// Whether the client lets the server ask its model (`sampling: {}`).
+pub(super) fn declares_sampling(ctx: &RequestContext<RoleServer>) -> bool {
+    raw_caps(ctx).get("sampling").is_some_and(Value::is_object)
+}
+
+/// Whether `wf` asks the caller's model anywhere.
+fn has_sample_steps(wf: &Workflow) -> bool {
+    wf.spec.all_steps().any(|s| s.sample.is_some())
 }
 
 /// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
@@ -156,6 +168,10 @@ fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, 
             .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
             .unwrap_or_default();
         return Err(missing_capability(&names, missing));
+    }
+    // Only the caller's own model can answer a `sample` step, whichever way the call runs.
+    if has_sample_steps(wf) && !declares_sampling(ctx) {
+        return Err(missing_capability("sampling", json!({"sampling": {}})));
     }
     let tasks = declares_tasks(ctx);
     let mode = wf.spec.execution.mode;
@@ -355,7 +371,11 @@ impl RunwayMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let mut changes = self.state.events.subscribe(&t.namespace, name);
         let progress = ctx.meta.get_progress_token();
-        let (forms, urls) = (declares_forms(ctx), declares_urls(ctx));
+        let (forms, urls, sampling) = (
+            declares_forms(ctx),
+            declares_urls(ctx),
+            declares_sampling(ctx),
+        );
         let mut sent: Option<(f64, String)> = None;
         let mut run = self
             .state
@@ -385,15 +405,14 @@ impl RunwayMcp {
             if run.phase().is_terminal() {
                 return run_result(&run);
             }
-            if run.phase() == RunPhase::Waiting && (forms || urls) {
-                // Only the requests this client can show; others wait for someone else.
+            if run.phase() == RunPhase::Waiting && (forms || urls || sampling) {
+                // Only the requests this client can answer; others wait for someone else.
                 let mut open = task::open_requests(&run);
                 let asked = run.status.as_ref().map(|s| &s.input_requests);
-                open.retain(|key, _| {
-                    let url_mode = asked.and_then(|a| a.get(key)).is_some_and(|r| {
-                        r.params.get("mode").and_then(Value::as_str) == Some("url")
-                    });
-                    if url_mode { urls } else { forms }
+                open.retain(|key, _| match asked.and_then(|a| a.get(key)) {
+                    Some(r) if r.method == METHOD_SAMPLING => sampling,
+                    Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => urls,
+                    _ => forms,
                 });
                 if !open.is_empty() {
                     let state = self.seal(

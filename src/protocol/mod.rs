@@ -26,6 +26,10 @@ pub const HEADER_NAME: &str = "mcp-name";
 pub const HEADER_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// Prefix of the headers that mirror `x-mcp-header` arguments.
 pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
+/// The input request asking a person through the client (form or URL).
+pub const METHOD_ELICITATION: &str = "elicitation/create";
+/// The input request asking the client's model.
+pub const METHOD_SAMPLING: &str = "sampling/createMessage";
 /// The streaming method: follow tasks.
 pub const METHOD_LISTEN: &str = "subscriptions/listen";
 /// Notification acknowledging a subscription.

@@ -730,3 +730,52 @@ spec:
     ]);
     assert_eq!(alice.get(&id).await.error_code(), -32602);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sample_step_waits_on_the_cluster_for_the_callers_model() {
+    let c = up();
+    let ns = c.namespace("sample");
+    apply_ok(
+        c,
+        &ns,
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: muse }
+spec:
+  tool: { description: Asks the caller's model for a word. }
+  steps:
+    - name: word
+      sample: { prompt: "One word, please", maxTokens: 5, timeout: 10m }
+  result:
+    content: [ { type: text, text: "{{ steps.word.output.text }}" } ]
+"#,
+    );
+    let alice = mcp(c, 0, "alice", &ns)
+        .with_caps(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "sampling": {}}));
+    let id = task_id(&alice.call("muse", json!({})).await);
+    c.wait_jsonpath(
+        &ns,
+        &format!("run/{id}"),
+        "{.status.waitingFor}",
+        "word.sample",
+    );
+    let asked = alice.await_status(&id, "input_required").await;
+    assert_eq!(
+        asked["inputRequests"]["word.sample"]["method"],
+        "sampling/createMessage"
+    );
+    // Answered through the other replica: the answer is in the Run, not in a process.
+    mcp(c, 1, "alice", &ns)
+        .with_caps(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "sampling": {}}))
+        .update(
+            &id,
+            json!({"word.sample": {"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "granite"}}}),
+        )
+        .await
+        .assert_complete();
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Succeeded");
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "granite");
+}

@@ -3,6 +3,7 @@
 
 mod cancel;
 mod input;
+mod sample;
 mod steps;
 mod tool;
 
