@@ -21,8 +21,12 @@ use super::{McpState, Tenant};
 use crate::auth::{Resource, Verb};
 use crate::protocol::codes;
 
-/// How long clients may cache `server/discover` and `tools/list`.
-pub(super) const DISCOVER_TTL_MS: u64 = 60_000;
+/// How long clients may cache `server/discover` (and the empty prompt and resource lists): an
+/// hour, as the specification's example does. What it says — versions, capabilities,
+/// instructions — changes only with a new release, and is the same for every caller (public).
+pub(super) const DISCOVER_TTL_MS: u64 = 3_600_000;
+/// How long a caller may cache `tools/list`: Workflows change with `kubectl apply`, and the
+/// list depends on the caller's rights (private).
 pub(super) const LIST_TTL_MS: u64 = 5_000;
 /// Message of every "no such task" answer, whatever the real reason.
 pub(super) const UNKNOWN_TASK: &str = "unknown task";
