@@ -24,6 +24,14 @@ use crate::telemetry::Metrics;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle time before the first TCP keepalive probe.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// Time between unanswered keepalive probes.
+pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Unanswered probes after which an idle peer counts as gone (so within about a minute).
+pub const TCP_KEEPALIVE_PROBES: u32 = 3;
+/// How long sent data may stay unacknowledged before the connection is dropped. Keepalive probes
+/// only run on idle connections; a held call writing SSE keep-alive comments to a vanished peer
+/// is never idle, and would otherwise retransmit for a quarter of an hour before noticing.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `/healthz`, `/readyz` and `/metrics` (the Run gauge is counted at scrape time, in place in
 /// the store's cache).
@@ -55,6 +63,19 @@ async fn count_runs(store: &dyn RunStore, metrics: &Metrics) {
     metrics.set_runs(&all);
 }
 
+/// Socket options of an accepted connection: no Nagle delay, and a peer that vanished without
+/// a word (a crashed client, a dropped route) is noticed within about a minute, idle or not.
+fn tune(stream: &tokio::net::TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let sock = socket2::SockRef::from(stream);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TCP_KEEPALIVE)
+        .with_interval(TCP_KEEPALIVE_INTERVAL)
+        .with_retries(TCP_KEEPALIVE_PROBES);
+    let _ = sock.set_tcp_keepalive(&keepalive);
+    let _ = sock.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT));
+}
+
 /// Serve `app` on `listener` until `shutdown`; then stop accepting, let every connection finish
 /// its current request, and return.
 pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
@@ -73,9 +94,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
-        let sock = socket2::SockRef::from(&stream);
-        let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE));
+        tune(&stream);
         let service = TowerToHyperService::new(
             app.clone()
                 .map_request(|r: http::Request<Incoming>| r.map(Body::new)),
@@ -98,4 +117,28 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
         });
     }
     while conns.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_notice_vanished_peers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        tune(&accepted);
+        let sock = socket2::SockRef::from(&accepted);
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), TCP_KEEPALIVE);
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            TCP_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), TCP_KEEPALIVE_PROBES);
+        assert_eq!(sock.tcp_user_timeout().unwrap(), Some(TCP_USER_TIMEOUT));
+        assert!(accepted.nodelay().unwrap());
+    }
 }

@@ -79,7 +79,8 @@ pub mod reasons {
     pub const FAILED: &str = "Failed";
     /// A Run was cancelled.
     pub const CANCELLED: &str = "Cancelled";
-    /// Cancellation reason when the client of a blocking call went away.
+    /// Cancellation reason when the client of a call went away before the answer naming its
+    /// Run reached it (a held call, or a task handle that was never delivered).
     pub const MCP_REQUEST_CANCELLED: &str = "mcp-request-cancelled";
 }
 

@@ -4,6 +4,7 @@
 
 mod access;
 mod answers;
+mod delivery;
 pub mod events;
 mod handler;
 pub mod listen;
@@ -455,6 +456,17 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
         listen::serve(state, tenant, &parts.headers, msg).await
+    } else if method == "tools/call" {
+        // Dropped with this future (the client went away) or with an unread body: either way
+        // the Run the call created was never handed over.
+        let delivery = delivery::Delivery::default();
+        let guard = delivery::Guard::new(delivery.clone(), state);
+        parts.extensions.insert(tenant);
+        parts.extensions.insert(delivery);
+        let resp = next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+        resp.map(|body| guard.watch(body))
     } else {
         parts.extensions.insert(tenant);
         next.run(Request::from_parts(parts, Body::from(bytes)))

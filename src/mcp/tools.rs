@@ -13,6 +13,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
 use super::access::{allowed, forbidden, readable_run};
+use super::delivery::Delivery;
 use super::events::Change;
 use super::handler::{RunwayMcp, err, internal, invalid, missing_capability, tenant, unknown_task};
 use super::sealing::{Resume, same_call};
@@ -499,6 +500,16 @@ impl RunwayMcp {
         let idem = idempotency_key(&ctx)?;
         let run = self.create_run(&t, &wf, args, idem.as_deref()).await?;
         let name = run.metadata.name.clone().unwrap_or_default();
+        // Until the answer naming it is delivered, the Run belongs to this request (a retry
+        // with the same idempotency key finds it, so only calls without one give it up).
+        if idem.is_none()
+            && let Some(delivery) = ctx
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Delivery>())
+        {
+            delivery.announce(&t, &name);
+        }
         tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
         if as_task {
             return Ok(CreateTaskResult::new(task::task(&run, Some(&wf.spec))).into());

@@ -1,0 +1,217 @@
+//! A `tools/call` owns its Run until its answer has left: when the answer that names a new Run
+//! (a `CreateTaskResult`, an `input_required` result, a held call's result) cannot be
+//! delivered — the client went away while the call was served, or before the response body was
+//! read to its end — the Run is cancelled, so that a retry without an idempotency key does not
+//! leave a task running that nobody holds. With an idempotency key the Run stays: the retry
+//! finds it.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
+
+use super::handler::RunwayMcp;
+use super::{McpState, Tenant};
+use crate::api::reasons;
+
+/// The Run a `tools/call` created, announced by the handler, watched by the gate.
+#[derive(Clone, Default)]
+pub(super) struct Delivery(Arc<Mutex<Option<(Tenant, String)>>>);
+
+impl Delivery {
+    /// This request created Run `name` and nothing else will tell the client about it.
+    pub(super) fn announce(&self, tenant: &Tenant, name: &str) {
+        *self.0.lock().expect("delivery lock") = Some((tenant.clone(), name.to_owned()));
+    }
+
+    fn take(&self) -> Option<(Tenant, String)> {
+        self.0.lock().expect("delivery lock").take()
+    }
+}
+
+/// Cancels the announced Run when dropped before [`Guard::delivered`].
+pub(super) struct Guard {
+    delivery: Delivery,
+    state: Arc<McpState>,
+}
+
+impl Guard {
+    /// Watch `delivery` for the request being served.
+    pub(super) fn new(delivery: Delivery, state: Arc<McpState>) -> Self {
+        Self { delivery, state }
+    }
+
+    /// The answer left: keep the Run.
+    fn delivered(&self) {
+        self.delivery.take();
+    }
+
+    /// `body`, which marks the answer delivered once it has been read to its end.
+    pub(super) fn watch(self, body: Body) -> Body {
+        Body::new(Watched {
+            inner: body,
+            guard: Some(self),
+        })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some((tenant, name)) = self.delivery.take() else {
+            return;
+        };
+        // A server that shuts down drops its calls; their Runs carry on after the restart.
+        if self.state.shutdown.is_cancelled() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mcp = RunwayMcp::new(self.state.clone());
+        tracing::warn!(namespace = %tenant.namespace, run = %name, "the answer naming this run was not delivered; cancelling it");
+        rt.spawn(async move {
+            let _ = mcp
+                .cancel(&tenant, &name, reasons::MCP_REQUEST_CANCELLED)
+                .await;
+        });
+    }
+}
+
+/// A response body that reports when it has been read to its end.
+struct Watched {
+    inner: Body,
+    guard: Option<Guard>,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        // The end is seen either as no further frame or, for a body that knows its length, as
+        // the last frame handed over (the server does not ask again then).
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            _ => false,
+        };
+        if ended && let Some(guard) = self.guard.take() {
+            guard.delivered();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::api::{Principal, Run, RunSpec, WorkflowRef};
+    use crate::auth::{Identity, NoAuth};
+    use crate::engine::validate::Capabilities;
+    use crate::store::manifests::ManifestWorkflows;
+    use crate::store::sqlite::SqliteStore;
+    use crate::store::{RunStore, WatchEvent};
+
+    fn scratch() -> std::path::PathBuf {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "runway-delivery-{}",
+            data_encoding::HEXLOWER.encode(&b)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn run(name: &str) -> Run {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: WorkflowRef { name: "wf".into() },
+                arguments: None,
+                requested_by: None,
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        r.metadata.namespace = Some("default".into());
+        r
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_never_left_gives_up_its_run_and_one_read_to_its_end_keeps_it() {
+        let dir = scratch();
+        let store = Arc::new(SqliteStore::open(&dir.join("runs.db")).unwrap());
+        let auth = Arc::new(NoAuth {
+            namespace: "default".into(),
+        });
+        let state = McpState::new(
+            store.clone(),
+            Arc::new(ManifestWorkflows::load(&dir, Capabilities { jobs: false })),
+            auth.clone(),
+            auth,
+            super::super::Config::new(),
+            CancellationToken::new(),
+        )
+        .unwrap();
+        let tenant = Tenant {
+            namespace: "default".into(),
+            identity: Identity {
+                principal: Principal {
+                    username: "alice".into(),
+                    uid: None,
+                    groups: vec![],
+                },
+                namespace: None,
+                extra: BTreeMap::new(),
+            },
+        };
+        store.create(run("kept")).await.unwrap();
+        store.create(run("lost")).await.unwrap();
+        let mut changes = store.watch(Some(store.resource_version().await.unwrap()));
+
+        let delivered = Delivery::default();
+        delivered.announce(&tenant, "kept");
+        let body = Guard::new(delivered, state.clone()).watch(Body::from("the task"));
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "the task");
+
+        let lost = Delivery::default();
+        lost.announce(&tenant, "lost");
+        drop(Guard::new(lost, state.clone()).watch(Body::from("the task")));
+
+        let Some(Ok(WatchEvent::Applied(changed))) = changes.next().await else {
+            panic!("no change")
+        };
+        assert_eq!(changed.metadata.name.as_deref(), Some("lost"));
+        let cancel = changed.spec.cancel.unwrap();
+        assert_eq!(
+            cancel.reason.as_deref(),
+            Some(reasons::MCP_REQUEST_CANCELLED)
+        );
+        assert_eq!(cancel.requested_by.as_deref(), Some("alice"));
+        let kept = store.get("default", "kept").await.unwrap().unwrap();
+        assert!(kept.spec.cancel.is_none());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
