@@ -303,28 +303,7 @@ impl Machine<'_> {
         };
         let ctx = context(self.run, &self.st);
         match (step.kind(), rec.phase) {
-            (_, StepPhase::Retrying) => {
-                let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
-                if self.now >= wake {
-                    let run_name = self.run.metadata.name.clone().unwrap_or_default();
-                    let r = &mut self.st.steps[i];
-                    r.phase = StepPhase::Running;
-                    r.attempt += 1;
-                    r.attempt_started_at = Some(ts(self.now));
-                    r.wake_at = None;
-                    if matches!(step.kind(), StepKind::Job(_)) {
-                        // Each attempt is a new Job; the failed one stays for inspection.
-                        r.job_name = Some(job_name(&run_name, &r.name, r.attempt));
-                    }
-                    self.event(
-                        event_reasons::STEP_STARTED,
-                        format!("step {} attempt {} started", rec.name, rec.attempt + 1),
-                    );
-                    Progress::Changed
-                } else {
-                    Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, &rec))))
-                }
-            }
+            (_, StepPhase::Retrying) => self.retry_when_due(i, step, &rec),
             (StepKind::Delay(_), _) => {
                 let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
                 if self.now >= wake {
@@ -384,6 +363,29 @@ impl Machine<'_> {
                 Progress::Changed
             }
         }
+    }
+
+    /// Start the next attempt of a step once its backoff has passed.
+    fn retry_when_due(&mut self, i: usize, step: &Step, rec: &StepRecord) -> Progress {
+        let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
+        if self.now < wake {
+            return Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, rec))));
+        }
+        let run_name = self.run.metadata.name.clone().unwrap_or_default();
+        let r = &mut self.st.steps[i];
+        r.phase = StepPhase::Running;
+        r.attempt += 1;
+        r.attempt_started_at = Some(ts(self.now));
+        r.wake_at = None;
+        if matches!(step.kind(), StepKind::Job(_)) {
+            // Each attempt is a new Job; the failed one stays for inspection.
+            r.job_name = Some(job_name(&run_name, &r.name, r.attempt));
+        }
+        self.event(
+            event_reasons::STEP_STARTED,
+            format!("step {} attempt {} started", rec.name, rec.attempt + 1),
+        );
+        Progress::Changed
     }
 
     /// A wake time, bounded by the run deadline (main steps only).
@@ -472,7 +474,7 @@ impl Machine<'_> {
         let label = if finally { "finally" } else { "step" };
         self.st.current_step = Some(step.name.clone());
         self.st.status_message = Some(format!("{label} {}/{}: {}", index + 1, total, step.name));
-        let mut rec = StepRecord {
+        let rec = StepRecord {
             name: step.name.clone(),
             finally,
             phase: StepPhase::Running,
@@ -486,9 +488,28 @@ impl Machine<'_> {
         {
             return done;
         }
+        if let Some(done) = self.start_kind(wf, step, rec, &ctx) {
+            return done;
+        }
+        self.event(
+            event_reasons::STEP_STARTED,
+            format!("step {} started", step.name),
+        );
+        Progress::Changed
+    }
+
+    /// Push the step's record and do what its kind does first. `Some` when that already
+    /// decided the step (a failure, a `fail` step); `None` when it has started.
+    fn start_kind(
+        &mut self,
+        wf: &WorkflowSpec,
+        step: &Step,
+        mut rec: StepRecord,
+        ctx: &Value,
+    ) -> Option<Progress> {
         match step.kind() {
             StepKind::Delay(d) => {
-                let wake = template::render(&d.duration, &ctx)
+                let wake = template::render(&d.duration, ctx)
                     .map_err(|e| e.to_string())
                     .and_then(|s| duration::parse(&s));
                 self.st.steps.push(rec);
@@ -497,7 +518,7 @@ impl Machine<'_> {
                     Ok(d) => self.st.steps[i].wake_at = Some(ts(self.now + d)),
                     Err(e) => {
                         self.fail_fatal(i, format!("delay.duration: {e}"));
-                        return Progress::Changed;
+                        return Some(Progress::Changed);
                     }
                 }
             }
@@ -505,18 +526,18 @@ impl Machine<'_> {
                 rec.phase = StepPhase::Waiting;
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
-                if let Err(e) = self.open_sample(i, step, sample, &ctx) {
+                if let Err(e) = self.open_sample(i, step, sample, ctx) {
                     self.fail_fatal(i, e);
-                    return Progress::Changed;
+                    return Some(Progress::Changed);
                 }
             }
             StepKind::Input(input) => {
                 rec.phase = StepPhase::Waiting;
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
-                if let Err(e) = self.open_input(i, step, input, &ctx) {
+                if let Err(e) = self.open_input(i, step, input, ctx) {
                     self.fail_fatal(i, e);
-                    return Progress::Changed;
+                    return Some(Progress::Changed);
                 }
             }
             StepKind::Fail(fail) => {
@@ -524,8 +545,8 @@ impl Machine<'_> {
                 rec.finished_at = Some(ts(self.now));
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
-                self.apply_fail(i, fail, &ctx, wf);
-                return Progress::Changed;
+                self.apply_fail(i, fail, ctx, wf);
+                return Some(Progress::Changed);
             }
             StepKind::Job(_) => {
                 rec.job_name = Some(job_name(
@@ -540,14 +561,10 @@ impl Machine<'_> {
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
                 self.fail_fatal(i, "step has no kind".into());
-                return Progress::Changed;
+                return Some(Progress::Changed);
             }
         }
-        self.event(
-            event_reasons::STEP_STARTED,
-            format!("step {} started", step.name),
-        );
-        Progress::Changed
+        None
     }
 
     /// A step whose `when` is false is skipped; one whose `when` does not render fails.

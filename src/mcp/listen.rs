@@ -52,33 +52,13 @@ pub async fn serve(
     if let Some(refused) = version_refusal(headers, &params, &id) {
         return refused;
     }
-    if params.get("taskIds").is_some() {
-        return rpc_error(
-            StatusCode::OK,
-            id,
-            codes::INVALID_PARAMS,
-            "taskIds belongs under notifications: params.notifications.taskIds",
-        );
-    }
     let requested = params
         .get("notifications")
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let task_ids: Vec<String> = match requested.get("taskIds") {
-        None | Some(Value::Null) => vec![],
-        Some(Value::Array(ids)) if ids.iter().all(Value::is_string) => ids
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        Some(_) => {
-            return rpc_error(
-                StatusCode::OK,
-                id,
-                codes::INVALID_PARAMS,
-                "notifications.taskIds must be a list of strings",
-            );
-        }
+    let task_ids = match requested_tasks(&params, &requested) {
+        Ok(ids) => ids,
+        Err(why) => return rpc_error(StatusCode::OK, id, codes::INVALID_PARAMS, why),
     };
     if !task_ids.is_empty() && !declares_tasks(Some(&params)) {
         return error_data(
@@ -131,6 +111,23 @@ pub async fn serve(
         );
     };
     stream(state, tenant, id, readable, follows_nothing, slot)
+}
+
+/// The task ids a subscription asks to follow (`params.notifications.taskIds`), or why the
+/// request is malformed.
+fn requested_tasks(params: &Value, requested: &Value) -> Result<Vec<String>, &'static str> {
+    if params.get("taskIds").is_some() {
+        return Err("taskIds belongs under notifications: params.notifications.taskIds");
+    }
+    match requested.get("taskIds") {
+        None | Some(Value::Null) => Ok(vec![]),
+        Some(Value::Array(ids)) if ids.iter().all(Value::is_string) => Ok(ids
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()),
+        Some(_) => Err("notifications.taskIds must be a list of strings"),
+    }
 }
 
 /// The refusal of a request whose protocol version (header and `_meta`) or `Mcp-Method` header

@@ -124,29 +124,40 @@ impl HttpExecutor {
                 };
             }
         };
-        let ok = if req.success_codes.is_empty() {
-            (200..300).contains(&status)
-        } else {
-            req.success_codes.contains(&status)
-        };
-        if ok {
-            return Outcome::Succeeded(json!({"status": status, "headers": headers, "body": body}));
-        }
-        let class = match status {
-            429 => ErrorClass::TooManyRequests,
-            500..=599 => ErrorClass::ServerError,
-            _ => ErrorClass::ClientError,
-        };
-        let snippet: String = match &body {
-            Value::String(s) => s.chars().take(200).collect(),
-            other => other.to_string().chars().take(200).collect(),
-        };
-        // The body may carry anything the upstream chose to say; it stays with the step.
-        Outcome::Failed {
-            class,
-            message: format!("HTTP {status}"),
-            detail: (!snippet.is_empty()).then_some(snippet),
-        }
+        response_outcome(req, status, headers, body)
+    }
+}
+
+/// What a response means for the step: success for the step's success codes (2xx by default),
+/// else a failure classed by status, its body's first 200 characters kept with the step only.
+fn response_outcome(
+    req: &HttpRequest,
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: Value,
+) -> Outcome {
+    let ok = if req.success_codes.is_empty() {
+        (200..300).contains(&status)
+    } else {
+        req.success_codes.contains(&status)
+    };
+    if ok {
+        return Outcome::Succeeded(json!({"status": status, "headers": headers, "body": body}));
+    }
+    let class = match status {
+        429 => ErrorClass::TooManyRequests,
+        500..=599 => ErrorClass::ServerError,
+        _ => ErrorClass::ClientError,
+    };
+    let snippet: String = match &body {
+        Value::String(s) => s.chars().take(200).collect(),
+        other => other.to_string().chars().take(200).collect(),
+    };
+    // The body may carry anything the upstream chose to say; it stays with the step.
+    Outcome::Failed {
+        class,
+        message: format!("HTTP {status}"),
+        detail: (!snippet.is_empty()).then_some(snippet),
     }
 }
 

@@ -231,6 +231,29 @@ impl Executor for ToolExecutor {
     }
 }
 
+/// The outcome of an upstream task that failed with `error`: the task is over whatever its
+/// error says.
+fn task_failed(id: &str, error: &Value) -> Outcome {
+    let code = error
+        .get("code")
+        .and_then(Value::as_i64)
+        .unwrap_or(codes::INTERNAL_ERROR);
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("failed");
+    let mut out = rpc_failure(
+        &format!("upstream task {id} failed"),
+        code,
+        message,
+        error.get("data").cloned(),
+    );
+    if let Outcome::UpstreamFailed { call_ended, .. } = &mut out {
+        *call_ended = true;
+    }
+    out
+}
+
 /// What one attempt asks of the upstream.
 struct Call<'a> {
     tool: &'a str,
@@ -396,27 +419,7 @@ impl Upstream {
                 TaskPayload::Completed { result } => {
                     return result_outcome(&format!("upstream task {id}"), Value::Object(result));
                 }
-                TaskPayload::Failed { error } => {
-                    let code = error
-                        .get("code")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(codes::INTERNAL_ERROR);
-                    let message = error
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("failed");
-                    let mut out = rpc_failure(
-                        &format!("upstream task {id} failed"),
-                        code,
-                        message,
-                        error.get("data").cloned(),
-                    );
-                    // The task is over whatever its error says.
-                    if let Outcome::UpstreamFailed { call_ended, .. } = &mut out {
-                        *call_ended = true;
-                    }
-                    return out;
-                }
+                TaskPayload::Failed { error } => return task_failed(id, &Value::Object(error)),
                 TaskPayload::Cancelled => {
                     return Outcome::UpstreamFailed {
                         class: ErrorClass::ToolError,
