@@ -1,9 +1,8 @@
 //! A `tools/call` owns its Run until its answer has left: when the answer that names a new Run
 //! (a `CreateTaskResult`, an `input_required` result, a held call's result) cannot be
-//! delivered — the client went away while the call was served, or before the response body was
-//! read to its end — the Run is cancelled, so that a retry without an idempotency key does not
-//! leave a task running that nobody holds. With an idempotency key the Run stays: the retry
-//! finds it.
+//! delivered — the client went away while the call was served, before the connection took the
+//! response — the Run is cancelled, so that a retry without an idempotency key does not leave a
+//! task running that nobody holds. With an idempotency key the Run stays: the retry finds it.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -49,7 +48,7 @@ impl Guard {
         self.delivery.take();
     }
 
-    /// `body`, which marks the answer delivered once it has been read to its end.
+    /// `body`, which marks the answer delivered once the connection has taken its first frame.
     pub(super) fn watch(self, body: Body) -> Body {
         Body::new(Watched {
             inner: body,
@@ -80,7 +79,7 @@ impl Drop for Guard {
     }
 }
 
-/// A response body that reports when it has been read to its end.
+/// A response body that reports when its first frame has been handed to the connection.
 struct Watched {
     inner: Body,
     guard: Option<Guard>,
@@ -95,14 +94,11 @@ impl hyper::body::Body for Watched {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        // The end is seen either as no further frame or, for a body that knows its length, as
-        // the last frame handed over (the server does not ask again then).
-        let ended = match &polled {
-            Poll::Ready(None) => true,
-            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
-            _ => false,
-        };
-        if ended && let Some(guard) = self.guard.take() {
+        // The answer is one JSON frame: once the connection has taken it, it has left. (Clients
+        // need not read a body to its end: one that parsed the answer may close at once. A held
+        // call streaming progress is cancelled by its own handler when the client goes away.)
+        let handed_over = matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Ok(_))));
+        if handed_over && let Some(guard) = self.guard.take() {
             guard.delivered();
         }
         polled
@@ -160,7 +156,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_answer_that_never_left_gives_up_its_run_and_one_read_to_its_end_keeps_it() {
+    async fn an_answer_that_never_left_gives_up_its_run_and_one_handed_over_keeps_it() {
         let dir = scratch();
         let store = Arc::new(SqliteStore::open(&dir.join("runs.db")).unwrap());
         let auth = Arc::new(NoAuth {
@@ -193,8 +189,10 @@ mod tests {
 
         let delivered = Delivery::default();
         delivered.announce(&tenant, "kept");
-        let body = Guard::new(delivered, state.clone()).watch(Body::from("the task"));
-        assert_eq!(body.collect().await.unwrap().to_bytes(), "the task");
+        let mut body = Guard::new(delivered, state.clone()).watch(Body::from("the task"));
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "the task");
+        drop(body);
 
         let lost = Delivery::default();
         lost.announce(&tenant, "lost");
