@@ -28,12 +28,12 @@ pub mod exit {
     /// The call succeeded.
     pub const OK: u8 = 0;
     /// The tool reported an error, the task failed or was cancelled.
-    pub const FAILED: u8 = 1;
+    pub(crate) const FAILED: u8 = 1;
     /// Bad usage, or the server could not be reached or refused the request.
     pub const ERROR: u8 = 2;
     /// An answer was not taken: its question is not open (unknown key, answered already, the
     /// task ended) or the server refused it (the reason is printed).
-    pub const NOT_TAKEN: u8 = 3;
+    pub(crate) const NOT_TAKEN: u8 = 3;
     /// Interrupted (Ctrl-C).
     pub const INTERRUPTED: u8 = 130;
 }
@@ -235,7 +235,7 @@ impl Prompter {
     }
 
     /// Resolves when Ctrl-C is pressed (or was, since the last time this resolved).
-    pub async fn interrupted(&mut self) {
+    pub(crate) async fn interrupted(&mut self) {
         self.interrupts.recv().await;
     }
 

@@ -23,19 +23,19 @@ use crate::telemetry::Metrics;
 /// How long a client may take to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle time before the first TCP keepalive probe.
-pub const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+pub(crate) const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 /// Time between unanswered keepalive probes.
-pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Unanswered probes after which an idle peer counts as gone (so within about a minute).
-pub const TCP_KEEPALIVE_PROBES: u32 = 3;
+pub(crate) const TCP_KEEPALIVE_PROBES: u32 = 3;
 /// How long sent data may stay unacknowledged before the connection is dropped. Keepalive probes
 /// only run on idle connections; a held call writing SSE keep-alive comments to a vanished peer
 /// is never idle, and would otherwise retransmit for a quarter of an hour before noticing.
-pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `/healthz`, `/readyz` and `/metrics` (the Run gauge is counted at scrape time, in place in
 /// the store's cache).
-pub fn health_and_metrics(store: Arc<dyn RunStore>, metrics: Metrics) -> Router {
+pub(crate) fn health_and_metrics(store: Arc<dyn RunStore>, metrics: Metrics) -> Router {
     Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
         .route("/readyz", axum::routing::get(|| async { "ok" }))

@@ -56,7 +56,7 @@ pub struct Options {
 }
 
 /// Key of the state keys within their Secret (the chart's `stateKey.key` default).
-pub const STATE_KEY_FIELD: &str = "state-key";
+pub(crate) const STATE_KEY_FIELD: &str = "state-key";
 
 /// Read the state keys from `name`, or create it with a new key. Replicas racing to create it
 /// all end up with the winner's key: a losing create (409) reads what won.
@@ -117,7 +117,7 @@ pub enum OperatorError {
 }
 
 /// Kubernetes Events for engine transitions, through kube's `Recorder`.
-pub struct KubeEvents {
+pub(crate) struct KubeEvents {
     recorder: Recorder,
 }
 
@@ -165,7 +165,7 @@ struct WorkflowContext {
 }
 
 /// The `Ready` condition a Workflow should have, given the others of its namespace.
-pub fn workflow_status(
+pub(crate) fn workflow_status(
     wf: &Workflow,
     all: &[Arc<Workflow>],
     now: jiff::Timestamp,

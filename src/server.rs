@@ -20,7 +20,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{RunStore, StoreError, WorkflowSource};
 
 /// How often the manifest directory is checked for changes.
-pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 /// Settings of the embedded server.
 #[derive(Debug, Clone)]

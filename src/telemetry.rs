@@ -12,25 +12,25 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Prefix of every metric name.
-pub const PREFIX: &str = "runway";
+pub(crate) const PREFIX: &str = "runway";
 
 /// Label set of per-phase metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
+pub(crate) struct PhaseLabels {
     /// Run phase.
     pub phase: String,
 }
 
 /// Label set of step metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabels {
+pub(crate) struct StepLabels {
     /// Step kind (`http`, `tool`, `job`, `cleanup`).
     pub kind: String,
 }
 
 /// Label set of MCP request metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// JSON-RPC method.
     pub method: String,
     /// HTTP status of the answer.
@@ -39,7 +39,7 @@ pub struct RequestLabels {
 
 /// Label set of auth cache metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheLabels {
+pub(crate) struct CacheLabels {
     /// `token` or `access`.
     pub cache: String,
     /// `hit` or `miss`.
@@ -75,7 +75,7 @@ impl Default for Metrics {
 }
 
 /// The MCP methods counted by name; every other method is counted as `other`.
-pub const KNOWN_METHODS: &[&str] = &[
+pub(crate) const KNOWN_METHODS: &[&str] = &[
     "server/discover",
     "tools/list",
     "tools/call",
@@ -143,7 +143,7 @@ impl Metrics {
     }
 
     /// Set the number of Runs per phase (all phases given are replaced).
-    pub fn set_runs(&self, counts: &[(&str, i64)]) {
+    pub(crate) fn set_runs(&self, counts: &[(&str, i64)]) {
         for (phase, n) in counts {
             self.inner
                 .runs
@@ -188,17 +188,17 @@ impl Metrics {
     }
 
     /// Count one reconcile error.
-    pub fn reconcile_error(&self) {
+    pub(crate) fn reconcile_error(&self) {
         self.inner.reconcile_errors.inc();
     }
 
     /// Set the controller queue depth.
-    pub fn set_queue_depth(&self, n: usize) {
+    pub(crate) fn set_queue_depth(&self, n: usize) {
         self.inner.queue_depth.set(n as i64);
     }
 
     /// Count one auth cache lookup.
-    pub fn auth_cache(&self, cache: &str, hit: bool) {
+    pub(crate) fn auth_cache(&self, cache: &str, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
         self.inner
             .auth_cache

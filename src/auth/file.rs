@@ -29,7 +29,7 @@ const RESOURCES: [&str; 3] = ["runs", "workflows", ANY];
 /// The parsed file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuthFile {
+pub(crate) struct AuthFile {
     /// Known tokens.
     #[serde(default)]
     pub tokens: Vec<TokenEntry>,
@@ -44,7 +44,7 @@ pub struct AuthFile {
 /// A token and who it is.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TokenEntry {
+pub(crate) struct TokenEntry {
     /// The bearer token.
     pub token: String,
     /// User name.
@@ -63,7 +63,7 @@ pub struct TokenEntry {
 /// Who may do what where.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// Users the rule applies to.
     #[serde(default)]
     pub users: Vec<String>,
@@ -80,7 +80,7 @@ pub struct Rule {
 
 /// Errors reading the file.
 #[derive(Debug, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     /// Unreadable.
     #[error("cannot read {0}: {1}")]
     Read(String, std::io::Error),

@@ -101,10 +101,10 @@ pub trait Authorizer: Send + Sync + 'static {
 }
 
 /// Principal of unauthenticated loopback use (`--no-auth`).
-pub const ANONYMOUS: &str = "anonymous";
+pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// `--no-auth`: everyone is `anonymous` in the configured namespace, and may do anything.
-pub struct NoAuth {
+pub(crate) struct NoAuth {
     /// Namespace of `POST /mcp`.
     pub namespace: String,
 }

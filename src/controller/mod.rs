@@ -156,11 +156,6 @@ impl Controller {
         })
     }
 
-    /// Keys waiting in the work queue.
-    pub fn queue_depth(&self) -> usize {
-        self.queue.len()
-    }
-
     /// Run until `shutdown` fires. In-flight effects are abandoned, not cancelled: their Runs
     /// resume from status on the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
@@ -246,7 +241,7 @@ impl Controller {
     }
 
     /// Bring one Run as far as it can go now.
-    pub async fn reconcile(self: &Arc<Self>, k: &Key) {
+    pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(run)) => run,

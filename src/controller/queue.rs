@@ -11,7 +11,7 @@ use tokio::time::Instant;
 pub use crate::api::ObjectKey as Key;
 
 /// The queue.
-pub struct Queue {
+pub(crate) struct Queue {
     state: Mutex<State>,
     notify: Notify,
     /// Most keys of one namespace held by workers at once.
@@ -36,7 +36,7 @@ struct State {
 impl Queue {
     /// A queue that hands out at most `n` keys of one namespace at a time, so that one tenant's
     /// Runs cannot occupy every worker.
-    pub fn with_namespace_limit(n: usize) -> Self {
+    pub(crate) fn with_namespace_limit(n: usize) -> Self {
         Self {
             state: Mutex::default(),
             notify: Notify::new(),
@@ -50,7 +50,7 @@ impl Queue {
     }
 
     /// Process `key` at `at`, or earlier if it is already due earlier.
-    pub fn add_at(&self, key: Key, at: Instant) {
+    pub(crate) fn add_at(&self, key: Key, at: Instant) {
         let mut s = self.state.lock().expect("queue lock");
         if let Some(&prev) = s.when.get(&key) {
             if prev <= at {
@@ -67,11 +67,6 @@ impl Queue {
     /// Keys waiting (due now or later).
     pub fn len(&self) -> usize {
         self.state.lock().expect("queue lock").due.len()
-    }
-
-    /// Whether no key is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Wait for a due key that no other worker holds, and hold it until [`Queue::done`].

@@ -9,14 +9,14 @@ use serde_json::Value;
 /// Deepest JSON nesting accepted in arguments, answers and kept outputs.
 pub const MAX_DEPTH: usize = 32;
 /// Largest `tools/call` arguments (serialized JSON).
-pub const MAX_ARGUMENT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_ARGUMENT_BYTES: usize = 256 * 1024;
 /// Largest content of one input answer (serialized JSON).
-pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// Largest Run status (serialized JSON), well under the API server's 1.5 MiB object limit
 /// together with the spec.
 pub const MAX_STATUS_BYTES: usize = 1024 * 1024;
 /// Most retries a step may declare.
-pub const MAX_RETRY_LIMIT: u32 = 100;
+pub(crate) const MAX_RETRY_LIMIT: u32 = 100;
 /// Shortest backoff between attempts, whatever a Workflow says.
 pub const MIN_BACKOFF: SignedDuration = SignedDuration::from_millis(50);
 /// Attempt records kept per step (the newest).
@@ -53,7 +53,7 @@ pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), String> {
 }
 
 /// Validate arguments against a tool's input schema; the schema errors, as `{path, message}`.
-pub fn schema_errors(schema: &Value, args: &Value) -> Result<Vec<Value>, String> {
+pub(crate) fn schema_errors(schema: &Value, args: &Value) -> Result<Vec<Value>, String> {
     let validator = jsonschema::draft202012::new(schema).map_err(|e| e.to_string())?;
     Ok(validator
         .iter_errors(args)

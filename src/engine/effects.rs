@@ -186,7 +186,7 @@ pub enum Outcome {
 impl Outcome {
     /// A protocol-level failure of this server (`-32603`): a step this server cannot perform
     /// as asked. It ends the Run; retrying would not help.
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
         Self::Fatal(RunError {
             code: codes::INTERNAL_ERROR,
             message: message.into(),

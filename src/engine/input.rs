@@ -13,7 +13,7 @@ use crate::protocol::METHOD_ELICITATION;
 
 /// Whether `username` (in `groups`) may answer `request` of a Run requested by `requester`.
 /// `Err` says why not.
-pub fn may_answer(
+pub(crate) fn may_answer(
     request: &InputRequestSpec,
     requester: Option<&Principal>,
     username: &str,
@@ -41,7 +41,7 @@ pub fn may_answer(
 /// answer: such a person may read and answer the Run while the request is open, although the
 /// owner rule would not show them someone else's Run. Requests anyone may answer give no one
 /// extra access.
-pub fn is_named_approver(
+pub(crate) fn is_named_approver(
     request: &InputRequestSpec,
     requester: Option<&Principal>,
     username: &str,
@@ -56,7 +56,7 @@ pub fn is_named_approver(
 
 /// Why `content` is not an answer `requested_schema` accepts (`None` when it is). An accept
 /// without content is checked as the empty object, so required fields are enforced.
-pub fn answer_schema_error(
+pub(crate) fn answer_schema_error(
     requested_schema: Option<&Value>,
     content: Option<&Value>,
 ) -> Option<String> {

@@ -29,9 +29,9 @@ use serde_json::{Value, json};
 use crate::api::{Run, RunStatus};
 
 /// Largest step output kept in status, in bytes of JSON; larger outputs are truncated.
-pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// Largest final result kept in status, in bytes of JSON.
-pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_RESULT_BYTES: usize = 256 * 1024;
 
 fn ts(t: Timestamp) -> String {
     t.to_string()

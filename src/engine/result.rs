@@ -6,7 +6,7 @@ use super::template::{self, TemplateError};
 use crate::api::{ResultSpec, RunStatus, StepPhase};
 
 /// Content item types a result may hold.
-pub const CONTENT_TYPES: [&str; 5] = ["text", "image", "audio", "resource", "resource_link"];
+pub(crate) const CONTENT_TYPES: [&str; 5] = ["text", "image", "audio", "resource", "resource_link"];
 
 /// Render the result; without a spec, the last successful step's output becomes a text item.
 pub fn render(

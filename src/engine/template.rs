@@ -15,9 +15,9 @@ pub struct TemplateError {
 
 /// Instructions one rendering may execute: plenty for any real template, and an end to loops
 /// over hostile input.
-pub const FUEL: u64 = 200_000;
+pub(crate) const FUEL: u64 = 200_000;
 /// Largest output of one rendering.
-pub const MAX_RENDERED_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_RENDERED_BYTES: usize = 1024 * 1024;
 
 fn env() -> Environment<'static> {
     let mut env = Environment::new();
@@ -67,7 +67,7 @@ pub fn check(template: &str) -> Result<(), TemplateError> {
 }
 
 /// Check every string leaf of a JSON value.
-pub fn check_value(value: &Value) -> Result<(), TemplateError> {
+pub(crate) fn check_value(value: &Value) -> Result<(), TemplateError> {
     match value {
         Value::String(s) => check(s),
         Value::Array(items) => items.iter().try_for_each(check_value),
@@ -78,7 +78,7 @@ pub fn check_value(value: &Value) -> Result<(), TemplateError> {
 
 /// Check that a `when` condition compiles the way [`truthy`] reads it: a bare expression
 /// (`not inputs.ok`), one `{{ expression }}`, or a template with text around its tags.
-pub fn check_condition(expr: &str) -> Result<(), TemplateError> {
+pub(crate) fn check_condition(expr: &str) -> Result<(), TemplateError> {
     if expr.contains("{{") && lone_expression(expr).is_none() {
         return check(expr);
     }
@@ -152,7 +152,7 @@ pub fn render_url(template: &str, ctx: &Value) -> Result<String, TemplateError> 
 }
 
 /// Render every string leaf; a leaf that is a lone `{{ expr }}` keeps the JSON type of its value.
-pub fn render_value(value: &Value, ctx: &Value) -> Result<Value, TemplateError> {
+pub(crate) fn render_value(value: &Value, ctx: &Value) -> Result<Value, TemplateError> {
     Ok(match value {
         Value::String(s) => match lone_expression(s) {
             Some(expr) => {

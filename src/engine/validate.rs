@@ -41,7 +41,7 @@ pub fn workflow(wf: &Workflow, caps: Capabilities) -> Result<(), Invalid> {
 /// `wf` itself): its own validity, then the tool-name rule. Of the valid Workflows offering one
 /// tool name, the oldest (by creation time, then name) keeps it, so applying a new Workflow can
 /// never take a tool away from the one that serves it. Both stores decide readiness here.
-pub fn readiness<'a>(
+pub(crate) fn readiness<'a>(
     wf: &Workflow,
     namespace: impl IntoIterator<Item = &'a Workflow>,
     caps: Capabilities,

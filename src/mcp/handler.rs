@@ -32,7 +32,7 @@ pub(super) const LIST_TTL_MS: u64 = 5_000;
 pub(super) const UNKNOWN_TASK: &str = "unknown task";
 
 /// One request's handler (rmcp builds one per POST).
-pub struct RunwayMcp {
+pub(crate) struct RunwayMcp {
     pub(super) state: Arc<McpState>,
 }
 

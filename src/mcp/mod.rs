@@ -40,11 +40,11 @@ use handler::RunwayMcp;
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default of [`Config::body_read_timeout`].
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`Config::max_streams_per_principal`].
-pub const MAX_STREAMS_PER_PRINCIPAL: usize = 16;
+pub(crate) const MAX_STREAMS_PER_PRINCIPAL: usize = 16;
 /// Default of [`Config::max_concurrent_requests`].
-pub const MAX_CONCURRENT_REQUESTS: usize = 1024;
+pub(crate) const MAX_CONCURRENT_REQUESTS: usize = 1024;
 
 /// Who may act on a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -105,7 +105,7 @@ impl Config {
 }
 
 /// Shortest state key accepted.
-pub const MIN_STATE_KEY_BYTES: usize = 32;
+pub(crate) const MIN_STATE_KEY_BYTES: usize = 32;
 
 /// State keys as a key file or Secret holds them: one per line, newest first; blank lines and
 /// surrounding whitespace are ignored.
@@ -287,7 +287,7 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[Str
 }
 
 /// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`.
-pub fn router(state: Arc<McpState>) -> Router {
+pub(crate) fn router(state: Arc<McpState>) -> Router {
     let hosts = state.config.hosts();
     let origins = state.config.origins();
     let cfg = StreamableHttpServerConfig::default()
@@ -388,7 +388,7 @@ fn check_param_headers(schema: &Value, args: &Value, headers: &HeaderMap) -> Res
 }
 
 /// Whether the request `_meta` declares the Tasks extension.
-pub fn declares_tasks(params: Option<&Value>) -> bool {
+pub(crate) fn declares_tasks(params: Option<&Value>) -> bool {
     params
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(META_CLIENT_CAPABILITIES))

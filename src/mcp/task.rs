@@ -10,19 +10,19 @@ use crate::api::{ExecutionSpec, Run, RunPhase, WorkflowSpec};
 use crate::engine::duration;
 
 /// `pollIntervalMs` when a Workflow gives none.
-pub const DEFAULT_POLL_INTERVAL_MS: u64 = 1000;
+pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 1000;
 /// Longest workflow-name prefix of a task id (the id stays within 63 characters).
 const MAX_PREFIX: usize = 36;
 
 /// A fresh task id: `<workflow prefix>-<26 lowercase base32 chars of 128 random bits>`.
-pub fn new_task_id(workflow: &str) -> String {
+pub(crate) fn new_task_id(workflow: &str) -> String {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("the OS random source works");
     task_id_from(workflow, &b)
 }
 
 /// A task id from 16 bytes (random, or an HMAC for idempotent calls).
-pub fn task_id_from(workflow: &str, bytes: &[u8; 16]) -> String {
+pub(crate) fn task_id_from(workflow: &str, bytes: &[u8; 16]) -> String {
     let mut prefix: String = workflow
         .chars()
         .map(|c| {
@@ -47,7 +47,7 @@ fn ms(d: SignedDuration) -> u64 {
 }
 
 /// Poll interval of a Workflow's execution settings in milliseconds.
-pub fn poll_interval_ms(execution: Option<&ExecutionSpec>) -> u64 {
+pub(crate) fn poll_interval_ms(execution: Option<&ExecutionSpec>) -> u64 {
     execution
         .and_then(|e| e.poll_interval.as_deref())
         .and_then(|s| duration::parse(s).ok())
@@ -85,7 +85,7 @@ fn last_updated(run: &Run) -> Timestamp {
 }
 
 /// Open input requests a client still has to answer: asked, and not answered in the spec yet.
-pub fn open_requests(run: &Run) -> InputRequests {
+pub(crate) fn open_requests(run: &Run) -> InputRequests {
     let mut out = InputRequests::new();
     if let Some(st) = &run.status {
         for (key, req) in &st.input_requests {
@@ -158,7 +158,7 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
 }
 
 /// Project a Run onto the MCP task it is.
-pub fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
+pub(crate) fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
     let base = task(run, live);
     let Some(st) = run.status.as_ref() else {
         return DetailedTask::new(base, TaskPayload::Working);

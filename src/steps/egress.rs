@@ -110,7 +110,7 @@ fn loopback(ip: IpAddr) -> bool {
 
 impl Egress {
     /// Whether a connection to `ip` is allowed.
-    pub fn permits(&self, ip: IpAddr) -> bool {
+    pub(crate) fn permits(&self, ip: IpAddr) -> bool {
         if self.allow.iter().any(|c| c.contains(ip)) {
             return true;
         }
@@ -118,7 +118,7 @@ impl Egress {
     }
 
     /// Check a URL whose host is an IP literal (reqwest does not resolve those).
-    pub fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
+    pub(crate) fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
         let host = url.host_str().unwrap_or_default();
         let Ok(ip) = host
             .trim_start_matches('[')

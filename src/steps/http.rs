@@ -11,12 +11,12 @@ use crate::engine::{Action, Body, Effect, HttpRequest, Outcome};
 use crate::store::SecretSource;
 
 /// Header carrying the step's idempotency key.
-pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 /// Largest response body read, in bytes.
-pub const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
 /// Executes `http` steps with one shared connection pool.
-pub struct HttpExecutor {
+pub(crate) struct HttpExecutor {
     client: reqwest::Client,
     egress: super::egress::Egress,
     secrets: Arc<dyn SecretSource>,

@@ -18,9 +18,9 @@ use crate::api::{ErrorClass, JobStep, Run};
 use crate::engine::{Action, Effect, Outcome};
 
 /// Label naming the Run that owns a Job.
-pub const RUN_LABEL: &str = "runway.dev/run";
+pub(crate) const RUN_LABEL: &str = "runway.dev/run";
 /// Label naming the step a Job runs.
-pub const STEP_LABEL: &str = "runway.dev/step";
+pub(crate) const STEP_LABEL: &str = "runway.dev/step";
 /// Label the Job controller puts on its pods.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
@@ -37,7 +37,7 @@ impl JobExecutor {
 }
 
 /// The Job for one attempt of a step.
-pub fn build_job(
+pub(crate) fn build_job(
     run: &Run,
     step_name: &str,
     job_name: &str,

@@ -47,13 +47,13 @@ impl Executors {
     }
 
     /// Run `tool` steps (and their cleanups) with `e`.
-    pub fn with_tool(mut self, e: Arc<dyn Executor>) -> Self {
+    pub(crate) fn with_tool(mut self, e: Arc<dyn Executor>) -> Self {
         self.tool = Some(e);
         self
     }
 
     /// Run `job` steps (and their cleanups) with `e`.
-    pub fn with_jobs(mut self, e: Arc<dyn Executor>) -> Self {
+    pub(crate) fn with_jobs(mut self, e: Arc<dyn Executor>) -> Self {
         self.job = Some(e);
         self
     }
@@ -130,7 +130,7 @@ impl SecretSource for StaticSecrets {
 }
 
 /// Rendered headers as `(name, value)` pairs, reading `valueFrom` Secrets in the Run's namespace.
-pub async fn resolve_headers(
+pub(crate) async fn resolve_headers(
     secrets: &dyn SecretSource,
     run: &Run,
     headers: &[crate::engine::HeaderValue],

@@ -77,7 +77,7 @@ const MAX_MESSAGE_CHARS: usize = 500;
 type Session = RunningService<RoleClient, ClientConfig>;
 
 /// Executes `tool` steps and cancels their upstream tasks.
-pub struct ToolExecutor {
+pub(crate) struct ToolExecutor {
     client: reqwest::Client,
     egress: super::egress::Egress,
     secrets: Arc<dyn SecretSource>,

@@ -24,9 +24,9 @@ use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labe
 use crate::api::{Run, Workflow};
 
 /// Field manager of the controller's status writes.
-pub const CONTROLLER_MANAGER: &str = "runway-controller";
+pub(crate) const CONTROLLER_MANAGER: &str = "runway-controller";
 /// Field manager of the MCP endpoint's spec writes (`cancel`, `inputResponses`).
-pub const MCP_MANAGER: &str = "runway-mcp";
+pub(crate) const MCP_MANAGER: &str = "runway-mcp";
 
 use super::key_of;
 use crate::api::ObjectKey as Key;
@@ -395,7 +395,7 @@ impl RunStore for KubeStore {
 
 /// Workflows from the cluster, read through a reflector.
 #[derive(Clone)]
-pub struct KubeWorkflows {
+pub(crate) struct KubeWorkflows {
     workflows: Store<Workflow>,
     changes: watch::Sender<u64>,
 }

@@ -18,7 +18,7 @@ use crate::api::{Workflow, WorkflowSpec, WorkflowStatus, conditions, reasons};
 use crate::engine::validate::{self, Capabilities};
 
 /// Namespace of manifests that name none.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 /// A file that could not be read or parsed at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -355,7 +355,7 @@ impl ManifestWorkflows {
     }
 
     /// Poll the directory for changes until the returned task is aborted.
-    pub fn spawn_reloader(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_reloader(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);

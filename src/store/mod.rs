@@ -132,7 +132,7 @@ pub fn new_uid() -> String {
 }
 
 /// A new random state key, as text (so it can live in a file, a Secret or a database).
-pub fn new_state_key() -> Vec<u8> {
+pub(crate) fn new_state_key() -> Vec<u8> {
     let mut b = [0u8; 32];
     getrandom::fill(&mut b).expect("the OS random source works");
     data_encoding::BASE64URL_NOPAD.encode(&b).into_bytes()
