@@ -121,13 +121,7 @@ impl RunwayMcp {
         responses: &BTreeMap<String, Value>,
     ) -> Result<Answers, ErrorData> {
         loop {
-            let mut run = self
-                .state
-                .store
-                .get(&t.namespace, name)
-                .await
-                .map_err(internal)?
-                .ok_or_else(unknown_task)?;
+            let mut run = self.stored_run(t, name).await?;
             let snapshot = run.workflow_snapshot();
             let open = run.status.clone().unwrap_or_default().input_requests;
             let me = &t.identity.principal;

@@ -7,7 +7,7 @@ use rmcp::service::RequestContext;
 use serde_json::json;
 
 use super::access::{awaiting_answer_from, readable_run};
-use super::handler::{RunwayMcp, tenant, unknown_task};
+use super::handler::{RunwayMcp, internal, tenant, unknown_task};
 use super::{McpState, Tenant, task};
 use crate::api::{CancelRequest, Run};
 use crate::protocol::META_AWAITING_YOU;
@@ -49,6 +49,17 @@ pub(super) fn step_progress(run: &Run) -> (f64, f64) {
 }
 
 impl RunwayMcp {
+    /// Run `name` of the caller's namespace as the store has it now; "unknown task" when gone.
+    /// Callers have checked the caller's rights to it.
+    pub(super) async fn stored_run(&self, t: &Tenant, name: &str) -> Result<Run, ErrorData> {
+        self.state
+            .store
+            .get(&t.namespace, name)
+            .await
+            .map_err(internal)?
+            .ok_or_else(unknown_task)
+    }
+
     /// Record the cancel intent in `spec.cancel` (once). `Ok` only when it is durable (or the
     /// Run is gone, finished or already cancelled).
     pub(super) async fn cancel(

@@ -378,13 +378,7 @@ impl RunwayMcp {
             declares_sampling(ctx),
         );
         let mut sent: Option<(f64, String)> = None;
-        let mut run = self
-            .state
-            .store
-            .get(&t.namespace, name)
-            .await
-            .map_err(internal)?
-            .ok_or_else(unknown_task)?;
+        let mut run = self.stored_run(t, name).await?;
         loop {
             if let Some(token) = &progress {
                 let (done, total) = step_progress(&run);
@@ -431,7 +425,7 @@ impl RunwayMcp {
                     Ok(Change::Deleted) => return Err(unknown_task()),
                     Err(_) => {
                         changes = self.state.events.subscribe(&t.namespace, name);
-                        run = self.state.store.get(&t.namespace, name).await.map_err(internal)?.ok_or_else(unknown_task)?;
+                        run = self.stored_run(t, name).await?;
                     }
                 },
                 _ = ctx.ct.cancelled() => {
