@@ -929,3 +929,70 @@ async fn a_sample_step_is_answered_by_the_callers_model_and_survives_a_restart()
     let done = alice.await_status(&id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "Ada: hello");
 }
+
+/// One `tasks/get` as the caller `c` sends it, and the same request with its `Mcp-Name` in the
+/// header encoding's Base64 form — which the server's fast path leaves to rmcp.
+async fn get_both_ways(c: &Client, task: &str) -> [(StatusCode, Value); 2] {
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get",
+        "params": {"taskId": task, "_meta": c.meta()}});
+    let encoded = format!(
+        "=?base64?{}?=",
+        data_encoding::BASE64.encode(task.as_bytes())
+    );
+    let mut out = vec![];
+    for b in [
+        c.request("tasks/get", Some(task)),
+        c.request("tasks/get", Some(&encoded)),
+    ] {
+        let resp = b.json(&body).send().await.unwrap();
+        let status = resp.status();
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/json",
+            "{task}"
+        );
+        out.push((status, resp.json::<Value>().await.unwrap()));
+    }
+    out.try_into().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
+    let s = server().await;
+    let (alice, paula, dave, rita) = (
+        s.client("alice-token"),
+        s.client("paula-token"),
+        s.client("dave-token"),
+        s.client("reader-token"),
+    );
+    let done = task_id(&alice.call("quick", json!({})).await);
+    alice.await_status(&done, "completed").await;
+    let waiting = task_id(&alice.call("signoff", json!({})).await);
+    s.wait(&waiting, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let cases = [
+        (&alice, done.as_str(), "completed"),
+        (&alice, waiting.as_str(), "input_required"),
+        // Read through the approver rule, with the questions that wait for her.
+        (&paula, waiting.as_str(), "input_required"),
+        // The owner rule's "no" and a missing task are the same answer.
+        (&dave, done.as_str(), "error"),
+        (&alice, "quick-no-such-task", "error"),
+        // rita may read Runs but not list them, and asked for none: unknown.
+        (&rita, done.as_str(), "error"),
+    ];
+    for (who, task, want) in cases {
+        let [fast, slow] = get_both_ways(who, task).await;
+        assert_eq!(fast, slow, "{task}");
+        assert_eq!(fast.0, StatusCode::OK);
+        match want {
+            "error" => assert_eq!(fast.1["error"]["code"], -32602, "{}", fast.1),
+            status => assert_eq!(fast.1["result"]["status"], status, "{}", fast.1),
+        }
+    }
+    let [fast, _] = get_both_ways(&paula, &waiting).await;
+    assert_eq!(
+        fast.1["result"]["_meta"]["dev.runway/awaitingYou"],
+        json!(["ask.note", "ask.release"])
+    );
+}

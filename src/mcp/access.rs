@@ -1,5 +1,7 @@
 //! Who may do what to which task: RBAC per method, the owner rule, named approvers.
 
+use std::sync::Arc;
+
 use rmcp::model::ErrorData;
 
 use super::handler::{err, internal};
@@ -149,7 +151,7 @@ pub(super) async fn task_run(
     t: &Tenant,
     task_id: &str,
     access: Access,
-) -> Result<Option<Run>, ErrorData> {
+) -> Result<Option<Arc<Run>>, ErrorData> {
     if !crate::api::is_dns_subdomain(task_id)
         || !allowed(state, t, access.verb(), Resource::Runs)
             .await
@@ -159,7 +161,7 @@ pub(super) async fn task_run(
     }
     let Some(run) = state
         .store
-        .get(&t.namespace, task_id)
+        .get_shared(&t.namespace, task_id)
         .await
         .map_err(internal)?
     else {
@@ -169,7 +171,11 @@ pub(super) async fn task_run(
 }
 
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".
-pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Run> {
+pub(super) async fn readable_run(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+) -> Option<Arc<Run>> {
     task_run(state, t, task_id, Access::Read)
         .await
         .ok()

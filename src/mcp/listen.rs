@@ -229,7 +229,7 @@ fn frame(v: Value) -> Result<Event, Infallible> {
 /// Send the task view of `current`, then of every change of it that the caller would see
 /// differently, until the Run ends, goes or the stream closes.
 async fn follow(
-    current: crate::api::Run,
+    current: Arc<crate::api::Run>,
     live: Option<crate::api::WorkflowSpec>,
     mut rx: tokio::sync::broadcast::Receiver<Change>,
     out: mpsc::Sender<Value>,

@@ -6,6 +6,7 @@ mod access;
 mod answers;
 mod delivery;
 pub mod events;
+mod fast;
 mod handler;
 pub mod listen;
 mod sealing;
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{AuthError, Authenticator, Authorizer, Identity};
 use crate::protocol::{
     HEADER_NAME, HEADER_PARAM_PREFIX, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
-    METHOD_LISTEN, TASKS_EXTENSION, codes,
+    METHOD_GET_TASK, METHOD_LISTEN, TASKS_EXTENSION, codes,
 };
 use crate::store::{RunStore, WorkflowSource};
 use events::RunEvents;
@@ -456,6 +457,10 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
         listen::serve(state, tenant, &parts.headers, msg).await
+    } else if method == METHOD_GET_TASK
+        && let Some((id, task_id)) = fast::eligible(&parts.headers, &msg)
+    {
+        fast::get_task(&state, &tenant, id, task_id).await
     } else if method == "tools/call" {
         // Dropped with this future (the client went away) or with an unread body: either way
         // the Run the call created was never handed over.
@@ -594,11 +599,17 @@ fn protocol_headers(headers: &HeaderMap) -> Result<(), &'static str> {
 /// sent) names the task of the body.
 fn task_headers_agree(headers: &HeaderMap, params: Option<&Value>) -> bool {
     let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str);
+    // The header may carry the name in its Base64 form (`=?base64?…?=`).
     let header_name = headers
         .get(HEADER_NAME)
         .and_then(|v| v.to_str().ok())
-        .map(str::trim);
-    declares_tasks(params) && (task_id.is_none() || header_name.is_none() || header_name == task_id)
+        .map(|v| decode_header_value(v.trim()));
+    let names_agree = match (task_id, header_name) {
+        (Some(id), Some(Ok(name))) => id == name,
+        (_, Some(Err(_))) => false,
+        _ => true,
+    };
+    declares_tasks(params) && names_agree
 }
 
 /// The `Mcp-Param-*` headers of a `tools/call` agree with the arguments its tool's schema marks

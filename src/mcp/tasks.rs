@@ -95,25 +95,34 @@ impl RunwayMcp {
         }
     }
 
-    /// `tasks/get`: the task, and which open questions wait for the caller.
+    /// `tasks/get` through rmcp (requests the fast path declined).
     pub(super) async fn get(
         &self,
         request: GetTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let t = tenant(&ctx)?;
-        let run = readable_run(&self.state, &t, &request.task_id)
-            .await
-            .ok_or_else(unknown_task)?;
-        let live = live_spec(&self.state, &run).await;
-        let mut result = GetTaskResult::new(task::project(&run, live.as_ref()));
-        // Present (possibly empty) whenever questions are open, so a client can tell "none of
-        // them is yours" from a server that does not say.
-        if let Some(awaiting) = awaiting_answer_from(&self.state, &t, &run).await {
-            let mut meta = rmcp::model::MetaObject::default();
-            meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
-            result.meta = Some(meta);
-        }
-        Ok(result)
+        get_task(&self.state, &tenant(&ctx)?, &request.task_id).await
     }
+}
+
+/// `tasks/get`: the task, and which open questions wait for the caller. One function for both
+/// ways a request arrives (rmcp, or the fast path in front of it).
+pub(super) async fn get_task(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+) -> Result<GetTaskResult, ErrorData> {
+    let run = readable_run(state, t, task_id)
+        .await
+        .ok_or_else(unknown_task)?;
+    let live = live_spec(state, &run).await;
+    let mut result = GetTaskResult::new(task::project(&run, live.as_ref()));
+    // Present (possibly empty) whenever questions are open, so a client can tell "none of
+    // them is yours" from a server that does not say.
+    if let Some(awaiting) = awaiting_answer_from(state, t, &run).await {
+        let mut meta = rmcp::model::MetaObject::default();
+        meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
+        result.meta = Some(meta);
+    }
+    Ok(result)
 }

@@ -30,6 +30,8 @@ pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
 pub const METHOD_ELICITATION: &str = "elicitation/create";
 /// The input request asking the client's model.
 pub const METHOD_SAMPLING: &str = "sampling/createMessage";
+/// The polling method: one task's state.
+pub const METHOD_GET_TASK: &str = "tasks/get";
 /// The streaming method: follow tasks.
 pub const METHOD_LISTEN: &str = "subscriptions/listen";
 /// Notification acknowledging a subscription.

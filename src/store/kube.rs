@@ -154,6 +154,13 @@ impl RunStore for KubeStore {
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
+        Ok(self
+            .get_shared(namespace, name)
+            .await?
+            .map(Arc::unwrap_or_clone))
+    }
+
+    async fn get_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
         let own = self
             .own
@@ -163,24 +170,29 @@ impl RunStore for KubeStore {
             .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
             .map(|(_, r)| r.clone());
         match (cached, own) {
-            (Some(c), None) => Ok(Some((*c).clone())),
+            (Some(c), None) => Ok(Some(c)),
             (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
                 (Some(a), Some(b)) if a >= b => {
                     self.forget(namespace, name);
-                    Ok(Some((*c).clone()))
+                    Ok(Some(c))
                 }
-                (Some(_), Some(_)) => Ok(Some(o)),
-                _ => self.api(namespace).get_opt(name).await.map_err(map_err),
+                (Some(_), Some(_)) => Ok(Some(Arc::new(o))),
+                _ => Ok(self
+                    .api(namespace)
+                    .get_opt(name)
+                    .await
+                    .map_err(map_err)?
+                    .map(Arc::new)),
             },
             // Written here moments ago; the reflector has not seen it yet.
-            (None, Some(o)) => Ok(Some(o)),
+            (None, Some(o)) => Ok(Some(Arc::new(o))),
             // Not in the cache (yet, or any more): ask the API server.
             (None, None) => {
                 let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
                 if got.is_none() {
                     self.forget(namespace, name);
                 }
-                Ok(got)
+                Ok(got.map(Arc::new))
             }
         }
     }

@@ -61,6 +61,15 @@ pub trait RunStore: Send + Sync + 'static {
     async fn create(&self, run: Run) -> Result<Run, StoreError>;
     /// Read one Run, reflecting every write that returned before the call.
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError>;
+    /// [`RunStore::get`] without a copy where the store keeps the Run shared (the hot read
+    /// path of `tasks/get`); same freshness.
+    async fn get_shared(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<Run>>, StoreError> {
+        Ok(self.get(namespace, name).await?.map(std::sync::Arc::new))
+    }
     /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`.
     async fn list(
         &self,
