@@ -286,18 +286,34 @@ struct OperatorArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_listen: SocketAddr,
-    /// Run the controller without leader election (a single replica only).
+    /// Run the controller without Leases, for every Run (a single replica only).
     #[arg(long)]
     no_leader_election: bool,
-    /// Name of the coordination.k8s.io Lease used for leader election.
+    /// Name of the coordination.k8s.io Lease of the first shard (shard i: NAME-i; each replica
+    /// also keeps NAME-member-IDENTITY).
     #[arg(long, default_value = "runway-controller")]
     lease_name: String,
-    /// Namespace of the Lease.
+    /// Namespace of the Leases.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     lease_namespace: String,
-    /// This replica's identity in the Lease.
+    /// This replica's identity in the Leases.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Shards the Runs are split into, each driven by one replica at a time; the live replicas
+    /// share them evenly (1: one leader drives every Run).
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
+    /// How long a Lease holds without renewal: after a replica dies, the others take its
+    /// shards over within about this time.
+    #[arg(long, default_value = "15s")]
+    lease_duration: String,
+    /// A holder that could not renew its Lease for this long stops driving the shard (less than
+    /// --lease-duration).
+    #[arg(long, default_value = "10s")]
+    lease_renew_deadline: String,
+    /// How often Leases are renewed and looked at (less than --lease-renew-deadline).
+    #[arg(long, default_value = "2s")]
+    lease_retry_period: String,
     /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
     #[arg(long = "token-audience")]
     token_audiences: Vec<String>,
@@ -493,6 +509,10 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         lease_name,
         lease_namespace,
         identity,
+        shards,
+        lease_duration,
+        lease_renew_deadline,
+        lease_retry_period,
         token_audiences,
         state_key_secret,
         auth_cache_ttl,
@@ -519,13 +539,43 @@ async fn operator(args: OperatorArgs) -> ExitCode {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
     });
+    let mut lease =
+        runway::operator::lease::Settings::new(&lease_name, &lease_namespace, &identity);
+    lease.shards = shards;
+    for (flag, text, field) in [
+        ("--lease-duration", &lease_duration, &mut lease.duration),
+        (
+            "--lease-renew-deadline",
+            &lease_renew_deadline,
+            &mut lease.renew_deadline,
+        ),
+        (
+            "--lease-retry-period",
+            &lease_retry_period,
+            &mut lease.retry_period,
+        ),
+    ] {
+        match runway::engine::duration::parse(text).map(std::time::Duration::try_from) {
+            Ok(Ok(d)) => *field = d,
+            Ok(Err(_)) => {
+                eprintln!("runway: {flag}: must not be negative");
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("runway: {flag}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Err(e) = lease.check() {
+        eprintln!("runway: {e}");
+        return ExitCode::from(2);
+    }
     let opts = runway::operator::Options {
         listen,
         metrics_listen,
         leader_election: !no_leader_election,
-        lease_name,
-        lease_namespace,
-        identity,
+        lease,
         audiences: token_audiences,
         auth_cache_ttl: ttl,
         workers,

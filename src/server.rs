@@ -167,6 +167,7 @@ impl Server {
                 workers: opts.workers,
                 workers_per_namespace: 0,
                 metrics: opts.mcp.metrics.clone(),
+                shards: controller::Shards::all(),
             },
         );
         let token = shutdown.clone();

@@ -946,11 +946,7 @@ async fn get_both_ways(c: &Client, task: &str) -> [(StatusCode, Value); 2] {
     ] {
         let resp = b.json(&body).send().await.unwrap();
         let status = resp.status();
-        assert_eq!(
-            resp.headers()["content-type"],
-            "application/json",
-            "{task}"
-        );
+        assert_eq!(resp.headers()["content-type"], "application/json", "{task}");
         out.push((status, resp.json::<Value>().await.unwrap()));
     }
     out.try_into().unwrap()

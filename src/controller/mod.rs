@@ -67,6 +67,46 @@ pub struct Config {
     pub workers_per_namespace: usize,
     /// Where reconcile errors, queue depth and step durations are recorded.
     pub metrics: crate::telemetry::Metrics,
+    /// Which Runs this controller drives (all of them unless the work is split across
+    /// replicas).
+    pub shards: Shards,
+}
+
+/// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
+/// `count` — is in `owned`. Replicas that split the work own disjoint shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shards {
+    /// Number of shards the Runs are split into (at least 1).
+    pub count: u32,
+    /// The shards driven here.
+    pub owned: std::collections::BTreeSet<u32>,
+}
+
+impl Shards {
+    /// Every Run.
+    pub fn all() -> Self {
+        Self {
+            count: 1,
+            owned: [0].into(),
+        }
+    }
+
+    /// The shard of Run `key` among `count`. FNV-1a: stable across processes, versions and
+    /// machines, which every replica's answer must be.
+    pub fn of(key: &Key, count: u32) -> u32 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = key.namespace.bytes().chain([b'/']).chain(key.name.bytes());
+        for b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(count.max(1))) as u32
+    }
+
+    /// Whether Run `key` is driven here.
+    pub fn owns(&self, key: &Key) -> bool {
+        self.owned.contains(&Self::of(key, self.count))
+    }
 }
 
 impl Default for Config {
@@ -75,6 +115,7 @@ impl Default for Config {
             workers: 32,
             workers_per_namespace: 0,
             metrics: Default::default(),
+            shards: Shards::all(),
         }
     }
 }
@@ -197,7 +238,8 @@ impl Controller {
             };
             match self.store.list(None, &BTreeMap::new()).await {
                 Ok(runs) => {
-                    for k in runs.iter().filter_map(|r| Key::of(&r.metadata)) {
+                    let keys = runs.iter().filter_map(|r| Key::of(&r.metadata));
+                    for k in keys.filter(|k| self.config.shards.owns(k)) {
                         self.queue.add(k);
                     }
                 }
@@ -214,6 +256,9 @@ impl Controller {
                         let Some(k) = Key::of(&run.metadata) else {
                             continue;
                         };
+                        if !self.config.shards.owns(&k) {
+                            continue;
+                        }
                         if run.spec.cancel.is_some() {
                             self.abort_inflight(&k);
                         }

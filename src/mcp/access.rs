@@ -171,11 +171,7 @@ pub(super) async fn task_run(
 }
 
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".
-pub(super) async fn readable_run(
-    state: &McpState,
-    t: &Tenant,
-    task_id: &str,
-) -> Option<Arc<Run>> {
+pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Arc<Run>> {
     task_run(state, t, task_id, Access::Read)
         .await
         .ok()

@@ -152,11 +152,11 @@ mod tests {
 
     fn body() -> Value {
         json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {
-            "taskId": "quick-abc",
-            "_meta": {
-                META_PROTOCOL_VERSION: PROTOCOL_VERSION,
-                META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}},
-            }}})
+        "taskId": "quick-abc",
+        "_meta": {
+            META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}},
+        }}})
     }
 
     #[test]
@@ -190,10 +190,16 @@ mod tests {
             ("mcp-name", Some("=?base64?cXVpY2stYWJj?=")),
         ];
         for (name, value) in header_changes {
-            let mut h: Vec<(&str, &str)> =
-                STANDARD.iter().filter(|(k, _)| k != name).copied().collect();
+            let mut h: Vec<(&str, &str)> = STANDARD
+                .iter()
+                .filter(|(k, _)| k != name)
+                .copied()
+                .collect();
             h.extend(value.map(|v| (*name, v)));
-            assert!(eligible(&headers(&h), &body()).is_none(), "{name}: {value:?}");
+            assert!(
+                eligible(&headers(&h), &body()).is_none(),
+                "{name}: {value:?}"
+            );
         }
         let twice = [STANDARD, &[("mcp-name", "quick-abc")]].concat();
         assert!(eligible(&headers(&twice), &body()).is_none());
@@ -204,14 +210,26 @@ mod tests {
             ("/jsonrpc", json!("1.0")),
             ("/params/taskId", json!(7)),
             ("/params/taskId", json!("Not A Name")),
-            ("/params/_meta/io.modelcontextprotocol~1protocolVersion", json!("2025-11-25")),
-            ("/params/_meta/io.modelcontextprotocol~1clientCapabilities", json!({"extensions": 5})),
-            ("/params/_meta/io.modelcontextprotocol~1clientCapabilities", json!({})),
+            (
+                "/params/_meta/io.modelcontextprotocol~1protocolVersion",
+                json!("2025-11-25"),
+            ),
+            (
+                "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
+                json!({"extensions": 5}),
+            ),
+            (
+                "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
+                json!({}),
+            ),
         ];
         for (path, value) in body_changes {
             let mut b = body();
             *b.pointer_mut(path).unwrap() = value.clone();
-            assert!(eligible(&headers(STANDARD), &b).is_none(), "{path}: {value}");
+            assert!(
+                eligible(&headers(STANDARD), &b).is_none(),
+                "{path}: {value}"
+            );
         }
         let mut extra = body();
         extra["params"]["cursor"] = json!("x");

@@ -21,13 +21,13 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::auth::{AuthError, Authenticator, Authorizer, Identity};
 use crate::protocol::{
@@ -154,7 +154,7 @@ pub struct McpState {
     codecs: Vec<rmcp::model::RequestStateCodec>,
     /// Slots of requests in process (`Config::max_concurrent_requests`).
     requests: Arc<tokio::sync::Semaphore>,
-    hosts: Vec<String>,
+    hosts: Vec<AllowedHost>,
     origins: Vec<String>,
     /// Open listen streams per principal.
     streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
@@ -180,7 +180,8 @@ impl McpState {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("state key: {e}"))?;
         let events = RunEvents::start(store.clone(), shutdown.clone());
-        let (hosts, origins) = (config.hosts(), config.origins());
+        let hosts = config.hosts().iter().map(|h| AllowedHost::new(h)).collect();
+        let origins = config.origins();
         Ok(Arc::new(Self {
             requests: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_requests)),
             hosts,
@@ -232,24 +233,41 @@ impl Config {
     }
 }
 
+/// An entry of the allowed hosts: a name, for any port or for one.
+struct AllowedHost {
+    name: String,
+    port: Option<u16>,
+}
+
+impl AllowedHost {
+    fn new(allowed: &str) -> Self {
+        let allowed = allowed.to_ascii_lowercase();
+        match allowed.parse::<http::uri::Authority>() {
+            Ok(a) => Self {
+                name: a.host().to_owned(),
+                port: a.port_u16(),
+            },
+            Err(_) => Self {
+                name: allowed,
+                port: None,
+            },
+        }
+    }
+}
+
 /// Whether `Host` and `Origin` are allowed (the DNS-rebinding and cross-origin checks). The
 /// gate applies them to every request, also those it answers itself (`subscriptions/listen`).
-fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[String]) -> bool {
+fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[AllowedHost], origins: &[String]) -> bool {
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
     let Ok(authority) = host.parse::<http::uri::Authority>() else {
         return false;
     };
-    let name = authority.host().to_ascii_lowercase();
     let port = authority.port_u16();
     let host_ok = hosts.iter().any(|allowed| {
-        let allowed = allowed.to_ascii_lowercase();
-        match allowed.parse::<http::uri::Authority>() {
-            Ok(a) if a.port_u16().is_some() => a.host() == name && a.port_u16() == port,
-            Ok(a) => a.host() == name,
-            Err(_) => allowed == name,
-        }
+        authority.host().eq_ignore_ascii_case(&allowed.name)
+            && (allowed.port.is_none() || allowed.port == port)
     });
     if !host_ok {
         return false;
@@ -287,7 +305,28 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[String], origins: &[Str
     })
 }
 
-/// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`.
+/// rmcp's Streamable HTTP service, as the gate hands requests on to it.
+type Rmcp = StreamableHttpService<RunwayMcp, NeverSessionManager>;
+
+/// The gate's state: the endpoint's, and rmcp behind it.
+struct Gate {
+    state: Arc<McpState>,
+    rmcp: Rmcp,
+}
+
+impl Gate {
+    /// Hand a request on to rmcp.
+    async fn rmcp(&self, req: Request) -> Response {
+        match self.rmcp.clone().oneshot(req).await {
+            Ok(resp) => resp.into_response(),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`. Every request meets the
+/// gate first; rmcp is called only for what the gate does not answer itself, so the requests it
+/// answers (`subscriptions/listen`, the fast `tasks/get`) cost nothing of rmcp's.
 pub(crate) fn router(state: Arc<McpState>) -> Router {
     let hosts = state.config.hosts();
     let origins = state.config.origins();
@@ -301,15 +340,19 @@ pub(crate) fn router(state: Arc<McpState>) -> Router {
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         .with_cancellation_token(state.shutdown.child_token());
     let s = state.clone();
-    let service = StreamableHttpService::new(
+    let rmcp = StreamableHttpService::new(
         move || Ok(RunwayMcp::new(s.clone())),
         Arc::new(NeverSessionManager::default()),
         cfg,
     );
+    let gate = Arc::new(Gate { state, rmcp });
     Router::new()
-        .route_service("/mcp", service.clone())
-        .route_service("/namespaces/{namespace}/mcp", service)
-        .layer(middleware::from_fn_with_state(state, gate))
+        .route("/mcp", axum::routing::any(gate_handler))
+        .route(
+            "/namespaces/{namespace}/mcp",
+            axum::routing::any(gate_handler),
+        )
+        .with_state(gate)
 }
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
@@ -404,10 +447,11 @@ pub(crate) fn declares_tasks(params: Option<&Value>) -> bool {
 /// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
 /// their `taskId`, go to rmcp without a tenant: it refuses them (`-32021`, `-32020`) before any
 /// lookup, which is the order the protocol prescribes.
-async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> Response {
+async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     if req.method() != Method::POST {
-        return next.run(req).await;
+        return gate.rmcp(req).await;
     }
+    let state = gate.state.clone();
     let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
         return busy();
     };
@@ -433,8 +477,8 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
     }
     if method.starts_with("tasks/") && !task_headers_agree(&parts.headers, params) {
         // rmcp answers these malformed requests with the protocol's own errors.
-        return next
-            .run(Request::from_parts(parts, Body::from(bytes)))
+        return gate
+            .rmcp(Request::from_parts(parts, Body::from(bytes)))
             .await;
     }
     let Some(namespace) = path_ns.or_else(|| identity.namespace.clone()) else {
@@ -468,13 +512,13 @@ async fn gate(State(state): State<Arc<McpState>>, req: Request, next: Next) -> R
         let guard = delivery::Guard::new(delivery.clone(), state);
         parts.extensions.insert(tenant);
         parts.extensions.insert(delivery);
-        let resp = next
-            .run(Request::from_parts(parts, Body::from(bytes)))
+        let resp = gate
+            .rmcp(Request::from_parts(parts, Body::from(bytes)))
             .await;
         resp.map(|body| guard.watch(body))
     } else {
         parts.extensions.insert(tenant);
-        next.run(Request::from_parts(parts, Body::from(bytes)))
+        gate.rmcp(Request::from_parts(parts, Body::from(bytes)))
             .await
     };
     metrics.request(&method, resp.status().as_u16());

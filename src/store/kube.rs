@@ -160,7 +160,11 @@ impl RunStore for KubeStore {
             .map(Arc::unwrap_or_clone))
     }
 
-    async fn get_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+    async fn get_shared(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
         let own = self
             .own

@@ -308,7 +308,11 @@ impl RunStore for SqliteStore {
         Ok(cache.get(&Key::new(namespace, name)).map(|r| (**r).clone()))
     }
 
-    async fn get_shared(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+    async fn get_shared(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Run>>, StoreError> {
         let cache = self.inner.cache.read().expect("cache lock");
         Ok(cache.get(&Key::new(namespace, name)).cloned())
     }

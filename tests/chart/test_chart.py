@@ -29,7 +29,9 @@ OPERATOR_CLUSTER_RULES = {
     ("authentication.k8s.io", "tokenreviews"): {"create"},
     ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
-LEASE_RULES = {("coordination.k8s.io", "leases"): {"get", "create", "update", "patch"}}
+LEASE_RULES = {
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch", "create", "update", "patch", "delete"}
+}
 
 VALUE_SETS = check.value_sets()
 
@@ -189,6 +191,10 @@ def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> No
         "--metrics-listen=0.0.0.0:9090",
         "--lease-name=runway-controller",
         f"--lease-namespace={NAMESPACE}",
+        "--shards=1",
+        "--lease-duration=15s",
+        "--lease-renew-deadline=10s",
+        "--lease-retry-period=2s",
         "--allowed-host=runway",
         f"--allowed-host=runway.{NAMESPACE}",
         f"--allowed-host=runway.{NAMESPACE}.svc",
@@ -218,6 +224,10 @@ def test_every_option_reaches_the_operator() -> None:
         "--listen=0.0.0.0:8181",
         "--metrics-listen=0.0.0.0:9191",
         "--lease-name=runway-all-controller",
+        "--shards=6",
+        "--lease-duration=20s",
+        "--lease-renew-deadline=12s",
+        "--lease-retry-period=3s",
         "--allowed-host=runway-all.runway-system.svc.corp.local",
         "--allowed-host=runway.example.com",
         "--allowed-host=runway.example.com:8443",

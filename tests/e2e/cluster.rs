@@ -62,7 +62,17 @@ pub struct Cluster {
     /// etcd, kube-apiserver, kube-controller-manager: they live as long as the test binary.
     control_plane: Mutex<Vec<Child>>,
     pub state_key: PathBuf,
+    /// Shards the replicas split the Runs into (`--shards`).
+    pub shards: u32,
 }
+
+/// Lease timings of the replicas: shorter than the defaults, so that a takeover after a crash
+/// does not hold the tier up for long.
+const LEASE_FLAGS: [&str; 3] = [
+    "--lease-duration=6s",
+    "--lease-renew-deadline=4s",
+    "--lease-retry-period=1s",
+];
 
 /// One `runway operator` replica.
 pub struct Operator {
@@ -74,9 +84,18 @@ pub struct Operator {
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
-/// The control plane of this test binary, started on first use with `replicas` operators.
+/// The control plane of this test binary, started on first use with `replicas` operators
+/// (one shard: a single leader drives the Runs).
 pub fn cluster(replicas: usize) -> &'static Cluster {
-    CLUSTER.get_or_init(|| Cluster::start(replicas))
+    sharded_cluster(replicas, 1)
+}
+
+/// The control plane of this test binary, started on first use with `replicas` operators that
+/// split the Runs into `shards`.
+pub fn sharded_cluster(replicas: usize, shards: u32) -> &'static Cluster {
+    let c = CLUSTER.get_or_init(|| Cluster::start(replicas, shards));
+    assert_eq!(c.shards, shards, "one control plane per test binary");
+    c
 }
 
 fn root() -> PathBuf {
@@ -186,7 +205,7 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
 }
 
 impl Cluster {
-    fn start(replicas: usize) -> Self {
+    fn start(replicas: usize, shards: u32) -> Self {
         let bin = assets();
         let chart = std::env::var_os(CHART_ENV)
             .map(PathBuf::from)
@@ -318,6 +337,7 @@ impl Cluster {
             server,
             operators: Mutex::new(Vec::new()),
             control_plane: Mutex::new(control_plane),
+            shards,
         };
         wait_until("the API server to be ready", || {
             me.kubectl("admin", &["get", "--raw=/readyz"])
@@ -522,11 +542,13 @@ impl Cluster {
                 &format!("--listen=127.0.0.1:{mcp}"),
                 &format!("--metrics-listen=127.0.0.1:{metrics}"),
                 &format!("--lease-name={LEASE}"),
+                &format!("--shards={}", self.shards),
                 // The tests' HTTP sinks run on this machine's loopback, which the operator's
                 // egress policy denies by default.
                 "--egress-allow=127.0.0.1/32",
                 &format!("--token-audience={AUDIENCE}"),
             ]);
+        cmd.args(LEASE_FLAGS);
         if key_file {
             cmd.arg(format!("--state-key-file={}", self.state_key.display()));
         }
@@ -611,6 +633,60 @@ impl Cluster {
         let mut op = ops.remove(i);
         op.child.kill().unwrap();
         op.child.wait().unwrap();
+    }
+
+    /// Stop a replica as Kubernetes does (SIGTERM), and wait until it has exited.
+    pub fn stop(&self, identity: &str) {
+        let mut ops = self.operators.lock().unwrap();
+        let i = ops
+            .iter()
+            .position(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        let mut op = ops.remove(i);
+        let pid = op.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = op.child.wait().unwrap();
+        assert!(status.success(), "{identity} stopped with {status}");
+    }
+
+    /// The holder of each shard's Lease (empty when none), shard 0 first.
+    pub fn holders(&self) -> Vec<String> {
+        (0..self.shards)
+            .map(|i| {
+                let name = match i {
+                    0 => LEASE.to_owned(),
+                    i => format!("{LEASE}-{i}"),
+                };
+                self.admin(&[
+                    "get",
+                    "lease",
+                    &name,
+                    "-n",
+                    SYSTEM_NS,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                    "--ignore-not-found",
+                ])
+                .trim()
+                .to_owned()
+            })
+            .collect()
+    }
+
+    /// Wait until the shards' holders satisfy `ok`; returns them.
+    pub fn wait_holders(&self, what: &str, ok: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let mut holders = vec![];
+        wait_until(what, || {
+            holders = self.holders();
+            ok(&holders)
+        });
+        holders
     }
 
     /// A replica's log so far, for assertion messages.

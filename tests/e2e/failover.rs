@@ -1,5 +1,6 @@
 //! The e2e tier's failover tests, in a binary (and so a control plane) of their own because they
-//! kill operator replicas: `kill -9` of the leader, and a restart of the only replica.
+//! kill and stop operator replicas: `kill -9` of the leader, a restart of the only replica, and
+//! shards handed over on a graceful stop. The replicas here split the Runs into two shards.
 
 mod cluster;
 #[path = "../support/mod.rs"]
@@ -8,10 +9,13 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use cluster::{cluster, token};
+use cluster::{sharded_cluster, token};
 use serde_json::json;
 use support::mcp::Client;
 use support::sink::Sink;
+
+/// Shards of this binary's replicas.
+const SHARDS: u32 = 2;
 
 /// The tests here kill replicas: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -33,7 +37,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn the_other_replica_takes_over_when_the_leader_dies_and_a_restarted_one_resumes() {
     let _one_at_a_time = SERIAL.lock().await;
-    let c = cluster(2);
+    let c = sharded_cluster(2, SHARDS);
     let ns = c.namespace("failover");
     assert!(c.apply("admin", &ns, NAP).status.success());
     c.admin(&[
@@ -106,7 +110,7 @@ async fn the_other_replica_takes_over_when_the_leader_dies_and_a_restarted_one_r
 #[tokio::test(flavor = "multi_thread")]
 async fn retried_idempotent_calls_across_replicas_and_a_leader_kill_make_one_run_each() {
     let _one_at_a_time = SERIAL.lock().await;
-    let c = cluster(2);
+    let c = sharded_cluster(2, SHARDS);
     let ns = c.namespace("idem");
     let sink = Sink::start().await;
     let url = &sink.url;
@@ -231,4 +235,76 @@ spec:
         unanswered.len(),
         sink.deliveries().values().sum::<usize>()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shards_are_shared_handed_over_on_a_graceful_stop_and_shared_again() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let c = sharded_cluster(2, SHARDS);
+    let (a, b, d) = ("share-a", "share-b", "share-d");
+    c.start_operator(a);
+    c.start_operator(b);
+    // Whatever the other tests left running stops the way Kubernetes stops a pod.
+    for other in c.replicas().into_iter().filter(|r| r != a && r != b) {
+        c.stop(&other);
+    }
+    let pair = |x: &str, y: &str| {
+        let mut want = vec![x.to_owned(), y.to_owned()];
+        want.sort();
+        move |h: &[String]| {
+            let mut h = h.to_vec();
+            h.sort();
+            h == want
+        }
+    };
+    c.wait_holders("a and b to drive one shard each", pair(a, b));
+
+    let ns = c.namespace("shards");
+    assert!(c.apply("admin", &ns, NAP).status.success());
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf/nap",
+    ]);
+    let runs_on = |replica: &str| {
+        let cl = Client::new(
+            &c.base_of(replica),
+            Some(&token("alice")),
+            &format!("/namespaces/{ns}/mcp"),
+        );
+        let ns = ns.clone();
+        async move {
+            let mut ids = vec![];
+            for _ in 0..6 {
+                let r = cl.call("nap", json!({"wait": "100ms"})).await;
+                ids.push(r.result()["taskId"].as_str().unwrap().to_owned());
+            }
+            for id in &ids {
+                c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Succeeded");
+            }
+        }
+    };
+    runs_on(a).await;
+
+    // A graceful stop hands both of a's shards to b, and takes a's member Lease away.
+    c.stop(a);
+    c.wait_holders("b to drive both shards", |h| h.iter().all(|x| x == b));
+    let member = c.admin(&[
+        "get",
+        "leases",
+        "-n",
+        cluster::SYSTEM_NS,
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    assert!(!member.contains(&format!("member-{a}")), "{member}");
+    runs_on(b).await;
+
+    // A new replica gets its share.
+    c.start_operator(d);
+    c.wait_holders("b and d to drive one shard each", pair(b, d));
+    runs_on(d).await;
 }

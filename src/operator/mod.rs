@@ -1,5 +1,8 @@
-//! `runway operator`: the Kubernetes form of Runway. Every replica serves MCP; one elected
-//! leader (a coordination.k8s.io Lease) runs the Run controller and the Workflow validator.
+//! `runway operator`: the Kubernetes form of Runway. Every replica serves MCP; the Run
+//! controller runs in the replicas that hold shard Leases (see [`lease`]) — with one shard, the
+//! elected leader — and the Workflow validator with the first shard.
+
+pub mod lease;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,14 +35,12 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     pub metrics_listen: SocketAddr,
-    /// Run the controller only while holding the Lease.
+    /// Run the controller only for the shards whose Leases this replica holds (without: for
+    /// every Run, a single replica only).
     pub leader_election: bool,
-    /// Lease name.
-    pub lease_name: String,
-    /// Lease namespace.
-    pub lease_namespace: String,
-    /// This replica's identity in the Lease.
-    pub identity: String,
+    /// The shard Leases: names, namespace (also the state key Secret's), this replica's
+    /// identity, shard count and timings.
+    pub lease: lease::Settings,
     /// TokenReview audiences.
     pub audiences: Vec<String>,
     /// How long authentication and authorization answers are cached.
@@ -50,7 +51,7 @@ pub struct Options {
     pub mcp: mcp::Config,
     /// Where `http` and `tool` steps may connect.
     pub egress: crate::steps::egress::Egress,
-    /// Secret (in `lease_namespace`, key `state-key`) holding the state keys when `mcp` has
+    /// Secret (in the Leases' namespace, key `state-key`) holding the state keys when `mcp` has
     /// none; read, or created once when missing, so every replica uses the same keys.
     pub state_key_secret: String,
 }
@@ -223,15 +224,18 @@ fn workflow_error(_: Arc<Workflow>, e: &kube::Error, _: Arc<WorkflowContext>) ->
     ControllerAction::requeue(Duration::from_secs(5))
 }
 
-/// Run the leader's work until `stop`: the Run controller and the Workflow validator.
+/// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
+/// among them.
 async fn lead(
     client: Client,
     store: KubeStore,
     workflows: KubeWorkflows,
     opts: &Options,
     metrics: Metrics,
+    shards: controller::Shards,
     stop: CancellationToken,
 ) {
+    let validates = shards.owned.contains(&0);
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
         .with_tool(Arc::new(ToolExecutor::new(
             Arc::new(KubeSecrets::new(client.clone())),
@@ -242,11 +246,12 @@ async fn lead(
         Arc::new(store),
         Arc::new(workflows.clone()),
         Arc::new(executors),
-        Arc::new(KubeEvents::new(client.clone(), opts.identity.clone())),
+        Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone())),
         controller::Config {
             workers: opts.workers,
             workers_per_namespace: 0,
             metrics,
+            shards,
         },
     );
     let ctx = Arc::new(WorkflowContext {
@@ -272,7 +277,11 @@ async fn lead(
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile_workflow, workflow_error, ctx)
         .for_each(|_| async {});
-    tokio::join!(ctl.run(stop.clone()), validator);
+    if validates {
+        tokio::join!(ctl.run(stop.clone()), validator);
+    } else {
+        ctl.run(stop.clone()).await;
+    }
 }
 
 /// Start the operator with the in-cluster configuration or kubeconfig, and run until `shutdown`.
@@ -306,7 +315,7 @@ pub async fn run_with(
     mcp_config.metrics = metrics.clone();
     if mcp_config.state_keys.is_empty() {
         mcp_config.state_keys =
-            state_keys_from_secret(&client, &opts.lease_namespace, &opts.state_key_secret).await?;
+            state_keys_from_secret(&client, &opts.lease.namespace, &opts.state_key_secret).await?;
     }
     let state = mcp::McpState::new(
         Arc::new(store.clone()),
@@ -335,73 +344,82 @@ pub async fn run_with(
     tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
 
     if opts.leader_election {
-        lead_while_leader(client, store, workflows, &opts, metrics, &shutdown).await?;
+        drive_owned_shards(client, store, workflows, &opts, metrics, &shutdown).await;
     } else {
-        lead(client, store, workflows, &opts, metrics, shutdown.clone()).await;
+        let all = controller::Shards::all();
+        lead(
+            client,
+            store,
+            workflows,
+            &opts,
+            metrics,
+            all,
+            shutdown.clone(),
+        )
+        .await;
     }
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     Ok(())
 }
 
-/// Run the controller whenever this replica holds the Lease, until `shutdown`.
-async fn lead_while_leader(
+/// Run the controller for the shards this replica holds, restarting it whenever they change,
+/// until `shutdown`; then let the Leases go.
+async fn drive_owned_shards(
     client: Client,
     store: KubeStore,
     workflows: KubeWorkflows,
     opts: &Options,
     metrics: Metrics,
     shutdown: &CancellationToken,
-) -> Result<(), OperatorError> {
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &opts.lease_name)
-        .with_namespace(&opts.lease_namespace)
-        .with_identity(&opts.identity)
-        .build()
-        .await
-        .map_err(|e| OperatorError::Start(format!("lease {}: {e}", opts.lease_name)))?;
-    let (mut leader, lease_task) = manager.watch().await;
+) {
+    let (elector, follow) = lease::Elector::start(client.clone(), opts.lease.clone());
+    let none = controller::Shards {
+        count: opts.lease.shards,
+        owned: Default::default(),
+    };
+    let (owned_tx, mut owned) = tokio::sync::watch::channel(none);
+    let (running_tx, running) = tokio::sync::watch::channel(std::collections::BTreeSet::new());
+    let follow = tokio::spawn(follow);
+    let elect = tokio::spawn(elector.run(owned_tx, running, shutdown.clone()));
     loop {
-        while !*leader.borrow_and_update() {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = leader.changed() => if r.is_err() { break },
-            }
-        }
-        if shutdown.is_cancelled() {
-            break;
-        }
-        tracing::info!(identity = %opts.identity, "acquired the lease; running the controller");
-        let stop = shutdown.child_token();
-        let until_lost = {
-            let stop = stop.clone();
-            let mut leader = leader.clone();
-            async move {
-                while *leader.borrow_and_update() {
+        let shards = owned.borrow_and_update().clone();
+        if !shards.owned.is_empty() {
+            tracing::info!(identity = %opts.lease.identity, shards = ?shards.owned, of = shards.count, "driving the Runs of these shards");
+            running_tx.send_replace(shards.owned.clone());
+            let stop = shutdown.child_token();
+            let until_changed = {
+                let (stop, mut owned) = (stop.clone(), owned.clone());
+                async move {
                     tokio::select! {
-                        _ = stop.cancelled() => return,
-                        r = leader.changed() => if r.is_err() { break },
+                        _ = stop.cancelled() => {}
+                        _ = owned.changed() => stop.cancel(),
                     }
                 }
-                tracing::warn!("lost the lease; stopping the controller");
-                stop.cancel();
-            }
-        };
-        tokio::join!(
-            lead(
+            };
+            let (c, s, w, m) = (
                 client.clone(),
                 store.clone(),
                 workflows.clone(),
-                opts,
                 metrics.clone(),
-                stop.clone()
-            ),
-            until_lost
-        );
+            );
+            tokio::join!(lead(c, s, w, opts, m, shards, stop), until_changed);
+            running_tx.send_replace(Default::default());
+            if !shutdown.is_cancelled() {
+                tracing::info!(identity = %opts.lease.identity, "the shards held changed; restarting the controller");
+            }
+        }
         if shutdown.is_cancelled() {
             break;
         }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = owned.changed() => if r.is_err() { break },
+            // Re-examined at once when the controller was stopped for a change.
+            _ = std::future::ready(()), if owned.has_changed().unwrap_or(false) => {}
+        }
     }
-    drop(leader);
-    let _ = lease_task.await;
-    Ok(())
+    running_tx.send_replace(Default::default());
+    let _ = elect.await;
+    follow.abort();
 }
