@@ -51,6 +51,9 @@ struct Inner {
     runs: Family<PhaseLabels, Gauge>,
     steps: Family<StepLabels, Histogram>,
     requests: Family<RequestLabels, Counter>,
+    /// The `status="200"` counter of each known method, once it exists: the common case
+    /// without building labels (two strings and a hash) on every request.
+    ok_requests: Vec<std::sync::OnceLock<Counter>>,
     reconcile_errors: Counter,
     queue_depth: Gauge,
     auth_cache: Family<CacheLabels, Counter>,
@@ -135,6 +138,7 @@ impl Metrics {
                 runs,
                 steps,
                 requests,
+                ok_requests: KNOWN_METHODS.iter().map(|_| Default::default()).collect(),
                 reconcile_errors,
                 queue_depth,
                 auth_cache,
@@ -168,23 +172,30 @@ impl Metrics {
     pub fn request(&self, method: &str, status: u16) {
         // Label values come from callers: only known methods and real status codes, so that no
         // caller can grow the metric without bound.
-        let method = KNOWN_METHODS
-            .iter()
-            .find(|m| **m == method)
-            .copied()
-            .unwrap_or("other");
+        let known = KNOWN_METHODS.iter().position(|m| *m == method);
+        if let (Some(i), 200) = (known, status) {
+            self.inner.ok_requests[i]
+                .get_or_init(|| self.counter(KNOWN_METHODS[i], 200))
+                .inc();
+            return;
+        }
+        let method = known.map(|i| KNOWN_METHODS[i]).unwrap_or("other");
         let status = if (100..600).contains(&status) {
             status
         } else {
             0
         };
+        self.counter(method, status).inc();
+    }
+
+    fn counter(&self, method: &str, status: u16) -> Counter {
         self.inner
             .requests
             .get_or_create(&RequestLabels {
                 method: method.to_owned(),
                 status: status.to_string(),
             })
-            .inc();
+            .clone()
     }
 
     /// Count one reconcile error.

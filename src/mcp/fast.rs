@@ -5,7 +5,9 @@
 //! float id, an unknown field) goes on to rmcp, which gives the protocol's answer. The answer
 //! itself comes from the same function rmcp's handler calls, serialized as the same rmcp types.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use std::borrow::Cow;
+
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     ClientCapabilities, JsonRpcError, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0,
@@ -13,58 +15,96 @@ use rmcp::model::{
 };
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::{McpState, Tenant, declares_tasks, tasks};
+use super::{McpState, Tenant, tasks};
 use crate::protocol::{
-    HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
-    META_PROTOCOL_VERSION, METHOD_GET_TASK, PROTOCOL_VERSION,
+    HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, METHOD_GET_TASK, PROTOCOL_VERSION,
+    TASKS_EXTENSION,
 };
 
 const JSON: &str = "application/json";
 const EVENT_STREAM: &str = "text/event-stream";
+static PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static(HEADER_PROTOCOL_VERSION);
+static METHOD_HEADER: HeaderName = HeaderName::from_static(HEADER_METHOD);
+static NAME_HEADER: HeaderName = HeaderName::from_static(HEADER_NAME);
 
-/// The request id and task id of a `tasks/get` this path may answer; `None` sends the request
-/// on to rmcp.
-pub(super) fn eligible<'a>(headers: &HeaderMap, msg: &'a Value) -> Option<(RequestId, &'a str)> {
-    let obj = msg.as_object()?;
-    if obj.len() != 4
-        || obj.get("jsonrpc")?.as_str()? != "2.0"
-        || obj.get("method")?.as_str()? != METHOD_GET_TASK
-    {
+/// A `tasks/get` exactly as the protocol shapes it: these fields and no others (serde refuses
+/// unknown and repeated ones), which is what makes it safe to answer without rmcp.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetEnvelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: GetParams<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GetParams<'a> {
+    #[serde(rename = "taskId", borrow)]
+    task_id: Cow<'a, str>,
+    #[serde(rename = "_meta", borrow)]
+    meta: GetMeta<'a>,
+}
+
+/// The `_meta` fields rmcp requires (others may come along).
+#[derive(Deserialize)]
+struct GetMeta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+    protocol_version: Cow<'a, str>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
+    client_capabilities: ClientCapabilities,
+}
+
+/// A `tasks/get` this path answers.
+pub(super) struct FastGet {
+    id: RequestId,
+    task_id: String,
+}
+
+/// The `tasks/get` in `body`, if this path may answer it; `None` sends the request on to the
+/// general path (and so to rmcp).
+pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
+    if only(headers, &METHOD_HEADER) != Some(METHOD_GET_TASK) {
         return None;
     }
-    let id = match obj.get("id")? {
-        Value::String(s) => RequestId::String(s.as_str().into()),
-        Value::Number(n) => RequestId::Number(n.as_i64()?),
-        _ => return None,
+    let get: GetEnvelope = serde_json::from_slice(body).ok()?;
+    let id = match get.id.get().as_bytes().first()? {
+        b'"' => RequestId::String(serde_json::from_str::<String>(get.id.get()).ok()?.into()),
+        _ => RequestId::Number(serde_json::from_str::<i64>(get.id.get()).ok()?),
     };
-    let params = obj.get("params")?.as_object()?;
-    if params.keys().any(|k| k != "taskId" && k != "_meta") {
-        return None;
-    }
+    let task_id = get.params.task_id;
+    let meta = get.params.meta;
+    let declares_tasks = meta
+        .client_capabilities
+        .extensions
+        .as_ref()
+        .is_some_and(|e| e.contains_key(TASKS_EXTENSION));
     // A task id is a DNS subdomain; anything else (a Base64 sentinel among them) is rmcp's.
-    let task_id = params
-        .get("taskId")?
-        .as_str()
-        .filter(|t| crate::api::is_dns_subdomain(t))?;
-    let meta = params.get("_meta")?;
-    if meta.get(META_PROTOCOL_VERSION)?.as_str()? != PROTOCOL_VERSION
-        || ClientCapabilities::deserialize(meta.get(META_CLIENT_CAPABILITIES)?).is_err()
-        || !declares_tasks(obj.get("params"))
-    {
-        return None;
-    }
-    let headers_ok = only(headers, HEADER_PROTOCOL_VERSION) == Some(PROTOCOL_VERSION)
-        && only(headers, HEADER_METHOD) == Some(METHOD_GET_TASK)
-        && only(headers, HEADER_NAME) == Some(task_id)
-        && only(headers, header::CONTENT_TYPE.as_str())
+    let ok = get.jsonrpc == "2.0"
+        && get.method == METHOD_GET_TASK
+        && meta.protocol_version == PROTOCOL_VERSION
+        && declares_tasks
+        && crate::api::is_dns_subdomain(&task_id)
+        && only(headers, &PROTOCOL_VERSION_HEADER) == Some(PROTOCOL_VERSION)
+        && only(headers, &NAME_HEADER) == Some(&task_id)
+        && only(headers, &header::CONTENT_TYPE)
             .is_some_and(|v| essence(v).eq_ignore_ascii_case(JSON))
         && accepts_json_and_sse(headers);
-    headers_ok.then_some((id, task_id))
+    ok.then(|| FastGet {
+        id,
+        task_id: task_id.into_owned(),
+    })
 }
 
 /// The one value of a header, as text.
-fn only<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+fn only<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?;
     if values.next().is_some() {
@@ -97,13 +137,9 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
 }
 
 /// Answer an eligible `tasks/get`.
-pub(super) async fn get_task(
-    state: &McpState,
-    tenant: &Tenant,
-    id: RequestId,
-    task_id: &str,
-) -> Response {
-    let message: ServerJsonRpcMessage = match tasks::get_task(state, tenant, task_id).await {
+pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) -> Response {
+    let FastGet { id, task_id } = get;
+    let message: ServerJsonRpcMessage = match tasks::get_task(state, tenant, &task_id).await {
         Ok(result) => JsonRpcMessage::Response(JsonRpcResponse {
             jsonrpc: JsonRpcVersion2_0,
             id,
@@ -129,13 +165,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::protocol::TASKS_EXTENSION;
+    use crate::protocol::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+
+    fn eligible(h: &HeaderMap, body: &Value) -> Option<(RequestId, String)> {
+        super::eligible(h, &serde_json::to_vec(body).unwrap()).map(|g| (g.id, g.task_id))
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
             h.append(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
                 v.parse().unwrap(),
             );
         }
@@ -163,7 +203,7 @@ mod tests {
     fn a_standard_request_is_answered_here() {
         let b = body();
         let (id, task) = eligible(&headers(STANDARD), &b).unwrap();
-        assert_eq!((id, task), (RequestId::Number(3), "quick-abc"));
+        assert_eq!((id, task.as_str()), (RequestId::Number(3), "quick-abc"));
         let mut b = b.clone();
         b["id"] = json!("seven");
         let h = headers(&[STANDARD, &[("accept", "text/plain")]].concat());
@@ -237,5 +277,13 @@ mod tests {
         let mut extra = body();
         extra["extra"] = json!(1);
         assert!(eligible(&headers(STANDARD), &extra).is_none());
+        // A repeated field is not guessed at either.
+        let text = serde_json::to_string(&body()).unwrap();
+        let twice = text.replacen("\"id\":3", "\"id\":3,\"id\":4", 1);
+        assert!(super::eligible(&headers(STANDARD), twice.as_bytes()).is_none());
+        // Other _meta entries come along.
+        let mut more = body();
+        more["params"]["_meta"]["progressToken"] = json!(1);
+        assert!(eligible(&headers(STANDARD), &more).is_some());
     }
 }

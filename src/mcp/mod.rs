@@ -461,7 +461,25 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         Ok(c) => c,
         Err(refused) => return refused,
     };
-    let (bytes, msg) = match read_message(&state, body).await {
+    let bytes = match read_body(&state, body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
+    };
+    if let Some(get) = fast::eligible(&parts.headers, &bytes)
+        && let Some(namespace) = path_ns.clone().or_else(|| identity.namespace.clone())
+    {
+        let tenant = Tenant {
+            namespace,
+            identity,
+        };
+        let resp = fast::get_task(&state, &tenant, get).await;
+        state
+            .config
+            .metrics
+            .request(METHOD_GET_TASK, resp.status().as_u16());
+        return resp;
+    }
+    let msg = match parse_message(&bytes) {
         Ok(m) => m,
         Err(refused) => return refused,
     };
@@ -501,10 +519,6 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
         listen::serve(state, tenant, &parts.headers, msg).await
-    } else if method == METHOD_GET_TASK
-        && let Some((id, task_id)) = fast::eligible(&parts.headers, &msg)
-    {
-        fast::get_task(&state, &tenant, id, task_id).await
     } else if method == "tools/call" {
         // Dropped with this future (the client went away) or with an unread body: either way
         // the Run the call created was never handed over.
@@ -592,36 +606,37 @@ async fn caller(
     }
 }
 
-/// The request body, within the size limit and the read timeout, as one JSON-RPC object.
-async fn read_message(state: &McpState, body: Body) -> Result<(bytes::Bytes, Value), Response> {
-    let refuse = |status, code, message: &str| rpc_error(status, Value::Null, code, message);
+/// The request body, within the size limit and the read timeout.
+async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Response> {
+    let refuse =
+        |status, message: &str| rpc_error(status, Value::Null, codes::INVALID_REQUEST, message);
     let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
-    let bytes = match tokio::time::timeout(state.config.body_read_timeout, collect).await {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(_)) => {
-            return Err(refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                codes::INVALID_REQUEST,
-                "request body too large",
-            ));
-        }
-        Err(_) => {
-            return Err(refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                codes::INVALID_REQUEST,
-                "request body not received in time",
-            ));
-        }
-    };
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(msg) if msg.is_object() => Ok((bytes, msg)),
-        Ok(_) => Err(refuse(
+    match tokio::time::timeout(state.config.body_read_timeout, collect).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(_)) => Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+        )),
+        Err(_) => Err(refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )),
+    }
+}
+
+/// The request body as one JSON-RPC object.
+fn parse_message(bytes: &[u8]) -> Result<Value, Response> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(msg) if msg.is_object() => Ok(msg),
+        Ok(_) => Err(rpc_error(
             StatusCode::BAD_REQUEST,
+            Value::Null,
             codes::INVALID_REQUEST,
             "one JSON-RPC object per request (batches are not supported)",
         )),
-        Err(e) => Err(refuse(
+        Err(e) => Err(rpc_error(
             StatusCode::BAD_REQUEST,
+            Value::Null,
             codes::PARSE_ERROR,
             &format!("parse error: {e}"),
         )),
@@ -667,12 +682,10 @@ async fn tool_param_headers(
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
     };
-    let tools = state.workflows.list(&tenant.namespace).await;
-    let Some(schema) = tools
-        .iter()
-        .find(|w| w.is_ready() && w.tool_name() == name)
-        .and_then(|w| w.spec.tool.input_schema.as_ref())
-    else {
+    let Some(wf) = state.workflows.tool(&tenant.namespace, name).await else {
+        return Ok(());
+    };
+    let Some(schema) = wf.spec.tool.input_schema.as_ref() else {
         return Ok(());
     };
     let args = params

@@ -4,6 +4,7 @@ use jiff::{SignedDuration, Timestamp};
 use rmcp::model::{
     DetailedTask, InputRequest, InputRequests, JsonObject, Task, TaskPayload, TaskStatus,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{ExecutionSpec, Run, RunPhase, WorkflowSpec};
@@ -121,7 +122,7 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
         .as_ref()
         .and_then(|s| s.workflow.as_ref())
         .and_then(|w| w.get("execution"))
-        .and_then(|e| serde_json::from_value(e.clone()).ok())
+        .and_then(|e| ExecutionSpec::deserialize(e).ok())
         .or_else(|| live.map(|w| w.execution.clone()));
     let status = match run.phase() {
         RunPhase::Pending | RunPhase::Running | RunPhase::Cancelling | RunPhase::Waiting => {

@@ -209,13 +209,8 @@ fn idempotency_key(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, E
 }
 
 impl RunwayMcp {
-    pub(super) async fn tool(&self, t: &Tenant, name: &str) -> Option<Workflow> {
-        self.state
-            .workflows
-            .list(&t.namespace)
-            .await
-            .into_iter()
-            .find(|w| w.is_ready() && w.tool_name() == name)
+    pub(super) async fn tool(&self, t: &Tenant, name: &str) -> Option<Arc<Workflow>> {
+        self.state.workflows.tool(&t.namespace, name).await
     }
 
     /// Fill arguments through MRTR elicitation before a Run exists. `Ok(Err(resp))` is an

@@ -475,6 +475,14 @@ impl WorkflowSource for KubeWorkflows {
         out
     }
 
+    async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
+        self.workflows.state().into_iter().find(|w| {
+            w.metadata.namespace.as_deref() == Some(namespace)
+                && w.is_ready()
+                && w.tool_name() == name
+        })
+    }
+
     fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }

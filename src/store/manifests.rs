@@ -47,6 +47,8 @@ struct Inner {
 #[derive(Default)]
 struct State {
     workflows: BTreeMap<Key, Workflow>,
+    /// Ready Workflows by (namespace, tool name).
+    tools: HashMap<(String, String), Arc<Workflow>>,
     by_file: HashMap<PathBuf, Vec<Key>>,
     fingerprint: Vec<(PathBuf, SystemTime, u64)>,
     problems: Vec<Problem>,
@@ -317,6 +319,16 @@ impl ManifestWorkflows {
         mark_duplicate_tools(&mut next, &previous, self.inner.caps);
         log_changes(&previous, &next);
         let changed = next != previous;
+        state.tools = next
+            .iter()
+            .filter(|(_, wf)| wf.is_ready())
+            .map(|(k, wf)| {
+                (
+                    (k.namespace.clone(), wf.tool_name().to_owned()),
+                    Arc::new(wf.clone()),
+                )
+            })
+            .collect();
         state.workflows = next;
         state.by_file = by_file;
         state.fingerprint = fp;
@@ -513,6 +525,14 @@ impl WorkflowSource for ManifestWorkflows {
             .take_while(|(k, _)| k.namespace == namespace)
             .map(|(_, wf)| wf.clone())
             .collect()
+    }
+
+    async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
+        let state = self.inner.state.read().expect("state lock");
+        state
+            .tools
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -102,6 +102,9 @@ pub trait WorkflowSource: Send + Sync + 'static {
     async fn get(&self, namespace: &str, name: &str) -> Option<Workflow>;
     /// Workflows of a namespace, ordered by name.
     async fn list(&self, namespace: &str) -> Vec<Workflow>;
+    /// The Ready Workflow of a namespace that serves tool `name` (the tool-name rule leaves at
+    /// most one), shared rather than copied: every `tools/call` looks it up.
+    async fn tool(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Workflow>>;
     /// Receives a message whenever any Workflow changes.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
 }
