@@ -63,6 +63,14 @@ conformance: build
 bench:
 	$(CARGO) bench --bench runway -- $(BENCH_ARGS)
 
+## The same load generator against `runway operator` replicas on the real control plane of
+## the e2e tier (release build, chart RBAC, admission policy): target/bench/kube-report.json.
+## `make bench-kube BENCH_ARGS=--quick` for a smoke run. See docs/performance.md.
+.PHONY: bench-kube
+bench-kube: $(CHART_VENV)/.installed
+	$(CHART_VENV)/bin/python tests/chart/render.py target/e2e/chart.yaml
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" $(CARGO) bench --bench runway -- kube $(BENCH_ARGS)
+
 clean:
 	$(CARGO) clean
 

@@ -24,15 +24,40 @@ pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 /// What went wrong with one request.
 pub type Error = String;
 
+/// Where MCP requests go: a server, its endpoint path, and the caller's bearer token.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The server.
+    pub addr: SocketAddr,
+    /// `/mcp`, or `/namespaces/{namespace}/mcp`.
+    pub path: String,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub token: Option<String>,
+}
+
+impl From<SocketAddr> for Target {
+    fn from(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            path: "/mcp".into(),
+            token: None,
+        }
+    }
+}
+
 /// One keep-alive connection to a server.
 pub struct Conn {
     host: String,
+    path: String,
+    auth: Option<String>,
     sender: SendRequest<Full<Bytes>>,
 }
 
 impl Conn {
     /// Open a connection.
-    pub async fn open(addr: SocketAddr) -> Result<Self, Error> {
+    pub async fn open(to: impl Into<Target>) -> Result<Self, Error> {
+        let to: Target = to.into();
+        let addr = to.addr;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -45,13 +70,15 @@ impl Conn {
         });
         Ok(Self {
             host: addr.to_string(),
+            path: to.path,
+            auth: to.token.map(|t| format!("Bearer {t}")),
             sender,
         })
     }
 
     /// Send an MCP POST and return the response head with its body still streaming.
     pub async fn start(&mut self, rpc: &Rpc) -> Result<Response<Incoming>, Error> {
-        let mut b = Request::post("/mcp")
+        let mut b = Request::post(self.path.as_str())
             .header("host", &self.host)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
@@ -59,6 +86,9 @@ impl Conn {
             .header("mcp-method", rpc.method);
         if let Some(n) = &rpc.name {
             b = b.header("mcp-name", n.as_str());
+        }
+        if let Some(a) = &self.auth {
+            b = b.header("authorization", a.as_str());
         }
         let req = b
             .body(Full::new(rpc.body.clone()))
@@ -88,6 +118,30 @@ impl Conn {
             ));
         }
         Ok(body)
+    }
+
+    /// `GET path`: the body as text (empty unless the answer is a success).
+    pub async fn text(&mut self, path: &str) -> Result<String, Error> {
+        let req = Request::get(path)
+            .header("host", &self.host)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        let resp = self
+            .sender
+            .send_request(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Ok(String::new());
+        }
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
     /// `GET path`, for health checks; the status code.
@@ -232,7 +286,19 @@ pub type Op = Arc<dyn Fn(Conn) -> BoxFuture<'static, (Conn, Result<u64, Error>)>
 /// A closed loop: `clients` connections, each running `op` back to back for `warmup` (not
 /// counted) and then `measure`. Bounded by time; a client stops at its first error.
 pub async fn closed_loop(
-    addr: SocketAddr,
+    to: impl Into<Target>,
+    clients: usize,
+    warmup: Duration,
+    measure: Duration,
+    op: Op,
+) -> Stats {
+    closed_loop_over(&[to.into()], clients, warmup, measure, op).await
+}
+
+/// [`closed_loop`] with the clients spread over `targets` (client `i` uses target
+/// `i % targets.len()`), e.g. the replicas of one cluster.
+pub async fn closed_loop_over(
+    targets: &[Target],
     clients: usize,
     warmup: Duration,
     measure: Duration,
@@ -242,13 +308,14 @@ pub async fn closed_loop(
     let counted_from = start + warmup;
     let until = counted_from + measure;
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..clients {
+    for i in 0..clients {
         let op = op.clone();
+        let to = targets[i % targets.len()].clone();
         workers.spawn(async move {
             let mut lat: Vec<u64> = Vec::with_capacity(16 * 1024);
             let mut extra = 0u64;
             let mut errors = 0u64;
-            let mut conn = match Conn::open(addr).await {
+            let mut conn = match Conn::open(to).await {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("bench: {e}");

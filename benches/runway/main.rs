@@ -8,6 +8,9 @@
 //! `drive ADDR get|create|e2e CLIENTS SECONDS` loads a server started by hand (for profiling).
 
 mod baselines;
+#[path = "../../tests/e2e/cluster.rs"]
+mod cluster;
+mod kube;
 mod load;
 mod procs;
 
@@ -22,7 +25,7 @@ use http_body_util::BodyExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use load::{Conn, Stats, closed_loop};
+use load::{Conn, Stats, Target, closed_loop};
 use procs::{Proc, free_addr, work_dir};
 
 /// Workflows every Runway server under test loads.
@@ -134,6 +137,23 @@ fn main() {
             let clients = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(16);
             let secs = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(10);
             rt.block_on(drive(addr(1), what, clients, Duration::from_secs(secs)));
+        }
+        Some("kube") if benching => {
+            let plan = if args.iter().any(|a| a == "--quick") {
+                kube::KubePlan::quick()
+            } else {
+                kube::KubePlan::full()
+            };
+            runway::install_crypto_provider();
+            let report = rt.block_on(kube::bench(plan));
+            let out = bench_dir().join("kube-report.json");
+            std::fs::create_dir_all(bench_dir()).expect("target/bench is writable");
+            std::fs::write(
+                &out,
+                serde_json::to_string_pretty(&report).expect("the report serializes"),
+            )
+            .expect("target/bench is writable");
+            eprintln!("bench: wrote {}", out.display());
         }
         _ if !benching => {
             eprintln!("runway benchmark: run it with `make bench` (cargo bench --bench runway)");
@@ -317,8 +337,8 @@ async fn start_runway(work: &Path, name: &str) -> (Proc, PathBuf) {
 }
 
 /// Create a task and poll it to `completed`; the task id and the final answer.
-async fn one_run(addr: SocketAddr, tool: &str, args: Value) -> (String, bytes::Bytes) {
-    let mut c = Conn::open(addr).await.expect("a connection");
+async fn one_run(to: impl Into<Target>, tool: &str, args: Value) -> (String, bytes::Bytes) {
+    let mut c = Conn::open(to).await.expect("a connection");
     let id = load::task_id(
         &c.send(&load::call(tool, args))
             .await
@@ -509,15 +529,17 @@ fn writes_per_run(db: &Path) -> f64 {
 /// `subscriptions/listen`, and take the time from the Run's last status change
 /// (`lastUpdatedAt`, written by the controller just before it commits) to the moment the
 /// `completed` notification arrives. Both clocks are this machine's wall clock.
-async fn listen_latency(addr: SocketAddr, clients: usize, window: Duration) -> Listen {
+async fn listen_latency(to: impl Into<Target>, clients: usize, window: Duration) -> Listen {
+    let to: Target = to.into();
     let until = Instant::now() + window;
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..clients {
+        let to = to.clone();
         workers.spawn(async move {
             let mut lat = Vec::new();
             let mut skipped = 0;
-            let mut calls = Conn::open(addr).await.expect("a connection");
-            let mut stream = Conn::open(addr).await.expect("a connection");
+            let mut calls = Conn::open(to.clone()).await.expect("a connection");
+            let mut stream = Conn::open(to).await.expect("a connection");
             let create = load::call("probe", json!({}));
             while Instant::now() < until {
                 let id =

@@ -211,6 +211,8 @@ pub(crate) struct Elector {
     written: HashMap<String, Lease>,
     /// (resource version, first seen) of every Lease looked at.
     seen: HashMap<String, (String, Instant)>,
+    /// Shards the last round decided to hand over.
+    handing_over: BTreeSet<u32>,
 }
 
 impl Elector {
@@ -238,6 +240,7 @@ impl Elector {
             changes,
             written: HashMap::new(),
             seen: HashMap::new(),
+            handing_over: BTreeSet::new(),
         };
         (me, follow)
     }
@@ -293,31 +296,38 @@ impl Elector {
             next.acquire_time = Some(now);
             next.lease_transitions = Some(next.lease_transitions.unwrap_or(0) + 1);
         }
-        let result = match existing {
-            // A merge patch carrying the resource version is refused (409) when the Lease
-            // changed since it was seen here.
-            Some(l) => {
-                let mut spec = serde_json::to_value(&next).unwrap_or_default();
-                // Absent fields are left alone by a merge patch: a release says null.
-                spec["holderIdentity"] = serde_json::json!(holder);
-                let patch = serde_json::json!({
-                    "metadata": {"resourceVersion": l.metadata.resource_version},
-                    "spec": spec,
-                });
-                self.api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
+        let request = async {
+            match existing {
+                // A merge patch carrying the resource version is refused (409) when the Lease
+                // changed since it was seen here.
+                Some(l) => {
+                    let mut spec = serde_json::to_value(&next).unwrap_or_default();
+                    // Absent fields are left alone by a merge patch: a release says null.
+                    spec["holderIdentity"] = serde_json::json!(holder);
+                    let patch = serde_json::json!({
+                        "metadata": {"resourceVersion": l.metadata.resource_version},
+                        "spec": spec,
+                    });
+                    self.api
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                }
+                None => {
+                    let mut l = Lease::default();
+                    l.metadata.name = Some(name.to_owned());
+                    l.metadata.labels = Some(BTreeMap::from([(
+                        LABEL_GROUP.to_owned(),
+                        self.settings.name.clone(),
+                    )]));
+                    l.spec = Some(next);
+                    self.api.create(&PostParams::default(), &l).await
+                }
             }
-            None => {
-                let mut l = Lease::default();
-                l.metadata.name = Some(name.to_owned());
-                l.metadata.labels = Some(BTreeMap::from([(
-                    LABEL_GROUP.to_owned(),
-                    self.settings.name.clone(),
-                )]));
-                l.spec = Some(next);
-                self.api.create(&PostParams::default(), &l).await
-            }
+        };
+        // A request the API server never answers must not hold the renewals up.
+        let Ok(result) = tokio::time::timeout(self.settings.retry_period, request).await else {
+            tracing::warn!(lease = name, "writing the lease timed out");
+            return false;
         };
         match result {
             Ok(written) => {
@@ -339,33 +349,48 @@ impl Elector {
         }
     }
 
-    /// Live replicas, this one included.
-    async fn members(&mut self, now: Instant) -> usize {
+    /// Live replicas, this one included. A member Lease counts while its renew time plus its
+    /// duration is ahead of this replica's clock: members only size the shares, so a skewed
+    /// clock makes a share uneven for a while, never a shard driven twice — and a replica just
+    /// started does not count a dead one for a whole Lease duration, as judging by first sight
+    /// would.
+    async fn members(&mut self) -> usize {
         let prefix = self.settings.member_prefix();
-        let names: Vec<String> = self
-            .cache
-            .state()
-            .iter()
-            .filter_map(|l| l.metadata.name.clone())
-            .filter(|n| n.starts_with(&prefix) && *n != self.settings.member_lease())
-            .collect();
+        let me = self.settings.member_lease();
+        let now = jiff::Timestamp::now();
         let mut live = 1;
-        for name in names {
-            let Some(seen) = self.observe(&name, now) else {
+        let mut gone = Vec::new();
+        for lease in self.cache.state() {
+            let Some(name) = lease.metadata.name.as_deref() else {
                 continue;
             };
-            if !seen.free() {
-                live += 1;
-            } else if seen.free_for() >= seen.duration * MEMBER_GC_DURATIONS {
-                // A replica gone for good (a pod name never comes back).
-                let _ = self.api.delete(&name, &DeleteParams::default()).await;
+            if !name.starts_with(&prefix) || name == me {
+                continue;
             }
+            let spec = lease.spec.clone().unwrap_or_default();
+            let duration = jiff::SignedDuration::from_secs(
+                spec.lease_duration_seconds.unwrap_or(0).max(0).into(),
+            );
+            let Some(renewed) = spec.renew_time.map(|t| t.0) else {
+                continue;
+            };
+            if spec.holder_identity.is_some() && renewed + duration > now {
+                live += 1;
+            } else if renewed + duration * MEMBER_GC_DURATIONS as i32 <= now {
+                // A replica gone for good (a pod name never comes back).
+                gone.push(name.to_owned());
+            }
+        }
+        for name in gone {
+            let dp = DeleteParams::default();
+            let _ =
+                tokio::time::timeout(self.settings.retry_period, self.api.delete(&name, &dp)).await;
         }
         live
     }
 
-    /// One round: renew, release, take. Returns the shards owned now and when to look again.
-    async fn round(&mut self, running: &BTreeSet<u32>) -> (BTreeSet<u32>, Duration) {
+    /// One round of writes: renew, release, take.
+    async fn act(&mut self, running: &BTreeSet<u32>) {
         let now = Instant::now();
         let retry = self.settings.retry_period;
         let me = self.settings.identity.clone();
@@ -376,12 +401,13 @@ impl Elector {
         {
             self.write(&member, Some(&me)).await;
         }
-        let members = self.members(now).await;
+        let members = self.members().await;
         let names: Vec<String> = (0..self.settings.shards)
             .map(|i| self.settings.shard_lease(i))
             .collect();
         let view: Vec<Option<Seen>> = names.iter().map(|n| self.observe(n, now)).collect();
         let plan = plan(&view, &me, members, retry);
+        self.handing_over = plan.release.iter().copied().collect();
         for &i in &plan.release {
             // Handed over only once the controller has let go of it.
             if !running.contains(&i) {
@@ -391,21 +417,27 @@ impl Elector {
         for i in plan.renew.into_iter().chain(plan.acquire) {
             self.write(&names[i as usize], Some(&me)).await;
         }
+    }
+
+    /// The shards this replica may drive now — held, renewed within the renew deadline, and
+    /// not being handed over — and when to look again at the latest: when another holder's
+    /// Lease would expire, or one of ours would pass its renew deadline.
+    fn owned(&mut self) -> (BTreeSet<u32>, Duration) {
         let now = Instant::now();
+        let me = self.settings.identity.clone();
+        let deadline = self.settings.renew_deadline;
         let mut owned = BTreeSet::new();
-        let mut next = retry;
-        for (i, name) in names.iter().enumerate() {
-            let Some(seen) = self.observe(name, now) else {
+        let mut next = self.settings.retry_period;
+        for i in 0..self.settings.shards {
+            let Some(seen) = self.observe(&self.settings.shard_lease(i), now) else {
                 continue;
             };
             if seen.holder.as_deref() == Some(&me) {
-                if seen.unchanged_for < self.settings.renew_deadline
-                    && !plan.release.contains(&(i as u32))
-                {
-                    owned.insert(i as u32);
+                if seen.unchanged_for < deadline && !self.handing_over.contains(&i) {
+                    owned.insert(i);
+                    next = next.min(deadline - seen.unchanged_for);
                 }
             } else if !seen.free() {
-                // Look again the moment another holder's Lease would expire.
                 next = next.min(seen.duration - seen.unchanged_for);
             }
         }
@@ -425,7 +457,10 @@ impl Elector {
         let mut changes = self.changes.clone();
         loop {
             let current = running.borrow_and_update().clone();
-            let (mine, next) = self.round(&current).await;
+            // Bounded, so that a slow API server cannot keep a shard past its renew deadline.
+            let _ =
+                tokio::time::timeout(self.settings.renew_deadline / 2, self.act(&current)).await;
+            let (mine, next) = self.owned();
             owned.send_if_modified(|s| {
                 let changed = s.owned != mine;
                 s.owned = mine;
@@ -441,20 +476,25 @@ impl Elector {
         owned.send_modify(|s| s.owned.clear());
         let stopped = running.wait_for(BTreeSet::is_empty);
         let _ = tokio::time::timeout(STOP_WAIT, stopped).await;
+        let still = running.borrow().clone();
         let me = self.settings.identity.clone();
         for i in 0..self.settings.shards {
             let name = self.settings.shard_lease(i);
-            if self
-                .lease(&name)
-                .and_then(|l| l.spec?.holder_identity)
-                .as_deref()
-                == Some(&me)
-            {
+            let mine = self.lease(&name).and_then(|l| l.spec?.holder_identity);
+            if mine.as_deref() != Some(&me) {
+                continue;
+            }
+            if still.contains(&i) {
+                // Never hand over a shard that may still be driven here: it expires instead.
+                tracing::warn!(lease = %name, "the controller did not stop in time; leaving the lease to expire");
+            } else {
                 self.write(&name, None).await;
             }
         }
         let member = self.settings.member_lease();
-        let _ = self.api.delete(&member, &DeleteParams::default()).await;
+        let dp = DeleteParams::default();
+        let _ =
+            tokio::time::timeout(self.settings.retry_period, self.api.delete(&member, &dp)).await;
         tracing::info!(identity = %me, "released the leases");
     }
 }

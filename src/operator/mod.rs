@@ -56,6 +56,9 @@ pub struct Options {
     pub state_key_secret: String,
 }
 
+/// How long the controller's in-flight work may take to finish once told to stop.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Key of the state keys within their Secret (the chart's `stateKey.key` default).
 pub(crate) const STATE_KEY_FIELD: &str = "state-key";
 
@@ -277,10 +280,23 @@ async fn lead(
         .graceful_shutdown_on(stop.clone().cancelled_owned())
         .run(reconcile_workflow, workflow_error, ctx)
         .for_each(|_| async {});
-    if validates {
-        tokio::join!(ctl.run(stop.clone()), validator);
-    } else {
-        ctl.run(stop.clone()).await;
+    let work = async {
+        if validates {
+            tokio::join!(ctl.run(stop.clone()), validator);
+        } else {
+            ctl.run(stop.clone()).await;
+        }
+    };
+    // Once told to stop, in-flight work gets a moment to finish and is then dropped (a Run
+    // resumes from its status wherever it is driven next): a request the API server never
+    // answers must not keep a shard from being handed over.
+    let deadline = async {
+        stop.cancelled().await;
+        tokio::time::sleep(STOP_GRACE).await;
+    };
+    tokio::select! {
+        _ = work => {}
+        _ = deadline => tracing::warn!("the controller did not stop within {STOP_GRACE:?}; abandoning its work"),
     }
 }
 

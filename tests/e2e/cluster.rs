@@ -64,6 +64,8 @@ pub struct Cluster {
     pub state_key: PathBuf,
     /// Shards the replicas split the Runs into (`--shards`).
     pub shards: u32,
+    /// Lease timing flags of every replica.
+    lease_flags: Vec<String>,
 }
 
 /// Lease timings of the replicas: shorter than the defaults, so that a takeover after a crash
@@ -93,7 +95,7 @@ pub fn cluster(replicas: usize) -> &'static Cluster {
 /// The control plane of this test binary, started on first use with `replicas` operators that
 /// split the Runs into `shards`.
 pub fn sharded_cluster(replicas: usize, shards: u32) -> &'static Cluster {
-    let c = CLUSTER.get_or_init(|| Cluster::start(replicas, shards));
+    let c = CLUSTER.get_or_init(|| Cluster::start(replicas, shards, &LEASE_FLAGS));
     assert_eq!(c.shards, shards, "one control plane per test binary");
     c
 }
@@ -147,7 +149,14 @@ fn log_to(cmd: &mut Command, file: &Path) {
     cmd.stdout(Stdio::null()).stderr(f);
 }
 
-use crate::support::process::free_port;
+/// A free loopback port (bound, read, released). Here rather than shared with the test support
+/// code, so that the kube benchmark can use this file on its own.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
 
 fn assets() -> PathBuf {
     const BINARIES: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
@@ -205,7 +214,9 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
 }
 
 impl Cluster {
-    fn start(replicas: usize, shards: u32) -> Self {
+    /// Start a control plane with Runway installed, and `replicas` operators splitting the
+    /// Runs into `shards`, with these lease timing flags (none: the defaults).
+    pub fn start(replicas: usize, shards: u32, lease_flags: &[&str]) -> Self {
         let bin = assets();
         let chart = std::env::var_os(CHART_ENV)
             .map(PathBuf::from)
@@ -338,6 +349,7 @@ impl Cluster {
             operators: Mutex::new(Vec::new()),
             control_plane: Mutex::new(control_plane),
             shards,
+            lease_flags: lease_flags.iter().map(|f| f.to_string()).collect(),
         };
         wait_until("the API server to be ready", || {
             me.kubectl("admin", &["get", "--raw=/readyz"])
@@ -530,6 +542,11 @@ impl Cluster {
     /// Start a replica; without `key_file` it takes the state key from the chart's Secret
     /// itself (`--state-key-secret`), as a replica started by hand would.
     pub fn start_operator_keyed(&self, identity: &str, key_file: bool) -> u16 {
+        self.start_operator_with(identity, key_file, self.shards)
+    }
+
+    /// Start a replica that splits the Runs into `shards`.
+    pub fn start_operator_with(&self, identity: &str, key_file: bool, shards: u32) -> u16 {
         let (mcp, metrics) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
         cmd.current_dir(&self.dir)
@@ -542,13 +559,13 @@ impl Cluster {
                 &format!("--listen=127.0.0.1:{mcp}"),
                 &format!("--metrics-listen=127.0.0.1:{metrics}"),
                 &format!("--lease-name={LEASE}"),
-                &format!("--shards={}", self.shards),
+                &format!("--shards={shards}"),
                 // The tests' HTTP sinks run on this machine's loopback, which the operator's
                 // egress policy denies by default.
                 "--egress-allow=127.0.0.1/32",
                 &format!("--token-audience={AUDIENCE}"),
             ]);
-        cmd.args(LEASE_FLAGS);
+        cmd.args(&self.lease_flags);
         if key_file {
             cmd.arg(format!("--state-key-file={}", self.state_key.display()));
         }
@@ -635,6 +652,36 @@ impl Cluster {
         op.child.wait().unwrap();
     }
 
+    /// Port of a replica's MCP endpoint.
+    pub fn mcp_port(&self, identity: &str) -> u16 {
+        let ops = self.operators.lock().unwrap();
+        let op = ops
+            .iter()
+            .find(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        op.mcp
+    }
+
+    /// Process id of a replica.
+    pub fn pid(&self, identity: &str) -> u32 {
+        let ops = self.operators.lock().unwrap();
+        let op = ops
+            .iter()
+            .find(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        op.child.id()
+    }
+
+    /// Port of a replica's metrics endpoint.
+    pub fn metrics_port(&self, identity: &str) -> u16 {
+        let ops = self.operators.lock().unwrap();
+        let op = ops
+            .iter()
+            .find(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        op.metrics
+    }
+
     /// Stop a replica as Kubernetes does (SIGTERM), and wait until it has exited.
     pub fn stop(&self, identity: &str) {
         let mut ops = self.operators.lock().unwrap();
@@ -657,7 +704,12 @@ impl Cluster {
 
     /// The holder of each shard's Lease (empty when none), shard 0 first.
     pub fn holders(&self) -> Vec<String> {
-        (0..self.shards)
+        self.holders_of(self.shards)
+    }
+
+    /// The holder of each of `shards` shard Leases (empty when none), shard 0 first.
+    pub fn holders_of(&self, shards: u32) -> Vec<String> {
+        (0..shards)
             .map(|i| {
                 let name = match i {
                     0 => LEASE.to_owned(),

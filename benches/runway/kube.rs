@@ -1,0 +1,773 @@
+//! `make bench-kube`: the same load generator against `runway operator` replicas on a real
+//! control plane (etcd, kube-apiserver, kube-controller-manager; the e2e tier's `cluster.rs`),
+//! installed as the chart installs it — CRDs, RBAC, the admission policy, the operator as the
+//! chart's ServiceAccount, tenants as static-token users — with release builds. Baselines are
+//! measured in the same run: what the API server does for bare Run creates and status writes,
+//! and the embedded store serving the same `tasks/get`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use runway::api::Run;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::cluster::{self, Cluster, token};
+use crate::load::{self, Stats, Target, closed_loop, closed_loop_over};
+use crate::procs::{self, Proc, free_addr};
+use crate::{Listen, POLL, WORKFLOWS, listen_latency, one_run, step};
+
+/// The Runs' shards when the work is split (divisible by 1, 2 and 3 replicas).
+const SCALE_SHARDS: u32 = 6;
+/// Upper bound of any wait for the cluster.
+const PATIENCE: Duration = Duration::from_secs(180);
+
+/// Sizes and windows of one kube benchmark run.
+#[derive(Clone, Copy, Serialize)]
+pub struct KubePlan {
+    warmup: Duration,
+    measure: Duration,
+    e2e: Duration,
+    /// Run counts at which the cache's memory is measured.
+    memory_runs: [usize; 2],
+}
+
+impl KubePlan {
+    /// Every scenario at full size.
+    pub fn full() -> Self {
+        Self {
+            warmup: Duration::from_millis(500),
+            measure: Duration::from_secs(4),
+            e2e: Duration::from_secs(5),
+            memory_runs: [10_000, 100_000],
+        }
+    }
+
+    /// Short windows, small counts (a smoke run).
+    pub fn quick() -> Self {
+        Self {
+            warmup: Duration::from_millis(200),
+            measure: Duration::from_secs(1),
+            e2e: Duration::from_secs(2),
+            memory_runs: [1_000, 5_000],
+        }
+    }
+}
+
+/// Everything measured.
+#[derive(Default, Serialize)]
+struct KubeReport {
+    /// Bare `create runs` by a tenant (kubectl's request), per client count.
+    bare_create: Vec<Stats>,
+    /// `tools/call` → `CreateTaskResult` on a replica, per client count.
+    tools_create: Vec<Stats>,
+    /// Create + one status write per op, by the operator's ServiceAccount (64 clients).
+    api_create_and_status: Stats,
+    /// End-to-end trivial runs through the replicas (create, poll to completed).
+    e2e: Vec<Stats>,
+    /// `tasks/get` from a replica's cache, 64 clients.
+    get: Stats,
+    /// The same `tasks/get` on `runway serve` (embedded store, same auth shape), 64 clients.
+    get_embedded: Stats,
+    listen: Listen,
+    failover: Failover,
+    /// End-to-end runs/s at 64 callers with 1, 2 and 3 replicas sharing SCALE_SHARDS shards.
+    scaling: Vec<Scale>,
+    memory: Vec<CacheMemory>,
+}
+
+#[derive(Default, Serialize)]
+struct Failover {
+    lease_duration_s: f64,
+    /// SIGTERM of the leader until the standby holds the Lease.
+    graceful_handover_s: f64,
+    /// SIGTERM of the leader until a Run created at that moment has succeeded.
+    graceful_run_done_s: f64,
+    /// `kill -9` of the leader until the standby holds the Lease.
+    crash_handover_s: f64,
+    /// `kill -9` of the leader until a Run created at that moment has succeeded.
+    crash_run_done_s: f64,
+}
+
+#[derive(Default, Serialize)]
+struct Scale {
+    replicas: usize,
+    shards: u32,
+    e2e: Stats,
+}
+
+#[derive(Default, Serialize)]
+struct CacheMemory {
+    runs: usize,
+    idle_rss_mib: f64,
+    rss_mib: f64,
+    bytes_per_run: f64,
+}
+
+/// A kube client as `user` (a static user, or `operator`, the chart's ServiceAccount).
+async fn client(c: &Cluster, user: &str) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(c.kubeconfig(user)).expect("a kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("a kube config");
+    kube::Client::try_from(cfg).expect("a kube client")
+}
+
+/// A bare Run of `workflow` requested by alice, as kubectl would create it.
+fn bare_run(workflow: &str) -> Run {
+    serde_json::from_value(json!({
+        "apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+        "metadata": {"generateName": format!("{workflow}-")},
+        "spec": {"workflowRef": {"name": workflow},
+                 "requestedBy": {"username": "alice", "uid": "alice-uid", "groups": ["devs"]}}
+    }))
+    .expect("a Run")
+}
+
+/// A closed loop of `clients` workers calling `op` back to back (the API-side twin of
+/// `load::closed_loop`).
+async fn api_loop(
+    clients: usize,
+    warmup: Duration,
+    measure: Duration,
+    op: Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>,
+) -> Stats {
+    let counted_from = Instant::now() + warmup;
+    let until = counted_from + measure;
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let op = op.clone();
+        workers.spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            while Instant::now() < until {
+                let t = Instant::now();
+                match op().await {
+                    Ok(()) if t >= counted_from && Instant::now() <= until => {
+                        lat.push(t.elapsed().as_micros() as u64)
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        eprintln!("bench: {e}");
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
+            (lat, errors)
+        });
+    }
+    let (mut all, mut errors) = (Vec::new(), 0);
+    while let Some(r) = workers.join_next().await {
+        let (lat, e) = r.expect("an API worker panicked");
+        all.extend(lat);
+        errors += e;
+    }
+    let ops = all.len() as u64;
+    let (p50_ms, p99_ms, mean_ms) = load::percentiles(all);
+    let seconds = measure.as_secs_f64();
+    Stats {
+        clients,
+        ops,
+        seconds,
+        per_sec: ops as f64 / seconds,
+        p50_ms,
+        p99_ms,
+        mean_ms,
+        errors,
+        extra_per_op: 0.0,
+    }
+}
+
+/// Wait until `ok` holds, checking every 10 ms; how long it took.
+async fn until(what: &str, mut ok: impl FnMut() -> BoxFuture<'static, bool>) -> Duration {
+    let start = Instant::now();
+    while !ok().await {
+        assert!(start.elapsed() < PATIENCE, "bench: {what} never happened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+/// Whether Run `name` has succeeded.
+fn succeeded(api: &Api<Run>, name: &str) -> BoxFuture<'static, bool> {
+    let (api, name) = (api.clone(), name.to_owned());
+    Box::pin(async move {
+        api.get_opt(&name).await.ok().flatten().is_some_and(|r| {
+            r.status
+                .is_some_and(|s| s.phase == runway::api::RunPhase::Succeeded)
+        })
+    })
+}
+
+/// The holder of Lease `name` in the chart's namespace is `who`.
+fn holds(
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    who: &str,
+) -> BoxFuture<'static, bool> {
+    let (leases, name, who) = (leases.clone(), name.to_owned(), who.to_owned());
+    Box::pin(async move {
+        leases
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+            .is_some_and(|h| h == who)
+    })
+}
+
+/// Run the kube benchmark and return its report (also written by the caller).
+pub async fn bench(plan: KubePlan) -> Value {
+    let started = Instant::now();
+    step("kube: starting the control plane and installing Runway");
+    // It lives as long as the benchmark (its processes die with it), so that replicas can be
+    // stopped from other threads while this one watches the Lease.
+    let c: &'static Cluster =
+        tokio::task::spawn_blocking(|| &*Box::leak(Box::new(Cluster::start(0, 1, &[]))))
+            .await
+            .expect("the control plane starts");
+    let ns = c.namespace("bench");
+    assert!(c.apply("admin", &ns, WORKFLOWS).status.success());
+    let alice = client(&c, "alice").await;
+    let operator = client(&c, "operator").await;
+    let runs_as_alice: Api<Run> = Api::namespaced(alice, &ns);
+    let runs_as_operator: Api<Run> = Api::namespaced(operator.clone(), &ns);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(operator, cluster::SYSTEM_NS);
+    let target = |port: u16| Target {
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        path: format!("/namespaces/{ns}/mcp"),
+        token: Some(token("alice")),
+    };
+
+    // The chart's default: two replicas, one shard (one leader drives every Run).
+    c.start_operator("r-0");
+    c.start_operator("r-1");
+    let leader = c.leader();
+    c.admin(&[
+        "wait",
+        "-n",
+        &ns,
+        "--for=condition=Ready",
+        "--timeout=60s",
+        "wf/trivial",
+        "wf/probe",
+        "wf/park",
+    ]);
+    let replicas: Vec<Target> = c.mcp_ports().into_iter().map(target).collect();
+    let watcher = c.metrics_port("r-0");
+    let mut out = KubeReport::default();
+
+    for n in [1, 16, 64] {
+        step(&format!("kube: bare create vs tools/call, {n} clients"));
+        let api = runs_as_alice.clone();
+        out.bare_create.push(
+            api_loop(
+                n,
+                plan.warmup,
+                plan.measure,
+                Arc::new(move || {
+                    let api = api.clone();
+                    Box::pin(async move {
+                        api.create(&PostParams::default(), &bare_run("trivial"))
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+                }),
+            )
+            .await,
+        );
+        out.tools_create.push(
+            closed_loop_over(
+                &replicas,
+                n,
+                plan.warmup,
+                plan.measure,
+                load::create_op("trivial"),
+            )
+            .await,
+        );
+        settle(watcher).await;
+    }
+
+    step("kube: the API server's create + status write, 64 clients");
+    let (status, api) = (
+        finished_status(&runs_as_alice).await,
+        runs_as_operator.clone(),
+    );
+    out.api_create_and_status = api_loop(
+        64,
+        plan.warmup,
+        plan.measure,
+        Arc::new(move || {
+            let (api, status) = (api.clone(), status.clone());
+            Box::pin(async move {
+                let mut run = bare_run("trivial");
+                run.spec.requested_by = None;
+                run.metadata.labels = Some([("bench".to_owned(), "baseline".to_owned())].into());
+                let created = api
+                    .create(&PostParams::default(), &run)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let name = created.metadata.name.unwrap_or_default();
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status})),
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            })
+        }),
+    )
+    .await;
+    settle(watcher).await;
+
+    for n in [16, 64] {
+        step(&format!("kube: end to end, {n} callers"));
+        out.e2e.push(
+            closed_loop_over(
+                &replicas,
+                n,
+                plan.warmup,
+                plan.e2e,
+                load::run_op("trivial", POLL),
+            )
+            .await,
+        );
+        settle(watcher).await;
+    }
+
+    step("kube: tasks/get from the cache vs the embedded store, 64 clients");
+    let (task, _) = one_run(replicas[0].clone(), "trivial", json!({})).await;
+    out.get = closed_loop(
+        replicas[0].clone(),
+        64,
+        plan.warmup,
+        plan.measure,
+        load::get_op(&task),
+    )
+    .await;
+    let mut embedded = start_embedded(&c.dir).await;
+    // Manifests without a namespace are in `default`, alice's namespace in the auth file.
+    let local = Target {
+        addr: embedded.addr,
+        path: "/mcp".into(),
+        token: Some(token("alice")),
+    };
+    let (task, _) = one_run(local.clone(), "trivial", json!({})).await;
+    out.get_embedded = closed_loop(local, 64, plan.warmup, plan.measure, load::get_op(&task)).await;
+    embedded.kill();
+
+    step("kube: listen");
+    out.listen = listen_latency(replicas[0].clone(), 16, plan.warmup + plan.e2e).await;
+    settle(watcher).await;
+
+    out.failover = failover(c, &leader, &runs_as_alice, &leases).await;
+    out.scaling = scaling(c, &replicas_target(&ns), plan).await;
+    out.memory = memory(c, &runs_as_alice, &runs_as_operator, &leases, plan).await;
+
+    let report = json!({
+        "machine": crate::machine(),
+        "versions": versions(c),
+        "plan": plan,
+        "kube": out,
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    println!("{}", render(&report));
+    report
+}
+
+/// How a replica's MCP endpoint is addressed for the tenant namespace.
+fn replicas_target(ns: &str) -> impl Fn(u16) -> Target + '_ {
+    move |port| Target {
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        path: format!("/namespaces/{ns}/mcp"),
+        token: Some(token("alice")),
+    }
+}
+
+/// The status of a finished `trivial` Run, to give baseline and memory Runs a realistic size.
+async fn finished_status(api: &Api<Run>) -> Value {
+    let created = api
+        .create(&PostParams::default(), &bare_run("trivial"))
+        .await
+        .expect("a bare Run");
+    let name = created.metadata.name.unwrap_or_default();
+    until("a trivial Run to succeed", || succeeded(api, &name)).await;
+    let run = api.get(&name).await.expect("the Run");
+    serde_json::to_value(run.status).expect("a status")
+}
+
+/// `runway serve` with the same Workflows and an auth file that signs alice in, for the
+/// embedded side of the `tasks/get` comparison.
+async fn start_embedded(dir: &Path) -> Proc {
+    let work = procs::work_dir(dir, "embedded");
+    std::fs::write(work.join("workflows/bench.yaml"), WORKFLOWS).expect("workflows written");
+    std::fs::write(
+        work.join("auth.yaml"),
+        format!(
+            "tokens:\n  - {{ token: {}, user: alice, groups: [devs], namespace: default }}\nrules:\n  - {{ groups: [devs], namespaces: [\"*\"], resources: [\"*\"], verbs: [\"*\"] }}\n",
+            token("alice")
+        ),
+    )
+    .expect("auth file written");
+    let addr = free_addr();
+    let mut cmd = std::process::Command::new(procs::runway_bin());
+    cmd.arg("serve")
+        .arg("--workflows")
+        .arg(work.join("workflows"))
+        .arg("--db")
+        .arg(work.join("runs.db"))
+        .arg("--listen")
+        .arg(addr.to_string())
+        .arg("--auth-file")
+        .arg(work.join("auth.yaml"));
+    let mut p = Proc::spawn("runway serve", cmd, addr, &work.join("runway.log"));
+    p.ready(Some("/healthz")).await;
+    p
+}
+
+/// Graceful stop and `kill -9` of the leader (two replicas, one shard, default lease timings).
+async fn failover(
+    c: &'static Cluster,
+    leader: &str,
+    runs: &Api<Run>,
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+) -> Failover {
+    let mut f = Failover {
+        lease_duration_s: runway::operator::lease::LEASE_DURATION.as_secs_f64(),
+        ..Default::default()
+    };
+    step("kube: failover, graceful stop of the leader");
+    let standby = c
+        .replicas()
+        .into_iter()
+        .find(|r| r != leader)
+        .expect("a standby");
+    let t0 = Instant::now();
+    let stopping = {
+        let leader = leader.to_owned();
+        tokio::task::spawn_blocking(move || c.stop(&leader))
+    };
+    let run = runs
+        .create(&PostParams::default(), &bare_run("trivial"))
+        .await
+        .expect("a Run")
+        .metadata
+        .name
+        .unwrap_or_default();
+    until("the standby to hold the Lease", || {
+        holds(leases, cluster::LEASE, &standby)
+    })
+    .await;
+    f.graceful_handover_s = t0.elapsed().as_secs_f64();
+    until("the Run to succeed", || succeeded(runs, &run)).await;
+    f.graceful_run_done_s = t0.elapsed().as_secs_f64();
+    stopping.await.expect("the leader stopped");
+
+    step("kube: failover, kill -9 of the leader");
+    c.start_operator("r-2");
+    let t0 = Instant::now();
+    c.kill(&standby);
+    let run = runs
+        .create(&PostParams::default(), &bare_run("trivial"))
+        .await
+        .expect("a Run")
+        .metadata
+        .name
+        .unwrap_or_default();
+    until("r-2 to hold the Lease", || {
+        holds(leases, cluster::LEASE, "r-2")
+    })
+    .await;
+    f.crash_handover_s = t0.elapsed().as_secs_f64();
+    until("the Run to succeed", || succeeded(runs, &run)).await;
+    f.crash_run_done_s = t0.elapsed().as_secs_f64();
+    c.stop("r-2");
+    f
+}
+
+/// End-to-end throughput with 1, 2 and 3 replicas sharing SCALE_SHARDS shards.
+async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -> Vec<Scale> {
+    let mut out = Vec::new();
+    for n in 1..=3usize {
+        step(&format!(
+            "kube: scaling, {n} replicas, {SCALE_SHARDS} shards"
+        ));
+        let names: Vec<String> = (0..n).map(|i| format!("scale{n}-{i}")).collect();
+        for name in &names {
+            c.start_operator_with(name, true, SCALE_SHARDS);
+        }
+        let want: std::collections::BTreeSet<&String> = names.iter().collect();
+        let start = Instant::now();
+        loop {
+            let holders = c.holders_of(SCALE_SHARDS);
+            let got: std::collections::BTreeSet<&String> = holders.iter().collect();
+            let even = names
+                .iter()
+                .all(|r| holders.iter().filter(|h| *h == r).count() == SCALE_SHARDS as usize / n);
+            if got == want && even {
+                break;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "the shards were never shared: {holders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        settle(c.metrics_port(&names[0])).await;
+        let targets: Vec<Target> = names.iter().map(|r| target(c.mcp_port(r))).collect();
+        let e2e = closed_loop_over(
+            &targets,
+            64,
+            plan.warmup,
+            plan.e2e,
+            load::run_op("trivial", POLL),
+        )
+        .await;
+        settle(c.metrics_port(&names[0])).await;
+        out.push(Scale {
+            replicas: n,
+            shards: SCALE_SHARDS,
+            e2e,
+        });
+        for name in &names {
+            c.stop(name);
+        }
+    }
+    out
+}
+
+/// Resident memory of a replica whose cache holds many Runs: a standby (the Lease is held by
+/// this benchmark, so no replica drives them), with Runs as a finished `trivial` Run is.
+async fn memory(
+    c: &Cluster,
+    alice: &Api<Run>,
+    operator: &Api<Run>,
+    leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    plan: KubePlan,
+) -> Vec<CacheMemory> {
+    step("kube: resident memory of the Run cache");
+    let status = finished_status(alice).await;
+    let squat = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": cluster::LEASE},
+        "spec": {"holderIdentity": "bench", "leaseDurationSeconds": 3600,
+                 "renewTime": jiff::Timestamp::now().to_string()}});
+    leases
+        .patch(
+            cluster::LEASE,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(&squat),
+        )
+        .await
+        .expect("the Lease is held by the benchmark");
+    c.start_operator("mem-0");
+    let pid = c.pid("mem-0");
+    let metrics = c.metrics_port("mem-0");
+    let existing = cached_runs(metrics).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = rss(pid);
+    let mut out = Vec::new();
+    let mut made = 0usize;
+    for &n in &plan.memory_runs {
+        step(&format!("kube: {n} Runs in the cache"));
+        create_finished(operator, &status, n - made).await;
+        made = n;
+        let want = existing + n;
+        until("the replica to cache every Run", || {
+            Box::pin(async move { cached_runs(metrics).await >= want })
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = rss(pid);
+        out.push(CacheMemory {
+            runs: want,
+            idle_rss_mib: idle as f64 / 1048576.0,
+            rss_mib: now as f64 / 1048576.0,
+            bytes_per_run: (now.saturating_sub(idle)) as f64 / n as f64,
+        });
+    }
+    out
+}
+
+/// Create `n` Runs with `status`, 64 at a time (as the operator: it may write status).
+async fn create_finished(api: &Api<Run>, status: &Value, n: usize) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (api, status, next) = (api.clone(), status.clone(), next.clone());
+        workers.spawn(async move {
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
+                let mut run = bare_run("trivial");
+                run.spec.requested_by = None;
+                let created = api
+                    .create(&PostParams::default(), &run)
+                    .await
+                    .expect("a Run is created");
+                let name = created.metadata.name.unwrap_or_default();
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": status})),
+                )
+                .await
+                .expect("its status is written");
+            }
+        });
+    }
+    while let Some(r) = workers.join_next().await {
+        r.expect("a create worker panicked");
+    }
+}
+
+/// Wait until no Run is left to drive (none Pending, Running, Waiting or Cancelling in the
+/// cache of the replica with this metrics port), so that one scenario's backlog does not slow
+/// the next.
+async fn settle(metrics_port: u16) {
+    until("the Runs of the last scenario to finish", move || {
+        Box::pin(async move { active_runs(metrics_port).await == Some(0) })
+    })
+    .await;
+}
+
+async fn active_runs(metrics_port: u16) -> Option<usize> {
+    let mut conn = load::Conn::open(SocketAddr::from(([127, 0, 0, 1], metrics_port)))
+        .await
+        .ok()?;
+    let text = conn.text("/metrics").await.ok()?;
+    let active = ["Pending", "Running", "Waiting", "Cancelling"];
+    let n = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix("runway_runs{phase=\"")
+                .and_then(|r| r.split('"').next())
+                .is_some_and(|p| active.contains(&p))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    Some(n as usize)
+}
+
+/// Runs in a replica's cache, from its `/metrics` (counted in place at each scrape).
+async fn cached_runs(metrics_port: u16) -> usize {
+    let Ok(mut conn) = load::Conn::open(SocketAddr::from(([127, 0, 0, 1], metrics_port))).await
+    else {
+        return 0;
+    };
+    let text = conn.text("/metrics").await.unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("runway_runs{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as usize
+}
+
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Versions of what was measured.
+fn versions(c: &Cluster) -> Value {
+    let server = c.admin(&["version", "-o", "json"]);
+    let server: Value = serde_json::from_str(&server).unwrap_or_default();
+    json!({
+        "runway": env!("CARGO_PKG_VERSION"),
+        "kubernetes": server["serverVersion"]["gitVersion"],
+    })
+}
+
+/// The report as Markdown tables.
+fn render(r: &Value) -> String {
+    let k = &r["kube"];
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let row = |name: &str, s: &Value| {
+        format!(
+            "| {name} | {} | {}/s | {:.2} | {:.2} |\n",
+            s["clients"],
+            crate::rate(f(&s["per_sec"])),
+            f(&s["p50_ms"]),
+            f(&s["p99_ms"])
+        )
+    };
+    let mut t =
+        String::from("| Scenario | Clients | Rate | p50 ms | p99 ms |\n|---|---|---|---|---|\n");
+    for (bare, tools) in k["bare_create"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(k["tools_create"].as_array().into_iter().flatten())
+    {
+        t += &row("bare Run create (tenant, API server)", bare);
+        t += &row("tools/call → CreateTaskResult", tools);
+    }
+    t += &row(
+        "API server: create + status write",
+        &k["api_create_and_status"],
+    );
+    for s in k["e2e"].as_array().into_iter().flatten() {
+        t += &row("end-to-end trivial runs (poll)", s);
+    }
+    t += &row("tasks/get from the cache", &k["get"]);
+    t += &row("tasks/get, embedded store", &k["get_embedded"]);
+    t += &format!(
+        "| listen: status write → notification | {} | {} samples | {:.2} | {:.2} |\n",
+        k["listen"]["clients"],
+        k["listen"]["samples"],
+        f(&k["listen"]["p50_ms"]),
+        f(&k["listen"]["p99_ms"])
+    );
+    for s in k["scaling"].as_array().into_iter().flatten() {
+        t += &row(
+            &format!(
+                "end to end, {} replicas, {} shards",
+                s["replicas"], s["shards"]
+            ),
+            &s["e2e"],
+        );
+    }
+    let fo = &k["failover"];
+    t += &format!(
+        "\nFailover (two replicas, one shard, lease duration {} s): graceful stop → standby holds the Lease {:.2} s, a Run created then succeeded {:.2} s; kill -9 → {:.2} s, {:.2} s.\n",
+        f(&fo["lease_duration_s"]),
+        f(&fo["graceful_handover_s"]),
+        f(&fo["graceful_run_done_s"]),
+        f(&fo["crash_handover_s"]),
+        f(&fo["crash_run_done_s"])
+    );
+    for m in k["memory"].as_array().into_iter().flatten() {
+        t += &format!(
+            "Memory: {} Runs cached → {:.1} MiB resident (idle {:.1} MiB), {:.1} KiB per Run.\n",
+            m["runs"],
+            f(&m["rss_mib"]),
+            f(&m["idle_rss_mib"]),
+            f(&m["bytes_per_run"]) / 1024.0
+        );
+    }
+    let get = f(&k["get"]["per_sec"]);
+    let emb = f(&k["get_embedded"]["per_sec"]);
+    let e2e64 = k["e2e"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["clients"] == 64))
+        .map(|s| f(&s["per_sec"]))
+        .unwrap_or(0.0);
+    t += &format!(
+        "\ntasks/get from the cache: {:.2}× the embedded store. End-to-end runs at 64 callers: {:.2}× the API server's create + status-write pairs.\n",
+        get / emb.max(1.0),
+        e2e64 / f(&k["api_create_and_status"]["per_sec"]).max(1.0)
+    );
+    t
+}
