@@ -57,6 +57,9 @@ struct Inner {
     reconcile_errors: Counter,
     queue_depth: Gauge,
     auth_cache: Family<CacheLabels, Counter>,
+    /// The four auth cache counters once they exist ((token, access) × (hit, miss)), so that a
+    /// lookup, made several times per request, builds no labels.
+    auth_cache_counters: [std::sync::OnceLock<Counter>; 4],
 }
 
 /// The process's metrics.
@@ -142,6 +145,7 @@ impl Metrics {
                 reconcile_errors,
                 queue_depth,
                 auth_cache,
+                auth_cache_counters: Default::default(),
             }),
         }
     }
@@ -211,12 +215,25 @@ impl Metrics {
     /// Count one auth cache lookup.
     pub(crate) fn auth_cache(&self, cache: &str, hit: bool) {
         let result = if hit { "hit" } else { "miss" };
-        self.inner
-            .auth_cache
-            .get_or_create(&CacheLabels {
-                cache: cache.to_owned(),
-                result: result.to_owned(),
-            })
+        let counter = || {
+            self.inner
+                .auth_cache
+                .get_or_create(&CacheLabels {
+                    cache: cache.to_owned(),
+                    result: result.to_owned(),
+                })
+                .clone()
+        };
+        let slot = match cache {
+            "token" => 0,
+            "access" => 2,
+            _ => {
+                counter().inc();
+                return;
+            }
+        } + usize::from(!hit);
+        self.inner.auth_cache_counters[slot]
+            .get_or_init(counter)
             .inc();
     }
 

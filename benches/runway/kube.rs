@@ -23,6 +23,12 @@ use crate::{Listen, POLL, WORKFLOWS, listen_latency, one_run, step};
 
 /// The Runs' shards when the work is split (divisible by 1, 2 and 3 replicas).
 const SCALE_SHARDS: u32 = 6;
+/// Workers per replica in the scaling scenario (half of them may work on one namespace).
+const SCALE_WORKERS: usize = 4;
+/// Callers in the scaling scenario.
+const SCALE_CALLERS: usize = 16;
+/// How long the scaling scenario's upstream takes to answer.
+const UPSTREAM_DELAY: Duration = Duration::from_millis(50);
 /// Upper bound of any wait for the cluster.
 const PATIENCE: Duration = Duration::from_secs(180);
 
@@ -32,6 +38,8 @@ pub struct KubePlan {
     warmup: Duration,
     measure: Duration,
     e2e: Duration,
+    /// Window of each scaling measurement.
+    scale: Duration,
     /// Run counts at which the cache's memory is measured.
     memory_runs: [usize; 2],
 }
@@ -43,6 +51,7 @@ impl KubePlan {
             warmup: Duration::from_millis(500),
             measure: Duration::from_secs(4),
             e2e: Duration::from_secs(5),
+            scale: Duration::from_secs(8),
             memory_runs: [10_000, 100_000],
         }
     }
@@ -53,6 +62,7 @@ impl KubePlan {
             warmup: Duration::from_millis(200),
             measure: Duration::from_secs(1),
             e2e: Duration::from_secs(2),
+            scale: Duration::from_secs(4),
             memory_runs: [1_000, 5_000],
         }
     }
@@ -75,7 +85,8 @@ struct KubeReport {
     get_embedded: Stats,
     listen: Listen,
     failover: Failover,
-    /// End-to-end runs/s at 64 callers with 1, 2 and 3 replicas sharing SCALE_SHARDS shards.
+    /// End-to-end runs/s of `slow` at SCALE_CALLERS callers with 1, 2 and 3 replicas sharing
+    /// SCALE_SHARDS shards, SCALE_WORKERS workers each.
     scaling: Vec<Scale>,
     memory: Vec<CacheMemory>,
 }
@@ -234,8 +245,15 @@ pub async fn bench(plan: KubePlan) -> Value {
             .expect("the control plane starts");
     let ns = c.namespace("bench");
     assert!(c.apply("admin", &ns, WORKFLOWS).status.success());
-    let alice = client(&c, "alice").await;
-    let operator = client(&c, "operator").await;
+    let upstream = slow_upstream().await;
+    let slow = format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: slow }}\nspec:\n  \
+         tool: {{ description: One call to an upstream that answers after {UPSTREAM_DELAY:?}. }}\n  \
+         steps: [ {{ name: call, http: {{ method: POST, url: \"http://{upstream}/\" }} }} ]\n"
+    );
+    assert!(c.apply("admin", &ns, &slow).status.success());
+    let alice = client(c, "alice").await;
+    let operator = client(c, "operator").await;
     let runs_as_alice: Api<Run> = Api::namespaced(alice, &ns);
     let runs_as_operator: Api<Run> = Api::namespaced(operator.clone(), &ns);
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -298,10 +316,8 @@ pub async fn bench(plan: KubePlan) -> Value {
     }
 
     step("kube: the API server's create + status write, 64 clients");
-    let (status, api) = (
-        finished_status(&runs_as_alice).await,
-        runs_as_operator.clone(),
-    );
+    let finished = finished_status(&runs_as_alice).await;
+    let (status, api) = (finished.clone(), runs_as_operator.clone());
     out.api_create_and_status = api_loop(
         64,
         plan.warmup,
@@ -373,7 +389,7 @@ pub async fn bench(plan: KubePlan) -> Value {
 
     out.failover = failover(c, &leader, &runs_as_alice, &leases).await;
     out.scaling = scaling(c, &replicas_target(&ns), plan).await;
-    out.memory = memory(c, &runs_as_alice, &runs_as_operator, &leases, plan).await;
+    out.memory = memory(c, &finished, &runs_as_operator, &leases, plan).await;
 
     let report = json!({
         "machine": crate::machine(),
@@ -384,6 +400,24 @@ pub async fn bench(plan: KubePlan) -> Value {
     });
     println!("{}", render(&report));
     report
+}
+
+/// An upstream that answers every POST after UPSTREAM_DELAY: the slow service behind the
+/// scaling scenario's `http` step, holding a controller worker as a real one would.
+async fn slow_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("an address");
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(|| async {
+            tokio::time::sleep(UPSTREAM_DELAY).await;
+            "ok"
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
 }
 
 /// How a replica's MCP endpoint is addressed for the tenant namespace.
@@ -504,8 +538,9 @@ async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -
             "kube: scaling, {n} replicas, {SCALE_SHARDS} shards"
         ));
         let names: Vec<String> = (0..n).map(|i| format!("scale{n}-{i}")).collect();
+        let workers = format!("--workers={SCALE_WORKERS}");
         for name in &names {
-            c.start_operator_with(name, true, SCALE_SHARDS);
+            c.start_operator_with(name, true, SCALE_SHARDS, &[&workers]);
         }
         let want: std::collections::BTreeSet<&String> = names.iter().collect();
         let start = Instant::now();
@@ -526,14 +561,9 @@ async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -
         }
         settle(c.metrics_port(&names[0])).await;
         let targets: Vec<Target> = names.iter().map(|r| target(c.mcp_port(r))).collect();
-        let e2e = closed_loop_over(
-            &targets,
-            64,
-            plan.warmup,
-            plan.e2e,
-            load::run_op("trivial", POLL),
-        )
-        .await;
+        let op = load::run_op("slow", POLL);
+        let warmup = Duration::from_secs(1);
+        let e2e = closed_loop_over(&targets, SCALE_CALLERS, warmup, plan.scale, op).await;
         settle(c.metrics_port(&names[0])).await;
         out.push(Scale {
             replicas: n,
@@ -551,17 +581,16 @@ async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -
 /// this benchmark, so no replica drives them), with Runs as a finished `trivial` Run is.
 async fn memory(
     c: &Cluster,
-    alice: &Api<Run>,
+    status: &Value,
     operator: &Api<Run>,
     leases: &Api<k8s_openapi::api::coordination::v1::Lease>,
     plan: KubePlan,
 ) -> Vec<CacheMemory> {
     step("kube: resident memory of the Run cache");
-    let status = finished_status(alice).await;
     let squat = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": cluster::LEASE},
         "spec": {"holderIdentity": "bench", "leaseDurationSeconds": 3600,
-                 "renewTime": jiff::Timestamp::now().to_string()}});
+                 "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now())}});
     leases
         .patch(
             cluster::LEASE,
@@ -580,7 +609,7 @@ async fn memory(
     let mut made = 0usize;
     for &n in &plan.memory_runs {
         step(&format!("kube: {n} Runs in the cache"));
-        create_finished(operator, &status, n - made).await;
+        create_finished(operator, status, n - made).await;
         made = n;
         let want = existing + n;
         until("the replica to cache every Run", || {
@@ -733,8 +762,10 @@ fn render(r: &Value) -> String {
     for s in k["scaling"].as_array().into_iter().flatten() {
         t += &row(
             &format!(
-                "end to end, {} replicas, {} shards",
-                s["replicas"], s["shards"]
+                "end to end, `slow` ({} ms upstream), {} replicas × {SCALE_WORKERS} workers, {} shards",
+                UPSTREAM_DELAY.as_millis(),
+                s["replicas"],
+                s["shards"]
             ),
             &s["e2e"],
         );

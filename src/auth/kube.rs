@@ -72,17 +72,34 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     }
 }
 
-/// Everything an access decision depends on: the cache key of a SubjectAccessReview (the whole
-/// tuple, so that two questions can never share an answer).
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Question {
-    user: String,
-    uid: Option<String>,
-    groups: Vec<String>,
-    extra: std::collections::BTreeMap<String, Vec<String>>,
-    verb: &'static str,
-    resource: &'static str,
-    namespace: String,
+/// The cache key of an access decision: SHA-256 over everything a SubjectAccessReview asks —
+/// user, uid, groups, extra, verb, resource, namespace — each length-prefixed, so that two
+/// different questions cannot share an answer, and a lookup copies none of the caller's names.
+fn question(who: &Identity, verb: Verb, resource: Resource, namespace: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    let p = &who.principal;
+    field(p.username.as_bytes());
+    field(p.uid.as_deref().map_or(&[0xff][..], str::as_bytes));
+    field(&(p.groups.len() as u64).to_le_bytes());
+    for g in &p.groups {
+        field(g.as_bytes());
+    }
+    field(&(who.extra.len() as u64).to_le_bytes());
+    for (k, vs) in &who.extra {
+        field(k.as_bytes());
+        field(&(vs.len() as u64).to_le_bytes());
+        for v in vs {
+            field(v.as_bytes());
+        }
+    }
+    field(verb.as_str().as_bytes());
+    field(resource.as_str().as_bytes());
+    field(namespace.as_bytes());
+    h.finalize().into()
 }
 
 /// The namespace of a ServiceAccount user name, if it is one.
@@ -98,7 +115,7 @@ pub struct KubeAuth {
     client: Client,
     audiences: Vec<String>,
     tokens: Cache<[u8; 32], Option<Identity>>,
-    decisions: Cache<Question, bool>,
+    decisions: Cache<[u8; 32], bool>,
     metrics: Metrics,
 }
 
@@ -182,15 +199,7 @@ impl Authorizer for KubeAuth {
         namespace: &str,
     ) -> Result<bool, AuthError> {
         let p = &who.principal;
-        let key = Question {
-            user: p.username.clone(),
-            uid: p.uid.clone(),
-            groups: p.groups.clone(),
-            extra: who.extra.clone(),
-            verb: verb.as_str(),
-            resource: resource.as_str(),
-            namespace: namespace.to_owned(),
-        };
+        let key = question(who, verb, resource, namespace);
         let cached = self.decisions.get(&key);
         self.metrics.auth_cache("access", cached.is_some());
         if let Some(d) = cached {
@@ -227,6 +236,42 @@ impl Authorizer for KubeAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn different_questions_never_share_a_cache_key() {
+        let who = |user: &str, groups: &[&str]| Identity {
+            principal: Principal {
+                username: user.into(),
+                uid: None,
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+            },
+            namespace: None,
+            extra: Default::default(),
+        };
+        let ab = who("alice", &["a", "b"]);
+        let base = question(&ab, Verb::Get, Resource::Runs, "team-a");
+        assert_eq!(base, question(&ab, Verb::Get, Resource::Runs, "team-a"));
+        let mut with_uid = ab.clone();
+        with_uid.principal.uid = Some(String::new());
+        let mut with_extra = ab.clone();
+        with_extra.extra.insert("scopes".into(), vec!["x".into()]);
+        for other in [
+            question(&who("alice", &["ab"]), Verb::Get, Resource::Runs, "team-a"),
+            question(
+                &who("alic", &["ea", "b"]),
+                Verb::Get,
+                Resource::Runs,
+                "team-a",
+            ),
+            question(&with_uid, Verb::Get, Resource::Runs, "team-a"),
+            question(&with_extra, Verb::Get, Resource::Runs, "team-a"),
+            question(&ab, Verb::Update, Resource::Runs, "team-a"),
+            question(&ab, Verb::Get, Resource::Workflows, "team-a"),
+            question(&ab, Verb::Get, Resource::Runs, "team-b"),
+        ] {
+            assert_ne!(base, other);
+        }
+    }
 
     #[test]
     fn a_full_cache_drops_its_oldest_entries_not_all() {

@@ -119,16 +119,10 @@ pub(super) async fn awaiting_answer_from(
         .into()
 }
 
-/// Whether the caller may act on `run`: RBAC plus the owner rule, under which the requester,
-/// whoever may list runs, and — to read and answer, not to cancel — the approvers an open
-/// question names may act.
-pub(super) async fn may_act(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
-    if !allowed(state, t, access.verb(), Resource::Runs)
-        .await
-        .unwrap_or(false)
-    {
-        return false;
-    }
+/// Whether the caller, whose RBAC allows `access`, may act on `run` under the owner rule: the
+/// requester, whoever may list runs, and — to read and answer, not to cancel — the approvers an
+/// open question names may.
+async fn owner_rule_allows(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
     if state.config.task_access == TaskAccess::Namespace {
         return true;
     }
@@ -167,7 +161,9 @@ pub(super) async fn task_run(
     else {
         return Ok(None);
     };
-    Ok(may_act(state, t, &run, access).await.then_some(run))
+    Ok(owner_rule_allows(state, t, &run, access)
+        .await
+        .then_some(run))
 }
 
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".

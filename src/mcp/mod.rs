@@ -481,7 +481,9 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     }
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
-        Err(refused) => return refused,
+        Err((code, why)) => {
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, &why);
+        }
     };
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let method = msg
@@ -624,22 +626,15 @@ async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Respons
     }
 }
 
-/// The request body as one JSON-RPC object.
-fn parse_message(bytes: &[u8]) -> Result<Value, Response> {
+/// The request body as one JSON-RPC object, or the JSON-RPC code and message refusing it.
+fn parse_message(bytes: &[u8]) -> Result<Value, (i64, String)> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(msg) if msg.is_object() => Ok(msg),
-        Ok(_) => Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
+        Ok(_) => Err((
             codes::INVALID_REQUEST,
-            "one JSON-RPC object per request (batches are not supported)",
+            "one JSON-RPC object per request (batches are not supported)".into(),
         )),
-        Err(e) => Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            Value::Null,
-            codes::PARSE_ERROR,
-            &format!("parse error: {e}"),
-        )),
+        Err(e) => Err((codes::PARSE_ERROR, format!("parse error: {e}"))),
     }
 }
 

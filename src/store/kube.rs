@@ -66,7 +66,11 @@ impl KubeStore {
     pub async fn start(client: Client) -> Result<Self, StoreError> {
         let (reader, writer) = reflector::store();
         let api: Api<Run> = Api::all(client.clone());
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        // managedFields are kept by the API server for its own merges; a cached Run does not
+        // need them, and with a field manager per status write they outweigh the rest.
+        let events = watcher(api, watcher::Config::default())
+            .modify(|r: &mut Run| r.metadata.managed_fields = None);
+        let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();
         tokio::spawn(async move {
@@ -130,7 +134,9 @@ fn remember_newer(recent: &Recent, run: &Run) {
             _ => true,
         });
     if newer {
-        recent.insert(key, (Instant::now(), run.clone()));
+        let mut run = run.clone();
+        run.metadata.managed_fields = None;
+        recent.insert(key, (Instant::now(), run));
     }
 }
 
@@ -166,13 +172,15 @@ impl RunStore for KubeStore {
         name: &str,
     ) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
-        let own = self
-            .own
-            .lock()
-            .expect("own lock")
-            .get(&Key::new(namespace, name))
-            .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
-            .map(|(_, r)| r.clone());
+        let own = {
+            let own = self.own.lock().expect("own lock");
+            // Most reads find no write of this replica waiting for the cache: no key to build.
+            (!own.is_empty())
+                .then(|| own.get(&Key::new(namespace, name)))
+                .flatten()
+                .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
+                .map(|(_, r)| r.clone())
+        };
         match (cached, own) {
             (Some(c), None) => Ok(Some(c)),
             (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {

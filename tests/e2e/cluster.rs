@@ -542,11 +542,17 @@ impl Cluster {
     /// Start a replica; without `key_file` it takes the state key from the chart's Secret
     /// itself (`--state-key-secret`), as a replica started by hand would.
     pub fn start_operator_keyed(&self, identity: &str, key_file: bool) -> u16 {
-        self.start_operator_with(identity, key_file, self.shards)
+        self.start_operator_with(identity, key_file, self.shards, &[])
     }
 
-    /// Start a replica that splits the Runs into `shards`.
-    pub fn start_operator_with(&self, identity: &str, key_file: bool, shards: u32) -> u16 {
+    /// Start a replica that splits the Runs into `shards`, with `extra` flags.
+    pub fn start_operator_with(
+        &self,
+        identity: &str,
+        key_file: bool,
+        shards: u32,
+        extra: &[&str],
+    ) -> u16 {
         let (mcp, metrics) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
         cmd.current_dir(&self.dir)
@@ -565,7 +571,7 @@ impl Cluster {
                 "--egress-allow=127.0.0.1/32",
                 &format!("--token-audience={AUDIENCE}"),
             ]);
-        cmd.args(&self.lease_flags);
+        cmd.args(&self.lease_flags).args(extra);
         if key_file {
             cmd.arg(format!("--state-key-file={}", self.state_key.display()));
         }
