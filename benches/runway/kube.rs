@@ -800,5 +800,45 @@ fn render(r: &Value) -> String {
         get / emb.max(1.0),
         e2e64 / f(&k["api_create_and_status"]["per_sec"]).max(1.0)
     );
+    let scale: Vec<f64> = k["scaling"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| f(&s["e2e"]["per_sec"]))
+        .collect();
+    let lease = f(&fo["lease_duration_s"]);
+    let targets = [
+        (
+            "tasks/get from the cache ≥ 0.9× the embedded store (64 clients)".to_owned(),
+            format!("{:.2}×", get / emb.max(1.0)),
+            get >= 0.9 * emb,
+        ),
+        (
+            "graceful stop of the leader: the standby holds the Lease within 1 s".to_owned(),
+            format!("{:.2} s", f(&fo["graceful_handover_s"])),
+            f(&fo["graceful_handover_s"]) <= 1.0,
+        ),
+        (
+            format!("kill -9 of the leader: a Run created then succeeds within {lease} s + 2 s"),
+            format!("{:.2} s", f(&fo["crash_run_done_s"])),
+            f(&fo["crash_run_done_s"]) <= lease + 2.0,
+        ),
+        (
+            "end-to-end throughput grows with replicas (1 → 2 → 3)".to_owned(),
+            scale
+                .iter()
+                .map(|r| format!("{r:.0}/s"))
+                .collect::<Vec<_>>()
+                .join(" → "),
+            scale.len() == 3 && scale[1] > scale[0] && scale[2] > scale[1],
+        ),
+    ];
+    t += "\n| Target | Measured | Met |\n|---|---|---|\n";
+    for (name, measured, met) in targets {
+        t += &format!(
+            "| {name} | {measured} | {} |\n",
+            if met { "yes" } else { "**no**" }
+        );
+    }
     t
 }

@@ -964,21 +964,21 @@ impl Report {
             .fold(0.0, f64::max);
         let targets = vec![
             target(
-                "tasks/get at 64 clients ≥ 1.0× rmcp peer",
+                "tasks/get at 64 clients ≥ 1.5× rmcp peer",
                 ratio(get64.per_sec, at(&self.peer.get, 64).per_sec),
-                |v| v >= 1.0,
+                |v| v >= 1.5,
                 "×",
             ),
             target(
-                "tasks/get at 64 clients ≥ 0.3× HTTP limit",
+                "tasks/get at 64 clients ≥ 0.5× HTTP limit",
                 ratio(get64.per_sec, at(&self.http, 64).per_sec),
-                |v| v >= 0.3,
+                |v| v >= 0.5,
                 "×",
             ),
             target(
-                "tools/call → CreateTaskResult p50 ≤ 2 ms (1 client)",
+                "tools/call → CreateTaskResult p50 ≤ 0.5 ms (1 client)",
                 at(&self.runway.create, 1).p50_ms,
-                |v| v <= 2.0,
+                |v| v <= 0.5,
                 " ms",
             ),
             target(
