@@ -178,20 +178,7 @@ async fn api_loop(
         all.extend(lat);
         errors += e;
     }
-    let ops = all.len() as u64;
-    let (p50_ms, p99_ms, mean_ms) = load::percentiles(all);
-    let seconds = measure.as_secs_f64();
-    Stats {
-        clients,
-        ops,
-        seconds,
-        per_sec: ops as f64 / seconds,
-        p50_ms,
-        p99_ms,
-        mean_ms,
-        errors,
-        extra_per_op: 0.0,
-    }
+    Stats::of(clients, all, measure, errors, 0)
 }
 
 /// Wait until `ok` holds, checking every 10 ms; how long it took.
@@ -268,16 +255,7 @@ pub async fn bench(plan: KubePlan) -> Value {
     c.start_operator("r-0");
     c.start_operator("r-1");
     let leader = c.leader();
-    c.admin(&[
-        "wait",
-        "-n",
-        &ns,
-        "--for=condition=Ready",
-        "--timeout=60s",
-        "wf/trivial",
-        "wf/probe",
-        "wf/park",
-    ]);
+    c.wait_ready(&ns, &["trivial", "probe", "park", "slow"]);
     let replicas: Vec<Target> = c.mcp_ports().into_iter().map(target).collect();
     let watcher = c.metrics_port("r-0");
     let mut out = KubeReport::default();
@@ -328,19 +306,7 @@ pub async fn bench(plan: KubePlan) -> Value {
                 let mut run = bare_run("trivial");
                 run.spec.requested_by = None;
                 run.metadata.labels = Some([("bench".to_owned(), "baseline".to_owned())].into());
-                let created = api
-                    .create(&PostParams::default(), &run)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let name = created.metadata.name.unwrap_or_default();
-                api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": status})),
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+                create_with_status(&api, run, &status).await
             })
         }),
     )
@@ -455,19 +421,20 @@ async fn start_embedded(dir: &Path) -> Proc {
     )
     .expect("auth file written");
     let addr = free_addr();
-    let mut cmd = std::process::Command::new(procs::runway_bin());
-    cmd.arg("serve")
-        .arg("--workflows")
-        .arg(work.join("workflows"))
-        .arg("--db")
-        .arg(work.join("runs.db"))
-        .arg("--listen")
-        .arg(addr.to_string())
-        .arg("--auth-file")
-        .arg(work.join("auth.yaml"));
+    let mut cmd = procs::serve(&work, addr);
+    cmd.arg("--auth-file").arg(work.join("auth.yaml"));
     let mut p = Proc::spawn("runway serve", cmd, addr, &work.join("runway.log"));
     p.ready(Some("/healthz")).await;
     p
+}
+
+/// Create a bare `trivial` Run; its name.
+async fn create_trivial(runs: &Api<Run>) -> String {
+    let created = runs
+        .create(&PostParams::default(), &bare_run("trivial"))
+        .await
+        .expect("a Run");
+    created.metadata.name.unwrap_or_default()
 }
 
 /// Graceful stop and `kill -9` of the leader (two replicas, one shard, default lease timings).
@@ -492,13 +459,7 @@ async fn failover(
         let leader = leader.to_owned();
         tokio::task::spawn_blocking(move || c.stop(&leader))
     };
-    let run = runs
-        .create(&PostParams::default(), &bare_run("trivial"))
-        .await
-        .expect("a Run")
-        .metadata
-        .name
-        .unwrap_or_default();
+    let run = create_trivial(runs).await;
     until("the standby to hold the Lease", || {
         holds(leases, cluster::LEASE, &standby)
     })
@@ -512,13 +473,7 @@ async fn failover(
     c.start_operator("r-2");
     let t0 = Instant::now();
     c.kill(&standby);
-    let run = runs
-        .create(&PostParams::default(), &bare_run("trivial"))
-        .await
-        .expect("a Run")
-        .metadata
-        .name
-        .unwrap_or_default();
+    let run = create_trivial(runs).await;
     until("r-2 to hold the Lease", || {
         holds(leases, cluster::LEASE, "r-2")
     })
@@ -628,6 +583,20 @@ async fn memory(
     out
 }
 
+/// Create `run`, then write `status` to it: what the API server does for a Run at least.
+async fn create_with_status(api: &Api<Run>, run: Run, status: &Value) -> Result<(), String> {
+    let created = api
+        .create(&PostParams::default(), &run)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = created.metadata.name.unwrap_or_default();
+    let patch = Patch::Merge(json!({"status": status}));
+    api.patch_status(&name, &PatchParams::default(), &patch)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// Create `n` Runs with `status`, 64 at a time (as the operator: it may write status).
 async fn create_finished(api: &Api<Run>, status: &Value, n: usize) {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -638,18 +607,9 @@ async fn create_finished(api: &Api<Run>, status: &Value, n: usize) {
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < n {
                 let mut run = bare_run("trivial");
                 run.spec.requested_by = None;
-                let created = api
-                    .create(&PostParams::default(), &run)
+                create_with_status(&api, run, &status)
                     .await
-                    .expect("a Run is created");
-                let name = created.metadata.name.unwrap_or_default();
-                api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": status})),
-                )
-                .await
-                .expect("its status is written");
+                    .expect("a Run is created with its status");
             }
         });
     }

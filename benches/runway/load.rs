@@ -104,12 +104,7 @@ impl Conn {
     pub async fn send(&mut self, rpc: &Rpc) -> Result<Bytes, Error> {
         let resp = self.start(rpc).await?;
         let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        let body = read_all(resp).await?;
         if status != StatusCode::OK {
             return Err(format!(
                 "{} answered {status}: {}",
@@ -120,32 +115,8 @@ impl Conn {
         Ok(body)
     }
 
-    /// `GET path`: the body as text (empty unless the answer is a success).
-    pub async fn text(&mut self, path: &str) -> Result<String, Error> {
-        let req = Request::get(path)
-            .header("host", &self.host)
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        let resp = self
-            .sender
-            .send_request(req)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Ok(String::new());
-        }
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok(String::from_utf8_lossy(&body).into_owned())
-    }
-
-    /// `GET path`, for health checks; the status code.
-    pub async fn get(&mut self, path: &str) -> Result<StatusCode, Error> {
+    /// `GET path`: the status code and the body.
+    async fn get_body(&mut self, path: &str) -> Result<(StatusCode, Bytes), Error> {
         let req = Request::get(path)
             .header("host", &self.host)
             .body(Full::new(Bytes::new()))
@@ -157,9 +128,32 @@ impl Conn {
             .await
             .map_err(|e| e.to_string())?;
         let status = resp.status();
-        let _ = resp.into_body().collect().await;
-        Ok(status)
+        Ok((status, read_all(resp).await?))
     }
+
+    /// `GET path`: the body as text (empty unless the answer is a success).
+    pub async fn text(&mut self, path: &str) -> Result<String, Error> {
+        let (status, body) = self.get_body(path).await?;
+        Ok(match status.is_success() {
+            true => String::from_utf8_lossy(&body).into_owned(),
+            false => String::new(),
+        })
+    }
+
+    /// `GET path`, for health checks; the status code.
+    pub async fn get(&mut self, path: &str) -> Result<StatusCode, Error> {
+        Ok(self.get_body(path).await?.0)
+    }
+}
+
+/// The whole body of an answer.
+async fn read_all(resp: Response<Incoming>) -> Result<Bytes, Error> {
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(body.to_bytes())
 }
 
 /// A prepared JSON-RPC request: method and name headers plus the serialized body.
@@ -264,6 +258,31 @@ pub struct Stats {
     pub extra_per_op: f64,
 }
 
+impl Stats {
+    /// The statistics of one window: latency samples in microseconds of the operations that
+    /// finished inside it, the failures, and the extra requests they made in all.
+    pub fn of(clients: usize, lat: Vec<u64>, measure: Duration, errors: u64, extra: u64) -> Self {
+        let ops = lat.len() as u64;
+        let (p50_ms, p99_ms, mean_ms) = percentiles(lat);
+        let seconds = measure.as_secs_f64();
+        Self {
+            clients,
+            ops,
+            seconds,
+            per_sec: ops as f64 / seconds,
+            p50_ms,
+            p99_ms,
+            mean_ms,
+            errors,
+            extra_per_op: if ops == 0 {
+                0.0
+            } else {
+                extra as f64 / ops as f64
+            },
+        }
+    }
+}
+
 /// Percentiles of microsecond samples.
 pub fn percentiles(mut us: Vec<u64>) -> (f64, f64, f64) {
     if us.is_empty() {
@@ -355,24 +374,7 @@ pub async fn closed_loop_over(
         extra += x;
         errors += e;
     }
-    let ops = all.len() as u64;
-    let (p50_ms, p99_ms, mean_ms) = percentiles(all);
-    let seconds = measure.as_secs_f64();
-    Stats {
-        clients,
-        ops,
-        seconds,
-        per_sec: ops as f64 / seconds,
-        p50_ms,
-        p99_ms,
-        mean_ms,
-        errors,
-        extra_per_op: if ops == 0 {
-            0.0
-        } else {
-            extra as f64 / ops as f64
-        },
-    }
+    Stats::of(clients, all, measure, errors, extra)
 }
 
 /// `tasks/get` of one fixed task, checked for a `completed` status.

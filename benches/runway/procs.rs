@@ -122,8 +122,15 @@ pub fn runway_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_runway")))
 }
 
-/// `runway serve` on `addr`, with `dir/workflows` and `dir/runs.db`.
+/// `runway serve` on `addr`, with `dir/workflows` and `dir/runs.db`, without authentication.
 pub fn runway(dir: &Path, addr: SocketAddr, log: &str) -> Proc {
+    let mut cmd = serve(dir, addr);
+    cmd.arg("--no-auth");
+    Proc::spawn("runway serve", cmd, addr, &dir.join(log))
+}
+
+/// The `runway serve` command for `dir` and `addr`, authentication flags still to add.
+pub fn serve(dir: &Path, addr: SocketAddr) -> Command {
     let mut cmd = Command::new(runway_bin());
     cmd.arg("serve")
         .arg("--workflows")
@@ -131,9 +138,8 @@ pub fn runway(dir: &Path, addr: SocketAddr, log: &str) -> Proc {
         .arg("--db")
         .arg(dir.join("runs.db"))
         .arg("--listen")
-        .arg(addr.to_string())
-        .arg("--no-auth");
-    Proc::spawn("runway serve", cmd, addr, &dir.join(log))
+        .arg(addr.to_string());
+    cmd
 }
 
 /// This benchmark binary again, serving one baseline (`http-limit` or `rmcp-peer`).

@@ -612,31 +612,14 @@ impl Cluster {
 
     /// Base URL of the replica named `identity`.
     pub fn base_of(&self, identity: &str) -> String {
-        let ops = self.operators.lock().unwrap();
-        let op = ops
-            .iter()
-            .find(|o| o.identity == identity)
-            .unwrap_or_else(|| panic!("no replica {identity}"));
-        format!("http://127.0.0.1:{}", op.mcp)
+        format!("http://127.0.0.1:{}", self.mcp_port(identity))
     }
 
     /// The replica that holds the Lease now.
     pub fn leader(&self) -> String {
         let mut holder = String::new();
         wait_until("a leader", || {
-            holder = self
-                .admin(&[
-                    "get",
-                    "lease",
-                    LEASE,
-                    "-n",
-                    SYSTEM_NS,
-                    "-o",
-                    "jsonpath={.spec.holderIdentity}",
-                    "--ignore-not-found",
-                ])
-                .trim()
-                .to_owned();
+            holder = self.holders_of(1).remove(0);
             self.operators
                 .lock()
                 .unwrap()
@@ -646,56 +629,51 @@ impl Cluster {
         holder
     }
 
-    /// SIGKILL a replica, as a crash.
-    pub fn kill(&self, identity: &str) {
+    /// `f` of the running replica named `identity`.
+    fn with<T>(&self, identity: &str, f: impl FnOnce(&Operator) -> T) -> T {
+        let ops = self.operators.lock().unwrap();
+        let op = ops
+            .iter()
+            .find(|o| o.identity == identity)
+            .unwrap_or_else(|| panic!("no replica {identity}"));
+        f(op)
+    }
+
+    /// Remove the replica named `identity` from the running ones (to stop it).
+    fn take(&self, identity: &str) -> Operator {
         let mut ops = self.operators.lock().unwrap();
         let i = ops
             .iter()
             .position(|o| o.identity == identity)
             .unwrap_or_else(|| panic!("no replica {identity}"));
-        let mut op = ops.remove(i);
+        ops.remove(i)
+    }
+
+    /// SIGKILL a replica, as a crash.
+    pub fn kill(&self, identity: &str) {
+        let mut op = self.take(identity);
         op.child.kill().unwrap();
         op.child.wait().unwrap();
     }
 
     /// Port of a replica's MCP endpoint.
     pub fn mcp_port(&self, identity: &str) -> u16 {
-        let ops = self.operators.lock().unwrap();
-        let op = ops
-            .iter()
-            .find(|o| o.identity == identity)
-            .unwrap_or_else(|| panic!("no replica {identity}"));
-        op.mcp
+        self.with(identity, |op| op.mcp)
     }
 
     /// Process id of a replica.
     pub fn pid(&self, identity: &str) -> u32 {
-        let ops = self.operators.lock().unwrap();
-        let op = ops
-            .iter()
-            .find(|o| o.identity == identity)
-            .unwrap_or_else(|| panic!("no replica {identity}"));
-        op.child.id()
+        self.with(identity, |op| op.child.id())
     }
 
     /// Port of a replica's metrics endpoint.
     pub fn metrics_port(&self, identity: &str) -> u16 {
-        let ops = self.operators.lock().unwrap();
-        let op = ops
-            .iter()
-            .find(|o| o.identity == identity)
-            .unwrap_or_else(|| panic!("no replica {identity}"));
-        op.metrics
+        self.with(identity, |op| op.metrics)
     }
 
     /// Stop a replica as Kubernetes does (SIGTERM), and wait until it has exited.
     pub fn stop(&self, identity: &str) {
-        let mut ops = self.operators.lock().unwrap();
-        let i = ops
-            .iter()
-            .position(|o| o.identity == identity)
-            .unwrap_or_else(|| panic!("no replica {identity}"));
-        let mut op = ops.remove(i);
+        let mut op = self.take(identity);
         let pid = op.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -750,6 +728,14 @@ impl Cluster {
     /// A replica's log so far, for assertion messages.
     pub fn log(&self, identity: &str) -> String {
         std::fs::read_to_string(self.dir.join(format!("{identity}.log"))).unwrap_or_default()
+    }
+
+    /// Wait until these Workflows of `ns` are Ready (as `kubectl wait` does).
+    pub fn wait_ready(&self, ns: &str, workflows: &[&str]) {
+        let names: Vec<String> = workflows.iter().map(|w| format!("wf/{w}")).collect();
+        let mut args = vec!["wait", "-n", ns, "--for=condition=Ready", "--timeout=60s"];
+        args.extend(names.iter().map(String::as_str));
+        self.admin(&args);
     }
 
     /// Wait (polling kubectl, as a user would) until `jsonpath` of `what` in `ns` equals `want`.

@@ -40,14 +40,7 @@ async fn the_other_replica_takes_over_when_the_leader_dies_and_a_restarted_one_r
     let c = sharded_cluster(2, SHARDS);
     let ns = c.namespace("failover");
     assert!(c.apply("admin", &ns, NAP).status.success());
-    c.admin(&[
-        "wait",
-        "-n",
-        &ns,
-        "--for=condition=Ready",
-        "--timeout=60s",
-        "wf/nap",
-    ]);
+    c.wait_ready(&ns, &["nap"]);
     let leader = c.leader();
     let survivor = c
         .replicas()
@@ -130,14 +123,7 @@ spec:
 "#
     );
     assert!(c.apply("admin", &ns, &wf).status.success());
-    c.admin(&[
-        "wait",
-        "-n",
-        &ns,
-        "--for=condition=Ready",
-        "--timeout=60s",
-        "wf/hooks",
-    ]);
+    c.wait_ready(&ns, &["hooks"]);
     // A replica started by hand without the key file reads the chart's Secret: all agree.
     c.start_operator_keyed("replica-by-hand", false);
     let clients: Vec<Client> = (0..c.mcp_ports().len())
@@ -261,14 +247,7 @@ async fn shards_are_shared_handed_over_on_a_graceful_stop_and_shared_again() {
 
     let ns = c.namespace("shards");
     assert!(c.apply("admin", &ns, NAP).status.success());
-    c.admin(&[
-        "wait",
-        "-n",
-        &ns,
-        "--for=condition=Ready",
-        "--timeout=60s",
-        "wf/nap",
-    ]);
+    c.wait_ready(&ns, &["nap"]);
     let runs_on = |replica: &str| {
         let cl = Client::new(
             &c.base_of(replica),
