@@ -202,9 +202,14 @@ struct McpFlags {
     request_state_ttl: std::time::Duration,
 }
 
-fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+/// A duration flag (`1h30m`, or ISO 8601), not negative.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let d = runway::engine::duration::parse(s)?;
-    let d = std::time::Duration::try_from(d).map_err(|e| e.to_string())?;
+    std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_owned())
+}
+
+fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
     if d.is_zero() {
         return Err("must be longer than zero".into());
     }
@@ -305,15 +310,15 @@ struct OperatorArgs {
     shards: u32,
     /// How long a Lease holds without renewal: after a replica dies, the others take its
     /// shards over within about this time.
-    #[arg(long, default_value = "15s")]
-    lease_duration: String,
+    #[arg(long, default_value = "15s", value_parser = parse_positive_duration)]
+    lease_duration: std::time::Duration,
     /// A holder that could not renew its Lease for this long stops driving the shard (less than
     /// --lease-duration).
-    #[arg(long, default_value = "10s")]
-    lease_renew_deadline: String,
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    lease_renew_deadline: std::time::Duration,
     /// How often Leases are renewed and looked at (less than --lease-renew-deadline).
-    #[arg(long, default_value = "2s")]
-    lease_retry_period: String,
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
+    lease_retry_period: std::time::Duration,
     /// Audience TokenReview checks bearer tokens against (repeatable; none: the API server's).
     #[arg(long = "token-audience")]
     token_audiences: Vec<String>,
@@ -322,8 +327,8 @@ struct OperatorArgs {
     #[arg(long, default_value = "runway-state-key")]
     state_key_secret: String,
     /// How long TokenReview and SubjectAccessReview answers are cached, e.g. 10s.
-    #[arg(long, default_value = "10s")]
-    auth_cache_ttl: String,
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    auth_cache_ttl: std::time::Duration,
     /// Runs reconciled at once.
     #[arg(long, default_value_t = 32)]
     workers: usize,
@@ -527,13 +532,6 @@ async fn operator(args: OperatorArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let ttl = match runway::engine::duration::parse(&auth_cache_ttl) {
-        Ok(d) => std::time::Duration::try_from(d).unwrap_or_default(),
-        Err(e) => {
-            eprintln!("runway: --auth-cache-ttl: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let identity = identity.unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
@@ -542,31 +540,8 @@ async fn operator(args: OperatorArgs) -> ExitCode {
     let mut lease =
         runway::operator::lease::Settings::new(&lease_name, &lease_namespace, &identity);
     lease.shards = shards;
-    for (flag, text, field) in [
-        ("--lease-duration", &lease_duration, &mut lease.duration),
-        (
-            "--lease-renew-deadline",
-            &lease_renew_deadline,
-            &mut lease.renew_deadline,
-        ),
-        (
-            "--lease-retry-period",
-            &lease_retry_period,
-            &mut lease.retry_period,
-        ),
-    ] {
-        match runway::engine::duration::parse(text).map(std::time::Duration::try_from) {
-            Ok(Ok(d)) => *field = d,
-            Ok(Err(_)) => {
-                eprintln!("runway: {flag}: must not be negative");
-                return ExitCode::from(2);
-            }
-            Err(e) => {
-                eprintln!("runway: {flag}: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    (lease.duration, lease.renew_deadline, lease.retry_period) =
+        (lease_duration, lease_renew_deadline, lease_retry_period);
     if let Err(e) = lease.check() {
         eprintln!("runway: {e}");
         return ExitCode::from(2);
@@ -577,7 +552,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         leader_election: !no_leader_election,
         lease,
         audiences: token_audiences,
-        auth_cache_ttl: ttl,
+        auth_cache_ttl,
         workers,
         egress: operator_egress,
         mcp,
