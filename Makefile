@@ -57,6 +57,12 @@ $(CHART_VENV)/.installed: tests/chart/requirements.txt
 conformance: build
 	tests/conformance/run.sh
 
+## The web console and the MCP Apps view in headless Chromium (installs Node, playwright-core,
+## the MCP Apps SDK and Debian's chromium when missing); screenshots in target/console/.
+.PHONY: console
+console: build
+	tests/console/run.sh
+
 ## Benchmarks against the HTTP, storage and rmcp baselines: release build, a table and
 ## target/bench/report.json (see docs/performance.md). `make bench BENCH_ARGS=--quick` for a smoke run.
 .PHONY: bench

@@ -200,6 +200,23 @@ struct McpFlags {
     /// time a person has to answer a question asked before the task exists (e.g. 1h, 30m).
     #[arg(long, default_value = "1h", value_parser = parse_positive_duration)]
     request_state_ttl: std::time::Duration,
+    /// Do not offer the `runway_list_runs` tool in any namespace.
+    #[arg(long)]
+    no_list_tool: bool,
+    /// Do not offer the `runway_list_runs` tool in this namespace. Repeatable.
+    #[arg(long = "no-list-tool-in", value_name = "NAMESPACE", value_parser = parse_namespace)]
+    no_list_tool_in: Vec<String>,
+    /// Do not serve the web console (`/ui/`).
+    #[arg(long)]
+    no_console: bool,
+}
+
+fn parse_namespace(s: &str) -> Result<String, String> {
+    if runway::api::is_dns_label(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("not a namespace name (a DNS label)".into())
+    }
 }
 
 /// A duration flag (`1h30m`, or ISO 8601), not negative.
@@ -236,6 +253,9 @@ impl McpFlags {
         c.allowed_origins = self.allowed_origins.clone();
         c.task_access = self.task_access;
         c.state_ttl = self.request_state_ttl;
+        c.list_tool = !self.no_list_tool;
+        c.list_tool_off_in = self.no_list_tool_in.iter().cloned().collect();
+        c.console = !self.no_console;
         // Empty: the server supplies its durable key (database or Secret).
         c.state_keys.clear();
         if let Some(f) = &self.state_key_file {

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::file::AuthFile;
 use crate::auth::{Authenticator, Authorizer, NoAuth};
-use crate::controller::{self, Controller, LogEvents};
+use crate::controller::history::MemoryEvents;
+use crate::controller::{self, Controller};
 use crate::engine::validate::Capabilities;
 use crate::mcp;
 use crate::steps::tool::ToolExecutor;
@@ -158,11 +159,12 @@ impl Server {
             Executors::new(secrets.clone(), &opts.egress)
                 .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress))),
         );
+        let events = Arc::new(MemoryEvents::default());
         let ctl = Controller::new(
             run_store.clone(),
             wf_source.clone(),
             executor,
-            Arc::new(LogEvents),
+            events.clone(),
             controller::Config {
                 workers: opts.workers,
                 workers_per_namespace: 0,
@@ -188,6 +190,7 @@ impl Server {
             wf_source,
             authn,
             authz,
+            events,
             mcp_config,
             shutdown.clone(),
         )

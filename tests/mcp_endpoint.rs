@@ -143,7 +143,15 @@ async fn tools_list_is_stable_private_and_per_tenant() {
         .collect();
     assert_eq!(
         names,
-        ["approve", "echo", "hello", "only-task", "slow", "steps"]
+        [
+            "approve",
+            "echo",
+            "hello",
+            "only-task",
+            "runway_list_runs",
+            "slow",
+            "steps"
+        ]
     );
     assert_eq!(r.result()["cacheScope"], "private");
     assert!(r.result()["ttlMs"].is_u64());
@@ -159,7 +167,7 @@ async fn tools_list_is_stable_private_and_per_tenant() {
         .at("/mcp")
         .rpc("tools/list", None, json!({}))
         .await;
-    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 7);
     // alice's default namespace is team-a
     let a = alice
         .clone()

@@ -386,10 +386,11 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
         seen.messages
     );
     assert!(seen.result()["inputRequests"]["ask.release"].is_object());
-    // Each reader is told which of the open questions wait for them.
+    // Each reader is told which of the open questions wait for them: not `note`, which names
+    // no approvers and so is the requester's.
     assert_eq!(
         seen.result()["_meta"]["dev.runway/awaitingYou"],
-        json!(["ask.note", "ask.release"])
+        json!(["ask.release"])
     );
     assert_eq!(
         alice.get(&id).await.result()["_meta"]["dev.runway/awaitingYou"],
@@ -405,6 +406,22 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
     drop(frames);
     // Reading and answering, yes; cancelling someone else's Run, no.
     assert_eq!(paula.cancel(&id).await.error_code(), -32602);
+    // Her question, yes; the one that names no approvers (alice's to answer), no.
+    let refused = paula
+        .update(
+            &id,
+            json!({"ask.note": {"action": "accept", "content": {}}}),
+        )
+        .await;
+    assert_eq!(refused.error_code(), -32602);
+    assert!(
+        refused.last()["error"]["data"]["refused"]["ask.note"]
+            .as_str()
+            .unwrap()
+            .contains("names no approvers"),
+        "{:?}",
+        refused.messages
+    );
     let reply = paula
         .update(
             &id,
@@ -412,14 +429,28 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
         )
         .await;
     reply.assert_complete();
-    // Her question answered, the Run no longer waits for her: it is alice's again.
+    // Her question answered, she may still follow the Run to its end, but act on it no more:
+    // the other question (`note`) is not hers, and cancelling stays alice's.
     s.wait(&id, "release answered", |r| {
         r.status
             .as_ref()
             .is_some_and(|st| !st.input_requests.contains_key("ask.release"))
     })
     .await;
-    assert_eq!(paula.get(&id).await.error_code(), -32602);
+    let seen = paula.get(&id).await;
+    assert_eq!(seen.result()["status"], "input_required");
+    assert_eq!(seen.result()["_meta"]["dev.runway/awaitingYou"], json!([]));
+    assert_eq!(
+        paula
+            .update(
+                &id,
+                json!({"ask.note": {"action": "accept", "content": {}}})
+            )
+            .await
+            .error_code(),
+        -32602
+    );
+    assert_eq!(paula.cancel(&id).await.error_code(), -32602);
     assert_eq!(alice.get(&id).await.result()["status"], "input_required");
 }
 
@@ -989,6 +1020,6 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
     let [fast, _] = get_both_ways(&paula, &waiting).await;
     assert_eq!(
         fast.1["result"]["_meta"]["dev.runway/awaitingYou"],
-        json!(["ask.note", "ask.release"])
+        json!(["ask.release"])
     );
 }

@@ -2,6 +2,7 @@
 //! it returns before performing the next effect, and runs effects through the executors.
 //! It is the only writer of Run status.
 
+pub mod history;
 pub mod queue;
 
 use std::collections::{BTreeMap, HashMap};

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{duration, result::CONTENT_TYPES, template};
 use crate::api::{Step, StepKind, Workflow, WorkflowSpec, reasons};
+use crate::protocol::BUILTIN_TOOL_PREFIX;
 
 /// Why a Workflow is not Ready.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -118,6 +119,14 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
     }
     if let Some(name) = &spec.tool.name {
         tool_name("tool.name", name)?;
+        if name.starts_with(BUILTIN_TOOL_PREFIX) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "tool.name: {name:?}: names starting with {BUILTIN_TOOL_PREFIX} are Runway's own tools"
+                ),
+            ));
+        }
     }
     let mut names = std::collections::BTreeSet::new();
     for step in spec.all_steps() {

@@ -85,56 +85,127 @@ pub(super) async fn awaiting_answer_from(
     t: &Tenant,
     run: &Run,
 ) -> Option<Vec<String>> {
+    if run
+        .status
+        .as_ref()
+        .is_none_or(|s| s.input_requests.is_empty())
+    {
+        return None;
+    }
+    let may_update = allowed(state, t, Verb::Update, Resource::Runs)
+        .await
+        .unwrap_or(false);
+    let for_anyone = acts_for_anyone(state, t, run).await;
+    awaiting_keys(run, &t.identity.principal, may_update, for_anyone)
+}
+
+/// [`awaiting_answer_from`] for a caller whose `update runs` right and standing under the
+/// owner rule ([`acts_for_anyone`]) are known.
+pub(super) fn awaiting_keys(
+    run: &Run,
+    me: &crate::api::Principal,
+    may_update: bool,
+    for_anyone: bool,
+) -> Option<Vec<String>> {
     let open = run
         .status
         .as_ref()
         .map(|s| &s.input_requests)
         .filter(|o| !o.is_empty() && !run.phase().is_terminal())?;
-    if !allowed(state, t, Verb::Update, Resource::Runs)
-        .await
-        .unwrap_or(false)
-    {
+    if !may_update {
         return Some(vec![]);
     }
     let snapshot = run.workflow_snapshot();
-    let me = &t.identity.principal;
     open.iter()
         .filter(|(key, req)| {
             !run.spec.input_responses.contains_key(*key)
-                && snapshot
-                    .as_ref()
-                    .and_then(|w| w.input_request(&req.step, &req.name))
-                    .is_none_or(|spec| {
-                        may_answer(
-                            spec,
-                            run.spec.requested_by.as_ref(),
-                            &me.username,
-                            &me.groups,
-                        )
-                        .is_ok()
-                    })
+                && may_answer_question(
+                    snapshot
+                        .as_ref()
+                        .and_then(|w| w.input_request(&req.step, &req.name)),
+                    run,
+                    me,
+                    for_anyone,
+                )
+                .is_ok()
         })
         .map(|(key, _)| key.clone())
         .collect::<Vec<_>>()
         .into()
 }
 
-/// Whether the caller, whose RBAC allows `access`, may act on `run` under the owner rule: the
-/// requester, whoever may list runs, and — to read and answer, not to cancel — the approvers an
-/// open question names may.
-async fn owner_rule_allows(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
-    if state.config.task_access == TaskAccess::Namespace {
-        return true;
+/// Whether `me` may answer one question of `run`: its approvers (and the requester rule) when
+/// it names approvers; otherwise only whoever may act on the whole Run (`for_anyone`), so that
+/// being the approver of one question gives no say over another.
+pub(super) fn may_answer_question(
+    spec: Option<&crate::api::InputRequestSpec>,
+    run: &Run,
+    me: &crate::api::Principal,
+    for_anyone: bool,
+) -> Result<(), String> {
+    let Some(spec) = spec else {
+        return if for_anyone {
+            Ok(())
+        } else {
+            Err("only the requester may answer this question".into())
+        };
+    };
+    may_answer(
+        spec,
+        run.spec.requested_by.as_ref(),
+        &me.username,
+        &me.groups,
+    )?;
+    if for_anyone
+        || is_named_approver(
+            spec,
+            run.spec.requested_by.as_ref(),
+            &me.username,
+            &me.groups,
+        )
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} names no approvers: only the requester or someone who may list runs may answer it",
+            spec.name
+        ))
     }
-    let me = &t.identity.principal;
-    let owner = run.spec.requested_by.as_ref().is_some_and(|p| {
+}
+
+/// Whether `me` requested `run` (the uid must match too when both sides have one).
+pub(super) fn is_owner(run: &Run, me: &crate::api::Principal) -> bool {
+    run.spec.requested_by.as_ref().is_some_and(|p| {
         p.username == me.username && (p.uid.is_none() || me.uid.is_none() || p.uid == me.uid)
-    });
-    owner
-        || (access != Access::Cancel && awaits_answer_from(run, me))
+    })
+}
+
+/// Whether the caller may act on all of `run` under the owner rule: the rule is off
+/// (`--task-access=namespace`), they requested it, or they may `list runs`.
+pub(super) async fn acts_for_anyone(state: &McpState, t: &Tenant, run: &Run) -> bool {
+    state.config.task_access == TaskAccess::Namespace
+        || is_owner(run, &t.identity.principal)
         || allowed(state, t, Verb::List, Resource::Runs)
             .await
             .unwrap_or(false)
+}
+
+/// Whether `me` answered one of `run`'s questions: who took part may follow how it ends.
+pub(super) fn answered(run: &Run, me: &crate::api::Principal) -> bool {
+    run.spec
+        .input_responses
+        .values()
+        .any(|r| r.answered_by.as_deref() == Some(me.username.as_str()))
+}
+
+/// Whether the caller, whose RBAC allows `access`, may act on `run` under the owner rule: the
+/// requester, whoever may list runs, — to read and answer, not to cancel — the approvers an open
+/// question names, and — to read — whoever answered one of its questions.
+async fn owner_rule_allows(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
+    let me = &t.identity.principal;
+    (access != Access::Cancel && awaits_answer_from(run, me))
+        || (access == Access::Read && answered(run, me))
+        || acts_for_anyone(state, t, run).await
 }
 
 /// The Run behind a task id if the caller may act on it; `None` for every kind of "no". The

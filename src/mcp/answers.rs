@@ -8,10 +8,11 @@ use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 
 use super::Tenant;
+use super::access::{acts_for_anyone, may_answer_question};
 use super::handler::{RunwayMcp, err, internal, unknown_task};
 use crate::api::{InputAction, InputResponse, Run};
 use crate::engine::budget;
-use crate::engine::input::{answer_schema_error, may_answer};
+use crate::engine::input::answer_schema_error;
 use crate::engine::sampling_answer_error;
 use crate::protocol::METHOD_SAMPLING;
 use crate::protocol::codes;
@@ -59,12 +60,14 @@ pub(super) fn check_answer(
     spec: Option<&crate::api::InputRequestSpec>,
     run: &Run,
     me: &crate::api::Principal,
+    for_anyone: bool,
 ) -> Result<(InputAction, Option<Value>), String> {
     if req.method == METHOD_SAMPLING {
         // The answer is the model's message itself (a CreateMessageResult).
         if let Some(why) = sampling_answer_error(Some(value)) {
             return Err(why);
         }
+        may_answer_question(spec, run, me, for_anyone)?;
         budget::check(
             &format!("inputResponses.{key}"),
             value,
@@ -93,14 +96,7 @@ pub(super) fn check_answer(
             budget::MAX_ANSWER_BYTES,
         )?;
     }
-    if let Some(spec) = spec {
-        may_answer(
-            spec,
-            run.spec.requested_by.as_ref(),
-            &me.username,
-            &me.groups,
-        )?;
-    }
+    may_answer_question(spec, run, me, for_anyone)?;
     if action == InputAction::Accept
         && let Some(why) = answer_schema_error(req.params.get("requestedSchema"), content.as_ref())
     {
@@ -125,6 +121,7 @@ impl RunwayMcp {
             let snapshot = run.workflow_snapshot();
             let open = run.status.clone().unwrap_or_default().input_requests;
             let me = &t.identity.principal;
+            let for_anyone = acts_for_anyone(&self.state, t, &run).await;
             let mut outcome = Answers::default();
             for (key, value) in responses {
                 let Some(req) = open.get(key) else {
@@ -138,7 +135,7 @@ impl RunwayMcp {
                 let spec = snapshot
                     .as_ref()
                     .and_then(|w| w.input_request(&req.step, &req.name));
-                match check_answer(key, value, req, spec, &run, me) {
+                match check_answer(key, value, req, spec, &run, me, for_anyone) {
                     Ok((action, content)) => {
                         run.spec.input_responses.insert(
                             key.clone(),

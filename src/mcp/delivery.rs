@@ -167,6 +167,7 @@ mod tests {
             Arc::new(ManifestWorkflows::load(&dir, Capabilities { jobs: false })),
             auth.clone(),
             auth,
+            Arc::new(crate::controller::history::MemoryEvents::default()),
             super::super::Config::new(),
             CancellationToken::new(),
         )

@@ -15,7 +15,9 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::access::{Access, allowed, forbidden, task_run};
+use super::access::{allowed, forbidden};
+use super::apps::{declares_ui, read as read_view, view_resource, with_view};
+use super::builtin::{app_tools, list_tool, list_tool_on};
 use super::tools::tool_of;
 use super::{McpState, Tenant};
 use crate::auth::{Resource, Verb};
@@ -123,6 +125,8 @@ impl ServerHandler for RunwayMcp {
         if !allowed(&self.state, &t, Verb::List, Resource::Workflows).await? {
             return Err(forbidden(&t, Verb::List, Resource::Workflows));
         }
+        let ui = declares_ui(&ctx);
+        let view = |tool: Tool, app_only: bool| if ui { with_view(tool, app_only) } else { tool };
         let mut tools: Vec<Tool> = self
             .state
             .workflows
@@ -130,8 +134,15 @@ impl ServerHandler for RunwayMcp {
             .await
             .iter()
             .filter(|w| w.is_ready())
-            .map(tool_of)
+            .map(|w| view(tool_of(w), false))
             .collect();
+        if list_tool_on(&self.state, &t.namespace) {
+            tools.push(view(list_tool(), false));
+        }
+        // App tools only for hosts that keep them from the model (MCP Apps' `visibility`).
+        if ui {
+            tools.extend(app_tools().into_iter().map(|tool| view(tool, true)));
+        }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(ListToolsResult::with_all_items(tools)
             .with_ttl_ms(LIST_TTL_MS)
@@ -153,7 +164,7 @@ impl ServerHandler for RunwayMcp {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(ListResourcesResult::with_all_items(vec![])
+        Ok(ListResourcesResult::with_all_items(vec![view_resource()])
             .with_ttl_ms(DISCOVER_TTL_MS)
             .with_cache_scope(CacheScope::Public))
     }
@@ -173,6 +184,9 @@ impl ServerHandler for RunwayMcp {
         request: rmcp::model::ReadResourceRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        if let Some(view) = read_view(&request.uri) {
+            return Ok(view.into());
+        }
         Err(err(
             codes::INVALID_PARAMS,
             "resource not found",
@@ -209,17 +223,9 @@ impl ServerHandler for RunwayMcp {
         request: UpdateTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let t = tenant(&ctx)?;
-        let run = task_run(&self.state, &t, &request.task_id, Access::Answer)
-            .await?
-            .ok_or_else(unknown_task)?;
-        if run.phase().is_terminal() {
-            return Ok(());
-        }
         let responses: BTreeMap<String, Value> = request.input_responses.into_iter().collect();
-        self.answer(&t, &request.task_id, &responses)
-            .await?
-            .into_result()
+        self.update_task_of(&tenant(&ctx)?, &request.task_id, &responses)
+            .await
     }
 
     async fn cancel_task(
@@ -227,14 +233,12 @@ impl ServerHandler for RunwayMcp {
         request: CancelTaskParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let t = tenant(&ctx)?;
-        task_run(&self.state, &t, &request.task_id, Access::Cancel)
-            .await?
-            .ok_or_else(unknown_task)?;
-        // Acknowledged only once the intent is durable; a store failure is an error, not an ack.
-        self.cancel(&t, &request.task_id, "requested via tasks/cancel")
-            .await
-            .map_err(internal)
+        self.cancel_task_of(
+            &tenant(&ctx)?,
+            &request.task_id,
+            "requested via tasks/cancel",
+        )
+        .await
     }
 
     async fn on_custom_request(

@@ -4,6 +4,9 @@
 
 mod access;
 mod answers;
+mod apps;
+mod builtin;
+mod console;
 mod delivery;
 pub mod events;
 mod fast;
@@ -34,6 +37,7 @@ use crate::protocol::{
     HEADER_NAME, HEADER_PARAM_PREFIX, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
     METHOD_GET_TASK, METHOD_LISTEN, TASKS_EXTENSION, codes,
 };
+use crate::store::events::EventLog;
 use crate::store::{RunStore, WorkflowSource};
 use events::RunEvents;
 use handler::RunwayMcp;
@@ -84,6 +88,12 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// Open `subscriptions/listen` streams one principal may hold (per server). Past it: 429.
     pub max_streams_per_principal: usize,
+    /// Whether `runway_list_runs` is offered.
+    pub list_tool: bool,
+    /// Namespaces where `runway_list_runs` is not offered even so.
+    pub list_tool_off_in: std::collections::BTreeSet<String>,
+    /// Whether the web console (`/ui/`) is served.
+    pub console: bool,
 }
 
 impl Config {
@@ -101,6 +111,9 @@ impl Config {
             body_read_timeout: BODY_READ_TIMEOUT,
             max_concurrent_requests: MAX_CONCURRENT_REQUESTS,
             max_streams_per_principal: MAX_STREAMS_PER_PRINCIPAL,
+            list_tool: true,
+            list_tool_off_in: Default::default(),
+            console: true,
         }
     }
 }
@@ -144,6 +157,8 @@ pub struct McpState {
     pub authn: Arc<dyn Authenticator>,
     /// Authorization.
     pub authz: Arc<dyn Authorizer>,
+    /// Where a Run's Events are read back.
+    pub event_log: Arc<dyn EventLog>,
     /// Settings.
     pub config: Config,
     /// Per-Run change feeds.
@@ -167,6 +182,7 @@ impl McpState {
         workflows: Arc<dyn WorkflowSource>,
         authn: Arc<dyn Authenticator>,
         authz: Arc<dyn Authorizer>,
+        event_log: Arc<dyn EventLog>,
         config: Config,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, String> {
@@ -191,6 +207,7 @@ impl McpState {
             workflows,
             authn,
             authz,
+            event_log,
             config,
             events,
             shutdown,
@@ -261,12 +278,12 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[AllowedHost], origins: 
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let Ok(authority) = host.parse::<http::uri::Authority>() else {
+    let Ok(host_authority) = host.parse::<http::uri::Authority>() else {
         return false;
     };
-    let port = authority.port_u16();
+    let port = host_authority.port_u16();
     let host_ok = hosts.iter().any(|allowed| {
-        authority.host().eq_ignore_ascii_case(&allowed.name)
+        host_authority.host().eq_ignore_ascii_case(&allowed.name)
             && (allowed.port.is_none() || allowed.port == port)
     });
     if !host_ok {
@@ -288,6 +305,12 @@ fn host_and_origin_allowed(headers: &HeaderMap, hosts: &[AllowedHost], origins: 
     let default_port = if scheme == "https" { 443 } else { 80 };
     let o_host = authority.host().to_ascii_lowercase();
     let o_port = authority.port_u16().unwrap_or(default_port);
+    // The server's own pages (the console): the Origin names the very Host the request was
+    // sent to, which is an allowed one, so neither a foreign page nor a rebound name gets in.
+    let own_port = host_authority.port_u16().unwrap_or(default_port);
+    if host_authority.host().eq_ignore_ascii_case(&o_host) && own_port == o_port {
+        return true;
+    }
     origins.iter().any(|allowed| {
         let allowed = allowed.to_ascii_lowercase();
         let (base, any_port) = match allowed.strip_suffix(":*") {
@@ -345,14 +368,19 @@ pub(crate) fn router(state: Arc<McpState>) -> Router {
         Arc::new(NeverSessionManager::default()),
         cfg,
     );
+    let console = state.config.console.then(|| console::router(state.clone()));
     let gate = Arc::new(Gate { state, rmcp });
-    Router::new()
+    let mcp = Router::new()
         .route("/mcp", axum::routing::any(gate_handler))
         .route(
             "/namespaces/{namespace}/mcp",
             axum::routing::any(gate_handler),
         )
-        .with_state(gate)
+        .with_state(gate);
+    match console {
+        Some(console) => mcp.merge(console),
+        None => mcp,
+    }
 }
 
 fn rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
@@ -461,6 +489,9 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         Ok(c) => c,
         Err(refused) => return refused,
     };
+    // Host and Origin passed the gate's check, which also knows the server's own pages; rmcp's
+    // copy of the check (for what reaches it directly) would not.
+    parts.headers.remove(header::ORIGIN);
     let bytes = match read_body(&state, body).await {
         Ok(b) => b,
         Err(refused) => return refused,

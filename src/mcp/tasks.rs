@@ -1,12 +1,14 @@
-//! `tasks/get` and `tasks/cancel` on Runs.
+//! `tasks/get`, `tasks/update` and `tasks/cancel` on Runs.
+
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use rmcp::RoleServer;
 use rmcp::model::{ErrorData, GetTaskParams, GetTaskResult};
 use rmcp::service::RequestContext;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::access::{awaiting_answer_from, readable_run};
+use super::access::{Access, awaiting_answer_from, readable_run, task_run};
 use super::handler::{RunwayMcp, internal, tenant, unknown_task};
 use super::{McpState, Tenant, task};
 use crate::api::{CancelRequest, Run};
@@ -93,6 +95,37 @@ impl RunwayMcp {
                 }
             }
         }
+    }
+
+    /// `tasks/update` (and the console's answers): record the answers to open questions of a
+    /// task the caller may answer. A finished task takes no answers and says nothing.
+    pub(super) async fn update_task_of(
+        &self,
+        t: &Tenant,
+        task_id: &str,
+        responses: &BTreeMap<String, Value>,
+    ) -> Result<(), ErrorData> {
+        let run = task_run(&self.state, t, task_id, Access::Answer)
+            .await?
+            .ok_or_else(unknown_task)?;
+        if run.phase().is_terminal() {
+            return Ok(());
+        }
+        self.answer(t, task_id, responses).await?.into_result()
+    }
+
+    /// `tasks/cancel` (and the console's cancel button): acknowledged only once the intent is
+    /// durable; a store failure is an error, not an acknowledgement.
+    pub(super) async fn cancel_task_of(
+        &self,
+        t: &Tenant,
+        task_id: &str,
+        reason: &str,
+    ) -> Result<(), ErrorData> {
+        task_run(&self.state, t, task_id, Access::Cancel)
+            .await?
+            .ok_or_else(unknown_task)?;
+        self.cancel(t, task_id, reason).await.map_err(internal)
     }
 
     /// `tasks/get` through rmcp (requests the fast path declined).

@@ -13,6 +13,7 @@ use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
 use super::access::{allowed, forbidden, readable_run};
+use super::builtin::is_builtin;
 use super::delivery::Delivery;
 use super::events::Change;
 use super::handler::{RunwayMcp, err, internal, invalid, missing_capability, tenant, unknown_task};
@@ -441,6 +442,13 @@ impl RunwayMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let t = tenant(&ctx)?;
+        if is_builtin(&request.name) {
+            let args = request.arguments.clone().unwrap_or_default();
+            return match self.builtin(&t, &request.name, args).await {
+                Some(answer) => answer,
+                None => Err(invalid(format!("unknown tool: {}", request.name))),
+            };
+        }
         if !allowed(&self.state, &t, Verb::Create, Resource::Runs).await? {
             return Err(forbidden(&t, Verb::Create, Resource::Runs));
         }

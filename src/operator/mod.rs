@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::Event as CoreEvent;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action as ControllerAction, Controller as KubeController};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -25,6 +26,7 @@ use crate::engine::validate::{self, Capabilities};
 use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
+use crate::store::events::{EventLog, EventLogError, RecordedEvent};
 use crate::store::kube::{CONTROLLER_MANAGER, KubeSecrets, KubeStore, KubeWorkflows};
 use crate::telemetry::Metrics;
 
@@ -159,6 +161,48 @@ impl EventSink for KubeEvents {
                 tracing::warn!(error = %e, "cannot record event");
             }
         });
+    }
+}
+
+/// A Run's Events read back from the API server (core `v1` Events, which also hold those
+/// written through `events.k8s.io`), for the console and the MCP Apps view.
+pub(crate) struct KubeEventLog {
+    client: Client,
+}
+
+#[async_trait::async_trait]
+impl EventLog for KubeEventLog {
+    async fn recent(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<RecordedEvent>, EventLogError> {
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().fields(&format!(
+            "involvedObject.kind=Run,involvedObject.name={name}"
+        ));
+        let list = api
+            .list(&params)
+            .await
+            .map_err(|e| EventLogError(e.to_string()))?;
+        let mut events: Vec<RecordedEvent> = list
+            .items
+            .into_iter()
+            .map(|e| RecordedEvent {
+                time: e
+                    .series
+                    .as_ref()
+                    .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0.to_string()))
+                    .or_else(|| e.last_timestamp.as_ref().map(|t| t.0.to_string()))
+                    .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+                    .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.to_string())),
+                type_: e.type_.unwrap_or_else(|| "Normal".into()),
+                reason: e.reason.unwrap_or_default(),
+                message: e.message.unwrap_or_default(),
+            })
+            .collect();
+        events.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(events)
     }
 }
 
@@ -338,6 +382,9 @@ pub async fn run_with(
         Arc::new(workflows.clone()),
         auth.clone(),
         auth,
+        Arc::new(KubeEventLog {
+            client: client.clone(),
+        }),
         mcp_config,
         shutdown.clone(),
     )

@@ -38,3 +38,11 @@ pub const METHOD_LISTEN: &str = "subscriptions/listen";
 pub const NOTIFICATION_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 /// Notification carrying a task's state.
 pub const NOTIFICATION_TASK: &str = "notifications/tasks";
+/// Identifier of the MCP Apps extension (interactive views of tool results).
+pub const UI_EXTENSION: &str = "io.modelcontextprotocol/ui";
+/// MIME type of an MCP Apps view.
+pub const UI_MIME_TYPE: &str = "text/html;profile=mcp-app";
+/// `_meta` key of a tool's or view resource's MCP Apps settings.
+pub const META_UI: &str = "ui";
+/// Prefix of Runway's own tool names; no Workflow may offer a tool named with it.
+pub const BUILTIN_TOOL_PREFIX: &str = "runway_";

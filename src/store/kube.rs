@@ -483,6 +483,16 @@ impl WorkflowSource for KubeWorkflows {
         out
     }
 
+    async fn namespaces(&self) -> Vec<String> {
+        let all: std::collections::BTreeSet<String> = self
+            .workflows
+            .state()
+            .iter()
+            .filter_map(|w| w.metadata.namespace.clone())
+            .collect();
+        all.into_iter().collect()
+    }
+
     async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
         self.workflows.state().into_iter().find(|w| {
             w.metadata.namespace.as_deref() == Some(namespace)

@@ -527,6 +527,17 @@ impl WorkflowSource for ManifestWorkflows {
             .collect()
     }
 
+    async fn namespaces(&self) -> Vec<String> {
+        let state = self.inner.state.read().expect("state lock");
+        let mut out: Vec<String> = state
+            .workflows
+            .keys()
+            .map(|k| k.namespace.clone())
+            .collect();
+        out.dedup();
+        out
+    }
+
     async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
         let state = self.inner.state.read().expect("state lock");
         state

@@ -2,6 +2,7 @@
 //! store-agnostic controller and MCP endpoint and the two backends: SQLite (embedded) and the
 //! Kubernetes API.
 
+pub mod events;
 pub mod kube;
 pub mod manifests;
 pub mod sqlite;
@@ -102,6 +103,8 @@ pub trait WorkflowSource: Send + Sync + 'static {
     async fn get(&self, namespace: &str, name: &str) -> Option<Workflow>;
     /// Workflows of a namespace, ordered by name.
     async fn list(&self, namespace: &str) -> Vec<Workflow>;
+    /// Namespaces that hold at least one Workflow, sorted.
+    async fn namespaces(&self) -> Vec<String>;
     /// The Ready Workflow of a namespace that serves tool `name` (the tool-name rule leaves at
     /// most one), shared rather than copied: every `tools/call` looks it up.
     async fn tool(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Workflow>>;

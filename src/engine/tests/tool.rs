@@ -557,3 +557,22 @@ fn tool_steps_are_validated_at_load() {
         assert!(err.message.contains(needle), "{tool}: {err}");
     }
 }
+
+#[test]
+fn workflows_may_not_offer_a_tool_under_runways_own_prefix() {
+    use super::validate::{Capabilities, spec};
+    let caps = Capabilities { jobs: false };
+    let named = |name: &str| {
+        spec(
+            &wf(
+                json!({"tool": {"name": name}, "steps": [{"name": "s", "delay": {"duration": "1s"}}]}),
+            ),
+            caps,
+        )
+    };
+    assert!(named("runway-list_runs").is_ok());
+    assert!(named("list_runs").is_ok());
+    let err = named("runway_list_runs").unwrap_err();
+    assert_eq!(err.reason, reasons::INVALID_SPEC);
+    assert!(err.message.contains("Runway's own tools"), "{err}");
+}

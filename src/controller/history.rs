@@ -1,0 +1,145 @@
+//! The embedded server's Events: logged, and the latest of each Run kept in memory so that a
+//! person looking at the Run can read them back.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+
+use super::{EventSink, LogEvents};
+use crate::api::{ObjectKey, Run};
+use crate::engine::Event;
+use crate::store::events::{EventLog, EventLogError, RecordedEvent};
+
+/// Events kept per Run by [`MemoryEvents`] (the newest win).
+pub const EVENTS_PER_RUN: usize = 50;
+/// Runs whose Events [`MemoryEvents`] keeps (the Runs with the oldest first Event go first).
+pub const RUNS_WITH_EVENTS: usize = 10_000;
+
+/// Events in memory, bounded, and in the log: the embedded server's sink and log. Like
+/// Kubernetes Events they are a convenience that may be lost (here, on restart); the Run's
+/// status is the record.
+#[derive(Default)]
+pub struct MemoryEvents {
+    inner: Mutex<Kept>,
+}
+
+#[derive(Default)]
+struct Kept {
+    by_run: HashMap<ObjectKey, VecDeque<RecordedEvent>>,
+    /// Runs in the order of their first Event, for eviction.
+    order: VecDeque<ObjectKey>,
+}
+
+impl EventSink for MemoryEvents {
+    fn record(&self, run: &Run, event: &Event) {
+        LogEvents.record(run, event);
+        let Some(key) = ObjectKey::of(&run.metadata) else {
+            return;
+        };
+        let recorded = RecordedEvent {
+            time: Some(Timestamp::now().to_string()),
+            type_: if event.warning { "Warning" } else { "Normal" }.into(),
+            reason: event.reason.into(),
+            message: event.message.clone(),
+        };
+        let mut kept = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if !kept.by_run.contains_key(&key) {
+            if kept.order.len() >= RUNS_WITH_EVENTS
+                && let Some(oldest) = kept.order.pop_front()
+            {
+                kept.by_run.remove(&oldest);
+            }
+            kept.order.push_back(key.clone());
+        }
+        let events = kept.by_run.entry(key).or_default();
+        if events.len() >= EVENTS_PER_RUN {
+            events.pop_front();
+        }
+        events.push_back(recorded);
+    }
+}
+
+#[async_trait]
+impl EventLog for MemoryEvents {
+    async fn recent(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<RecordedEvent>, EventLogError> {
+        let key = ObjectKey::new(namespace, name);
+        let kept = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(kept
+            .by_run
+            .get(&key)
+            .map(|e| e.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str) -> Run {
+        let mut r = Run::new(
+            name,
+            crate::api::RunSpec {
+                workflow_ref: crate::api::WorkflowRef { name: "w".into() },
+                arguments: None,
+                requested_by: None,
+                cancel: None,
+                input_responses: Default::default(),
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r
+    }
+
+    fn event(message: &str) -> Event {
+        Event {
+            reason: crate::api::event_reasons::STEP_STARTED,
+            message: message.into(),
+            warning: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn keeps_the_newest_events_of_each_run_in_order() {
+        let log = MemoryEvents::default();
+        for i in 0..EVENTS_PER_RUN + 2 {
+            log.record(&run("a"), &event(&format!("a{i}")));
+        }
+        log.record(&run("b"), &event("b0"));
+        let a = log.recent("ns", "a").await.unwrap();
+        assert_eq!(a.len(), EVENTS_PER_RUN);
+        assert_eq!(a[0].message, "a2");
+        assert_eq!(
+            a.last().unwrap().message,
+            format!("a{}", EVENTS_PER_RUN + 1)
+        );
+        assert_eq!(
+            log.recent("ns", "b").await.unwrap()[0].reason,
+            "StepStarted"
+        );
+        assert!(log.recent("other", "a").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn forgets_the_runs_recorded_first_past_the_bound() {
+        let log = MemoryEvents::default();
+        for i in 0..=RUNS_WITH_EVENTS {
+            log.record(&run(&format!("r{i}")), &event("x"));
+        }
+        assert!(log.recent("ns", "r0").await.unwrap().is_empty());
+        assert_eq!(log.recent("ns", "r1").await.unwrap().len(), 1);
+        assert_eq!(
+            log.recent("ns", &format!("r{RUNS_WITH_EVENTS}"))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

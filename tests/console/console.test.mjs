@@ -1,0 +1,344 @@
+// The web console and the MCP Apps view, driven in headless Chromium against `runway serve`
+// with the Workflows and tokens of this directory. Screenshots go to target/console/.
+//
+// People: alice (dev) requests releases, olga (ops) approves them, mallory (dev) may read Runs
+// in team-a but requested none and is asked nothing.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { createRequire } from "node:module";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..", "..");
+// Packages come from the cache run.sh installs them into, not from beside this file.
+const cache = createRequire(join(process.env.CONSOLE_CACHE || join(root, ".cache", "console"), "package.json"));
+const load = (name) => import(pathToFileURL(cache.resolve(name)).href);
+const { chromium } = (await load("playwright-core")).default;
+const apps = await load("@modelcontextprotocol/ext-apps/app-bridge");
+const runway = process.env.RUNWAY_BIN || join(root, "target", "debug", "runway");
+const port = await freePort();
+const base = `http://127.0.0.1:${port}`;
+const shots = join(root, "target", "console");
+const TOKENS = {
+  alice: "alice-token-0123456789abcdef",
+  olga: "olga-token-0123456789abcdef",
+  mallory: "mallory-token-0123456789abcdef",
+};
+const TASKS = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+const UI = {
+  extensions: {
+    "io.modelcontextprotocol/tasks": {},
+    "io.modelcontextprotocol/ui": { mimeTypes: [apps.RESOURCE_MIME_TYPE] },
+  },
+};
+const WAIT = 15_000;
+
+// ---- the server ----------------------------------------------------------------------------
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+const work = mkdtempSync(join(tmpdir(), "runway-console-"));
+const log = openSync(join(work, "server.log"), "w");
+const server = spawn(runway, [
+  "serve", "--workflows", join(here, "workflows"), "--db", join(work, "runs.db"),
+  "--listen", `127.0.0.1:${port}`, "--auth-file", join(here, "auth.yaml"),
+], { stdio: ["ignore", log, log] });
+let serverExit = null;
+server.on("exit", (code) => { serverExit = code; });
+
+async function healthy() {
+  for (let i = 0; i < 200; i++) {
+    if (serverExit !== null) throw new Error(`runway serve exited with ${serverExit}`);
+    try {
+      if ((await fetch(`${base}/healthz`)).ok) return;
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error("runway serve did not become healthy");
+}
+
+/** One MCP request as `who`; the JSON-RPC response. */
+async function mcp(who, method, params, name, caps = TASKS) {
+  const headers = {
+    "Content-Type": "application/json",
+    Accept: "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": method,
+    Authorization: `Bearer ${TOKENS[who]}`,
+  };
+  if (name) headers["Mcp-Name"] = name;
+  const body = {
+    jsonrpc: "2.0", id: 1, method,
+    params: {
+      ...params,
+      _meta: {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+      },
+    },
+  };
+  const res = await fetch(`${base}/namespaces/team-a/mcp`, { method: "POST", headers, body: JSON.stringify(body) });
+  return res.json();
+}
+
+async function call(who, tool, args, caps = TASKS) {
+  const r = await mcp(who, "tools/call", { name: tool, arguments: args }, tool, caps);
+  assert.ok(r.result, JSON.stringify(r));
+  return r.result;
+}
+
+async function task(who, taskId) {
+  const r = await mcp(who, "tasks/get", { taskId }, taskId);
+  assert.ok(r.result, JSON.stringify(r));
+  return r.result;
+}
+
+// ---- the browser ---------------------------------------------------------------------------
+
+let browser = null;
+const launch = () => chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+
+async function signedIn(who) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.errors = errors;
+  await page.goto(`${base}/ui/`);
+  await page.fill("#token", TOKENS[who]);
+  await page.click("button[type=submit]");
+  await page.waitForSelector(`.who:text-is("${who}")`, { timeout: WAIT });
+  // The page's first look, before the token, was answered 401 on purpose (it tells a server
+  // without authentication from one with it); from here on any error is a fault.
+  errors.length = 0;
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+}
+
+let failures = 0;
+async function test(name, body) {
+  try {
+    await body();
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`not ok - ${name}\n  ${String(e.stack || e).split("\n").join("\n  ")}`);
+  }
+}
+
+function awaiting(runs, taskId) {
+  return runs.find((r) => r.taskId === taskId);
+}
+
+// ---- the tests ---------------------------------------------------------------------------------
+
+mkdirSync(shots, { recursive: true });
+try {
+  await healthy();
+  browser = await launch();
+
+  await test("the console needs a valid token, and says so", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${base}/ui/`);
+    await page.fill("#token", "not-a-token");
+    await page.click("button[type=submit]");
+    await page.waitForSelector("text=That token was not accepted.", { timeout: WAIT });
+    await shot(page, "0-sign-in-refused");
+    await context.close();
+  });
+
+  let release;
+  await test("an approver sees a waiting Run appear live, answers it, and sees it complete", async () => {
+    const page = await signedIn("olga");
+    await page.waitForSelector("#runs .empty", { timeout: WAIT });
+    release = (await call("alice", "release", { service: "api" })).taskId;
+    // No reload: the list follows the namespace.
+    const row = page.locator(`tr[data-task="${release}"]`);
+    await row.waitFor({ timeout: WAIT });
+    await row.locator(".tag.you").waitFor({ timeout: WAIT });
+    await shot(page, "1-waiting-run-appears");
+
+    await row.locator("a").click();
+    const form = page.locator('form.answer[data-key="approval.decision"]');
+    await form.waitFor({ timeout: WAIT });
+    assert.equal(await page.locator(".run-head .cancel").count(), 0, "an approver may not cancel");
+    await form.locator("button.submit").click();
+    await form.locator(".error:text('window: required')").waitFor({ timeout: WAIT });
+    await form.locator(".error:text('replicas: required')").waitFor({ timeout: WAIT });
+    await form.locator('input[type="number"]').fill("11");
+    await form.locator("button.submit").click();
+    await form.locator(".error:text('replicas: must be at most 10')").waitFor({ timeout: WAIT });
+    await shot(page, "2-answer-form-validation");
+    assert.equal((await task("alice", release)).status, "input_required", "nothing was sent yet");
+
+    await form.locator('input[type="checkbox"]').check();
+    await form.locator("select").selectOption({ label: "tonight" });
+    await form.locator('input[type="number"]').fill("3");
+    await form.locator('[name="comment"]').fill("ship it");
+    await form.locator("button.submit").click();
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.locator(".answers li:has-text('by olga')").waitFor({ timeout: WAIT });
+    await page.locator("section.result pre:text('Released api tonight with 3 replicas.')").waitFor({ timeout: WAIT });
+    await page.locator(`tr[data-task="${release}"] .phase[data-phase="Succeeded"]`).waitFor({ timeout: WAIT });
+    await shot(page, "3-run-completed");
+
+    const done = await task("alice", release);
+    assert.equal(done.status, "completed");
+    assert.equal(done.result.content[0].text, "Released api tonight with 3 replicas.");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  let soak;
+  await test("a requester cancels a Run of hers in the console", async () => {
+    soak = (await call("alice", "soak", {})).taskId;
+    const page = await signedIn("alice");
+    await page.locator(`tr[data-task="${release}"]`).waitFor({ timeout: WAIT });
+    await page.locator(`tr[data-task="${soak}"] a`).click();
+    await page.locator(".run-head .cancel").click();
+    await page.locator('.run-head .phase[data-phase="Cancelled"]').waitFor({ timeout: WAIT });
+    await page.locator(".cancelled-by:has-text('alice')").waitFor({ timeout: WAIT });
+    await shot(page, "4-run-cancelled");
+    assert.equal((await task("alice", soak)).status, "cancelled");
+    // Filters: only the Runs waiting for her answer (none), then only the cancelled ones.
+    await page.check("#filter-waiting");
+    await page.waitForSelector("#runs .empty", { timeout: WAIT });
+    await page.uncheck("#filter-waiting");
+    await page.selectOption("#filter-phase", "Cancelled");
+    await page.locator(`tr[data-task="${release}"]`).waitFor({ state: "detached", timeout: WAIT });
+    assert.equal(await page.locator("#runs tbody tr").count(), 1);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  await test("another user sees none of it, not even by the Run's address", async () => {
+    const page = await signedIn("mallory");
+    await page.waitForSelector("#runs .empty", { timeout: WAIT });
+    await page.goto(`${base}/ui/#/ns/team-a/run/${release}`);
+    await page.locator("#run .error:text('unknown task')").waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("#runs tbody tr").count(), 0);
+    await shot(page, "5-another-user-sees-nothing");
+    const listed = await call("mallory", "runway_list_runs", {});
+    assert.deepEqual(listed.structuredContent.runs, []);
+    await page.context().close();
+  });
+
+  // ---- MCP Apps ------------------------------------------------------------------------------
+
+  await test("tools and the view resource read as the MCP Apps SDK reads them", async () => {
+    const tools = (await mcp("olga", "tools/list", {}, null, UI)).result.tools;
+    const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+    assert.equal(apps.getToolUiResourceUri(byName.release), "ui://runway/run");
+    assert.equal(apps.getToolUiResourceUri(byName.runway_list_runs), "ui://runway/run");
+    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run"]) {
+      assert.ok(apps.isToolVisibilityAppOnly(byName[name]), name);
+      apps.McpUiToolMetaSchema.parse(byName[name]._meta.ui);
+    }
+    const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
+    assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
+    assert.deepEqual(plain.map((t) => t.name).sort(), ["release", "runway_list_runs", "soak"]);
+    const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
+    assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
+    apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
+    assert.deepEqual(read.contents[0]._meta.ui.csp.connectDomains, []);
+  });
+
+  /** A host page for `who` showing the view with `result` of a call of `tool`. */
+  async function host(who, input, result) {
+    const context = await browser.newContext({ viewport: { width: 800, height: 700 } });
+    const page = await context.newPage();
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    page.errors = errors;
+    await page.exposeFunction("mcp", (method, params, name) => mcp(who, method, params, name, UI));
+    await page.setContent(readFileSync(join(here, "host.html"), "utf8"));
+    await page.evaluate(([i, r]) => window.startHost("ui://runway/run", i, r), [input, result]);
+    return { page, view: page.frameLocator("#view") };
+  }
+
+  async function checkBridge(page) {
+    const sent = await page.evaluate(() => window.fromView);
+    assert.equal(sent[0].method, "ui/initialize");
+    apps.McpUiInitializeRequestSchema.parse(sent[0]);
+    assert.ok(apps.SUPPORTED_PROTOCOL_VERSIONS.includes(sent[0].params.protocolVersion));
+    const initialized = sent.find((m) => m.method === "ui/notifications/initialized");
+    apps.McpUiInitializedNotificationSchema.parse(initialized);
+    for (const m of sent.filter((m) => m.method === "ui/notifications/size-changed")) {
+      apps.McpUiSizeChangedNotificationSchema.parse(m);
+    }
+    const calls = sent.filter((m) => m.method === "tools/call");
+    assert.ok(calls.length > 0);
+    assert.ok(calls.every((m) => m.params.name.startsWith("runway_")), JSON.stringify(calls));
+    assert.ok(sent.indexOf(initialized) < sent.indexOf(calls[0]), "no request before the handshake");
+  }
+
+  await test("the MCP Apps view shows the caller's task waiting for someone else, then cancels it", async () => {
+    const result = await call("alice", "release", { service: "web" }, UI);
+    const { page, view } = await host("alice", { service: "web" }, result);
+    await view.locator('.run-head .phase[data-phase="Waiting"]').waitFor({ timeout: WAIT });
+    await view.locator("li:has-text(\"waiting for someone else's answer\")").waitFor({ timeout: WAIT });
+    assert.equal(await view.locator("form.answer").count(), 0, "the requester is not an approver");
+    await shot(page, "6-view-waiting-for-approval");
+    await checkBridge(page);
+    const other = await call("alice", "soak", {}, UI);
+    const second = await host("alice", {}, other);
+    await second.view.locator(".run-head .cancel").click();
+    await second.view.locator('.run-head .phase[data-phase="Cancelled"]').waitFor({ timeout: WAIT });
+    assert.equal((await task("alice", other.taskId)).status, "cancelled");
+    await checkBridge(second.page);
+    assert.deepEqual([...page.errors, ...second.page.errors], []);
+    await page.context().close();
+    await second.page.context().close();
+  });
+
+  await test("the MCP Apps view lists what waits for an approver, who answers it there", async () => {
+    const listed = await call("olga", "runway_list_runs", { waitingForMe: true }, UI);
+    const waiting = listed.structuredContent.runs.map((r) => r.taskId);
+    assert.equal(waiting.length, 1, JSON.stringify(listed));
+    const { page, view } = await host("olga", { waitingForMe: true }, listed);
+    await view.locator(`tr[data-task="${waiting[0]}"] a`).click();
+    const form = view.locator('form.answer[data-key="approval.decision"]');
+    await form.waitFor({ timeout: WAIT });
+    await form.locator('input[type="checkbox"]').check();
+    await form.locator("select").selectOption({ label: "now" });
+    await form.locator('input[type="number"]').fill("2");
+    await shot(page, "7-view-answer-form");
+    await form.locator("button.submit").click();
+    await view.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await shot(page, "8-view-completed");
+    const done = await task("alice", waiting[0]);
+    assert.equal(done.result.content[0].text, "Released web now with 2 replicas.");
+    await checkBridge(page);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+} finally {
+  if (browser) await browser.close();
+  server.kill("SIGTERM");
+  if (failures) console.log(readFileSync(join(work, "server.log"), "utf8").split("\n").slice(-40).join("\n"));
+  rmSync(work, { recursive: true, force: true });
+}
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,555 @@
+//! Finding and showing Runs: the `runway_list_runs` tool, the app tools behind the console and
+//! the MCP Apps view, the view resource, and the console's own routes, over real HTTP.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use runway::api::RunPhase;
+use serde_json::{Value, json};
+use support::mcp::{Client, Mcp, TASKS};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: quick, namespace: NS }
+spec:
+  tool: { description: Finishes at once. }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "quick done" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: NS }
+spec:
+  tool: { description: Sleeps for an hour unless cancelled. }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: signoff, namespace: NS }
+spec:
+  tool: { description: Needs a sign-off from the approvers group. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: release
+            message: "Release?"
+            approvers: { groups: [approvers] }
+            requestedSchema:
+              type: object
+              properties: { approve: { type: boolean } }
+              required: [approve]
+  result: { content: [ { type: text, text: "signed" } ] }
+"#;
+
+const UI: &str = "io.modelcontextprotocol/ui";
+const VIEW: &str = "ui://runway/run";
+
+async fn server() -> Mcp {
+    Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
+}
+
+fn ui_caps() -> Value {
+    json!({"extensions": {TASKS: {}, UI: {"mimeTypes": ["text/html;profile=mcp-app"]}}})
+}
+
+async fn start(c: &Client, tool: &str) -> String {
+    let r = c.call(tool, json!({})).await;
+    r.result()["taskId"].as_str().unwrap().to_owned()
+}
+
+/// The task ids a list call answered, in order.
+async fn listed(c: &Client, args: Value) -> Vec<String> {
+    let r = c.call("runway_list_runs", args).await;
+    r.result()["structuredContent"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["taskId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn set(ids: &[&String]) -> BTreeSet<String> {
+    ids.iter().map(|s| (*s).clone()).collect()
+}
+
+#[tokio::test]
+async fn the_list_shows_each_caller_what_the_owner_rule_lets_them_see() {
+    let mcp = server().await;
+    let (alice, dave, bob, rita) = (
+        mcp.client("alice-token"),
+        mcp.client("dave-token"),
+        mcp.client("bob-token"),
+        mcp.client("reader-token"),
+    );
+    let a1 = start(&alice, "quick").await;
+    let a2 = start(&alice, "nap").await;
+    let d1 = start(&dave, "nap").await;
+    mcp.wait(&a1, "quick done", |r| r.phase() == RunPhase::Succeeded)
+        .await;
+
+    let mine = listed(&alice, json!({})).await;
+    assert_eq!(set(&mine.iter().collect::<Vec<_>>()), set(&[&a1, &a2]));
+    // bob may list runs: all of them.
+    assert_eq!(
+        set(&listed(&bob, json!({})).await.iter().collect::<Vec<_>>()),
+        set(&[&a1, &a2, &d1])
+    );
+    assert!(listed(&rita, json!({})).await.is_empty());
+    assert_eq!(
+        listed(&bob, json!({"requestedByMe": true})).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        set(&listed(&bob, json!({"workflow": "nap"}))
+            .await
+            .iter()
+            .collect::<Vec<_>>()),
+        set(&[&a2, &d1])
+    );
+    assert_eq!(
+        listed(&bob, json!({"phase": "Succeeded"})).await,
+        vec![a1.clone()]
+    );
+
+    // Entries carry what a person scanning the list needs, and the text says the same.
+    let r = alice
+        .call("runway_list_runs", json!({"phase": "Succeeded"}))
+        .await;
+    let entry = &r.result()["structuredContent"]["runs"][0];
+    assert_eq!(entry["workflow"], "quick");
+    assert_eq!(entry["requestedBy"], "alice");
+    assert!(entry["createdAt"].is_string() && entry["finishedAt"].is_string());
+    let text = r.result()["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(&a1) && text.contains("Succeeded"), "{text}");
+
+    // Without `get runs` there is nothing to list: carol has no rights in team-a.
+    let carol = mcp.client("carol-token").at("/namespaces/team-a/mcp");
+    let r = carol.call("runway_list_runs", json!({})).await;
+    assert_eq!(r.error_code(), -32003);
+}
+
+#[tokio::test]
+async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let mut made = Vec::new();
+    for _ in 0..5 {
+        made.push(start(&alice, "nap").await);
+    }
+    let mut seen: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({"limit": 2});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let r = alice.call("runway_list_runs", args).await;
+        let sc = r.result()["structuredContent"].clone();
+        seen.extend(sc["runs"].as_array().unwrap().iter().cloned());
+        pages += 1;
+        match sc["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    let ids: Vec<String> = seen
+        .iter()
+        .map(|r| r["taskId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids.iter().collect::<BTreeSet<_>>(),
+        made.iter().collect::<BTreeSet<_>>(),
+        "every Run once"
+    );
+    let order: Vec<(String, String)> = seen
+        .iter()
+        .map(|r| {
+            (
+                r["createdAt"].as_str().unwrap().to_owned(),
+                r["taskId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut newest_first = order.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(order, newest_first);
+
+    for (args, says) in [
+        (json!({"limit": 0}), "limit must be 1 to 100"),
+        (json!({"limit": 101}), "limit must be 1 to 100"),
+        (json!({"cursor": "not-a-cursor"}), "invalid cursor"),
+        (json!({"phase": "Asleep"}), "unknown variant"),
+        (json!({"owner": "me"}), "unknown field"),
+        (json!({"waitingForMe": "yes"}), "invalid type"),
+    ] {
+        let r = alice.call("runway_list_runs", args.clone()).await;
+        assert_eq!(r.error_code(), -32602, "{args}");
+        let message = r.last()["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{args}: {message}");
+    }
+}
+
+#[tokio::test]
+async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_ends() {
+    let mcp = server().await;
+    let (alice, paula) = (mcp.client("alice-token"), mcp.client("paula-token"));
+    let task = start(&alice, "signoff").await;
+    mcp.wait(&task, "the question", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let r = paula
+        .call("runway_list_runs", json!({"waitingForMe": true}))
+        .await;
+    let entry = &r.result()["structuredContent"]["runs"][0];
+    assert_eq!(entry["taskId"], task.as_str());
+    assert_eq!(entry["awaitingYou"], json!(["ask.release"]));
+    // The requester sees it too, but it does not wait for her.
+    assert!(
+        listed(&alice, json!({"waitingForMe": true}))
+            .await
+            .is_empty()
+    );
+
+    // An approver may not cancel what she did not request.
+    let r = paula
+        .call("runway_cancel_run", json!({"taskId": task}))
+        .await;
+    assert_eq!(r.error_code(), -32602);
+    let full = paula.call("runway_get_run", json!({"taskId": task})).await;
+    assert_eq!(full.result()["structuredContent"]["youMayCancel"], false);
+    assert_eq!(
+        full.result()["structuredContent"]["questions"][0]["awaitingYou"],
+        true
+    );
+
+    // A wrong answer is refused and the question stays open.
+    let r = paula
+        .call(
+            "runway_answer_run",
+            json!({"taskId": task, "inputResponses": {"ask.release": {"action": "accept", "content": {}}}}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32602);
+    let r = paula
+        .call(
+            "runway_answer_run",
+            json!({"taskId": task, "inputResponses": {"ask.release": {"action": "accept", "content": {"approve": true}}}}),
+        )
+        .await;
+    r.result();
+    mcp.wait(&task, "signed", |r| r.phase() == RunPhase::Succeeded)
+        .await;
+    // Having answered, she still reads it (list, tasks/get, the full view).
+    assert_eq!(listed(&paula, json!({})).await, vec![task.clone()]);
+    assert_eq!(paula.get(&task).await.result()["status"], "completed");
+    let full = paula.call("runway_get_run", json!({"taskId": task})).await;
+    let sc = &full.result()["structuredContent"];
+    assert_eq!(sc["answers"][0]["answeredBy"], "paula");
+    assert_eq!(sc["answers"][0]["action"], "accept");
+    assert_eq!(sc["result"]["content"][0]["text"], "signed");
+    // The one who asked nothing and answered nothing still sees nothing.
+    let dave = mcp.client("dave-token");
+    assert_eq!(dave.get(&task).await.error_code(), -32602);
+    assert!(listed(&dave, json!({})).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_run_in_full_has_its_steps_answers_events_and_cancel_and_strangers_get_nothing() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let task = start(&alice, "nap").await;
+    mcp.wait(&task, "asleep", |r| r.phase() == RunPhase::Running)
+        .await;
+    let r = alice
+        .call(
+            "runway_cancel_run",
+            json!({"taskId": task, "reason": "not today"}),
+        )
+        .await;
+    assert_eq!(r.result()["structuredContent"]["taskId"], task.as_str());
+    mcp.wait(&task, "cancelled", |r| r.phase() == RunPhase::Cancelled)
+        .await;
+    let full = alice.call("runway_get_run", json!({"taskId": task})).await;
+    let sc = &full.result()["structuredContent"];
+    assert_eq!(sc["phase"], "Cancelled");
+    assert_eq!(sc["requestedBy"]["username"], "alice");
+    assert_eq!(sc["cancel"]["requestedBy"], "alice");
+    assert_eq!(sc["cancel"]["reason"], "not today");
+    assert_eq!(sc["steps"][0]["name"], "sleep");
+    assert_eq!(sc["plannedSteps"], json!(["sleep"]));
+    assert_eq!(sc["youMayCancel"], false, "nothing left to cancel");
+    let reasons: Vec<&str> = sc["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["StepStarted", "CancelRequested", "Finished"]);
+
+    for (who, path) in [
+        ("reader-token", "/namespaces/team-a/mcp"),
+        ("dave-token", "/namespaces/team-a/mcp"),
+        ("carol-token", "/namespaces/team-a/mcp"),
+    ] {
+        let c = mcp.client(who).at(path);
+        let r = c.call("runway_get_run", json!({"taskId": task})).await;
+        assert_eq!(r.error_code(), -32602, "{who}");
+        assert_eq!(r.last()["error"]["message"], "unknown task");
+    }
+    for args in [
+        json!({}),
+        json!({"taskId": 7}),
+        json!({"taskId": "Not/A/Name"}),
+    ] {
+        let r = alice.call("runway_get_run", args.clone()).await;
+        assert_eq!(r.error_code(), -32602, "{args}");
+    }
+    let r = alice
+        .call("runway_answer_run", json!({"taskId": task}))
+        .await;
+    assert_eq!(r.error_code(), -32602);
+    let r = alice.call("runway_nothing", json!({})).await;
+    assert_eq!(r.error_code(), -32602);
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool")
+    );
+}
+
+#[tokio::test]
+async fn runs_are_listed_and_shown_again_after_a_restart() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let done = start(&alice, "quick").await;
+    let asleep = start(&alice, "nap").await;
+    mcp.wait(&done, "done", |r| r.phase() == RunPhase::Succeeded)
+        .await;
+    let before = listed(&alice, json!({})).await;
+    let dir = mcp.stop().await;
+
+    let mcp = Mcp::start_in(dir).await;
+    let alice = mcp.client("alice-token");
+    assert_eq!(listed(&alice, json!({})).await, before);
+    assert_eq!(before.len(), 2);
+    let full = alice.call("runway_get_run", json!({"taskId": done})).await;
+    let sc = &full.result()["structuredContent"];
+    assert_eq!(sc["steps"][0]["phase"], "Succeeded");
+    // Events are kept in memory by the embedded server; the Run's record is what lasts.
+    assert_eq!(sc["events"], json!([]));
+    let full = alice
+        .call("runway_get_run", json!({"taskId": asleep}))
+        .await;
+    assert_eq!(full.result()["structuredContent"]["youMayCancel"], true);
+}
+
+#[tokio::test]
+async fn the_list_tool_can_be_turned_off_in_a_namespace_or_everywhere() {
+    let tools = |r: &support::mcp::Reply| -> Vec<String> {
+        r.result()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.list_tool_off_in = ["team-a".to_owned()].into();
+    })
+    .await;
+    let alice = mcp.client("alice-token");
+    let carol = mcp.client("carol-token").at("/namespaces/team-b/mcp");
+    assert!(
+        !tools(&alice.rpc("tools/list", None, json!({})).await)
+            .contains(&"runway_list_runs".into())
+    );
+    let r = alice.call("runway_list_runs", json!({})).await;
+    assert_eq!(r.error_code(), -32602);
+    assert!(
+        tools(&carol.rpc("tools/list", None, json!({})).await).contains(&"runway_list_runs".into())
+    );
+    carol.call("runway_list_runs", json!({})).await.result();
+    mcp.stop().await;
+
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.list_tool = false).await;
+    let carol = mcp.client("carol-token").at("/namespaces/team-b/mcp");
+    assert!(
+        !tools(&carol.rpc("tools/list", None, json!({})).await)
+            .contains(&"runway_list_runs".into())
+    );
+    assert_eq!(
+        carol.call("runway_list_runs", json!({})).await.error_code(),
+        -32602
+    );
+}
+
+#[tokio::test]
+async fn mcp_apps_clients_get_the_view_and_the_app_tools_others_plain_tools() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let with_ui = alice.clone().with_caps(ui_caps());
+    let r = with_ui.rpc("tools/list", None, json!({})).await;
+    let tools = r.result()["tools"].as_array().unwrap().clone();
+    for t in &tools {
+        assert_eq!(t["_meta"]["ui"]["resourceUri"], VIEW, "{t}");
+        let app_only = t["_meta"]["ui"]["visibility"] == json!(["app"]);
+        let name = t["name"].as_str().unwrap();
+        assert_eq!(
+            app_only,
+            ["runway_get_run", "runway_answer_run", "runway_cancel_run"].contains(&name),
+            "{name}"
+        );
+    }
+    assert_eq!(tools.len(), 3 + 1 + 3);
+
+    let plain = alice.rpc("tools/list", None, json!({})).await;
+    let plain = plain.result()["tools"].as_array().unwrap().clone();
+    assert!(plain.iter().all(|t| t.get("_meta").is_none()), "{plain:?}");
+    assert_eq!(plain.len(), 3 + 1);
+    // A client whose MCP Apps support names other content types only gets plain tools too.
+    let other = alice
+        .clone()
+        .with_caps(json!({"extensions": {UI: {"mimeTypes": ["text/uri-list"]}}}));
+    let r = other.rpc("tools/list", None, json!({})).await;
+    assert!(
+        r.result()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.get("_meta").is_none())
+    );
+
+    let r = with_ui
+        .rpc("resources/read", Some(VIEW), json!({"uri": VIEW}))
+        .await;
+    let content = &r.result()["contents"][0];
+    assert_eq!(content["mimeType"], "text/html;profile=mcp-app");
+    assert_eq!(content["_meta"]["ui"]["csp"]["connectDomains"], json!([]));
+    let html = content["text"].as_str().unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains(r#"data-runway="view""#));
+    assert!(html.contains("ui/initialize") && !html.contains("/*SCRIPT*/"));
+    let r = with_ui.rpc("resources/list", None, json!({})).await;
+    assert_eq!(r.result()["resources"][0]["uri"], VIEW);
+    let r = with_ui
+        .rpc(
+            "resources/read",
+            Some("ui://runway/other"),
+            json!({"uri": "ui://runway/other"}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32602);
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+#[tokio::test]
+async fn the_console_is_served_under_a_strict_policy_and_offers_the_callers_namespaces() {
+    let mcp = server().await;
+    let base = format!("http://{}", mcp.addr);
+    let page = http().get(format!("{base}/ui/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains(r#"<script src="/ui/runway.js">"#)
+    );
+    let js = http()
+        .get(format!("{base}/ui/runway.js"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        js.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    let moved = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{base}/ui"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.headers()["location"], "/ui/");
+
+    let namespaces = |token: Option<&'static str>| {
+        let mut req = http().get(format!("{base}/ui/api/namespaces"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        async move { req.send().await.unwrap() }
+    };
+    assert_eq!(namespaces(None).await.status(), 401);
+    assert_eq!(namespaces(Some("wrong")).await.status(), 401);
+    for (token, user, expected) in [
+        ("alice-token", "alice", json!(["team-a"])),
+        ("carol-token", "carol", json!(["team-b"])),
+        ("olga-token", "olga", json!(["team-a"])),
+    ] {
+        let r = namespaces(Some(token)).await;
+        assert_eq!(r.headers()["cache-control"], "no-store");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["user"], user);
+        assert_eq!(body["namespaces"], expected, "{token}");
+    }
+    mcp.stop().await;
+
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.console = false).await;
+    let r = http()
+        .get(format!("http://{}/ui/", mcp.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn a_page_of_the_server_itself_may_post_and_a_foreign_page_may_not() {
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.allowed_hosts = vec!["runway.example".into()];
+    })
+    .await;
+    let port = mcp.addr.port();
+    let alice = mcp.client("alice-token");
+    let post = |origin: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "runway_list_runs", "arguments": {}, "_meta": alice.meta()}});
+        alice
+            .request("tools/call", Some("runway_list_runs"))
+            .header("host", format!("runway.example:{port}"))
+            .header("origin", origin)
+            .json(&body)
+    };
+    let same = alice
+        .send(post(&format!("http://runway.example:{port}")))
+        .await;
+    assert_eq!(same.status, 200, "{:?}", same.messages);
+    same.result();
+    for foreign in [
+        "http://evil.example".to_owned(),
+        format!("http://evil.example:{port}"),
+        format!("http://runway.example:{}", port.wrapping_add(1)),
+        format!("https://runway.example:{port}.evil.example"),
+    ] {
+        let r = alice.send(post(&foreign)).await;
+        assert_eq!(r.status, 403, "{foreign}");
+    }
+}
