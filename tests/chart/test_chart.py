@@ -24,6 +24,7 @@ OPERATOR_CLUSTER_RULES = {
     ("runway.dev", "workflows/status"): {"get", "update", "patch"},
     ("batch", "jobs"): {"get", "list", "watch", "create", "delete"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "events"): {"list"},
     ("", "secrets"): {"get"},
     ("", "pods"): {"get", "list"},
     ("authentication.k8s.io", "tokenreviews"): {"create"},
@@ -241,6 +242,9 @@ def test_every_option_reaches_the_operator() -> None:
         "--workers=16",
         "--log-format=text",
         "--allowed-origin=https://tools.example.com",
+        "--no-list-tool",
+        "--no-list-tool-in=team-b",
+        "--no-console",
     ]:
         assert expected in args, expected
     assert c["image"] == "runway/operator@" + values["image"]["digest"]
@@ -374,6 +378,8 @@ def test_all_options_sets_every_value() -> None:
         {"podSecurityContext": {"runAsUser": 0, "runAsGroup": 0}},
         {"image": {"digest": "latest"}},
         {"mcp": {"allowedOrigins": ["console.example.com"]}},
+        {"mcp": {"listToolDisabledIn": ["Team_B"]}},
+        {"mcp": {"console": "yes"}},
     ],
 )
 def test_schema_refuses_bad_values(bad: dict[str, Any]) -> None:

@@ -456,6 +456,73 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
         "{.status.phase}",
         "Succeeded",
     );
+
+    // The list tool and the console's view of a Run, on the API server: carol, who may not
+    // list runs, finds the Runs that asked her or that she answered (over MCP or kubectl);
+    // bob, asked nothing, finds nothing; the Run's Events come from the API server.
+    let listed = |reply: support::mcp::Reply| -> Vec<String> {
+        reply.result()["structuredContent"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["taskId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let hers = listed(carol.call("runway_list_runs", json!({})).await);
+    assert!(hers.contains(&second) && hers.contains(&fourth), "{hers:?}");
+    assert!(
+        listed(
+            mcp(c, 1, "bob", &ns)
+                .call("runway_list_runs", json!({}))
+                .await
+        )
+        .is_empty()
+    );
+    let mine = listed(
+        alice
+            .call("runway_list_runs", json!({"workflow": "approve"}))
+            .await,
+    );
+    assert!(mine.contains(&second) && mine.contains(&third) && mine.contains(&fourth));
+    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
+    let events = loop {
+        let full = carol
+            .call("runway_get_run", json!({"taskId": fourth}))
+            .await;
+        let sc = full.result()["structuredContent"].clone();
+        assert_eq!(sc["answers"][0]["answeredBy"], "carol");
+        let reasons: Vec<String> = sc["events"]
+            .as_array()
+            .expect("events read from the API server")
+            .iter()
+            .map(|e| e["reason"].as_str().unwrap().to_owned())
+            .collect();
+        // Events are published in the background; follow them until the last one is there.
+        if reasons.iter().any(|r| r == "Finished") || std::time::Instant::now() > deadline {
+            break reasons;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    for reason in ["InputRequested", "InputAnswered", "Finished"] {
+        assert!(events.iter().any(|r| r == reason), "{reason} in {events:?}");
+    }
+    let namespaces: Value = reqwest::Client::new()
+        .get(format!("{}/ui/api/namespaces", c.base(0)))
+        .bearer_auth(token("carol"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(namespaces["user"], "carol");
+    assert!(
+        namespaces["namespaces"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(ns)),
+        "{namespaces}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
