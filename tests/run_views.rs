@@ -7,42 +7,7 @@ use std::collections::BTreeSet;
 
 use runway::api::RunPhase;
 use serde_json::{Value, json};
-use support::mcp::{Client, Mcp, TASKS};
-
-const WORKFLOWS: &str = r#"
-apiVersion: runway.dev/v1alpha1
-kind: Workflow
-metadata: { name: quick, namespace: NS }
-spec:
-  tool: { description: Finishes at once. }
-  steps: [ { name: work, delay: { duration: 10ms } } ]
-  result: { content: [ { type: text, text: "quick done" } ] }
----
-apiVersion: runway.dev/v1alpha1
-kind: Workflow
-metadata: { name: nap, namespace: NS }
-spec:
-  tool: { description: Sleeps for an hour unless cancelled. }
-  steps: [ { name: sleep, delay: { duration: 1h } } ]
----
-apiVersion: runway.dev/v1alpha1
-kind: Workflow
-metadata: { name: signoff, namespace: NS }
-spec:
-  tool: { description: Needs a sign-off from the approvers group. }
-  steps:
-    - name: ask
-      input:
-        requests:
-          - name: release
-            message: "Release?"
-            approvers: { groups: [approvers] }
-            requestedSchema:
-              type: object
-              properties: { approve: { type: boolean } }
-              required: [approve]
-  result: { content: [ { type: text, text: "signed" } ] }
-"#;
+use support::mcp::{Client, Mcp, TASK_WORKFLOWS as WORKFLOWS, TASKS};
 
 const UI: &str = "io.modelcontextprotocol/ui";
 const VIEW: &str = "ui://runway/run";
@@ -62,14 +27,11 @@ async fn start(c: &Client, tool: &str) -> String {
 
 /// The task ids a list call answered, in order.
 async fn listed(c: &Client, args: Value) -> Vec<String> {
-    let r = c.call("runway_list_runs", args).await;
-    r.result()["structuredContent"]["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["taskId"].as_str().unwrap().to_owned())
-        .collect()
+    c.call("runway_list_runs", args).await.listed()
 }
+
+/// Workflow tools of the fixtures, and Runway's own tools with and without MCP Apps.
+const WORKFLOW_TOOLS: usize = 9;
 
 fn set(ids: &[&String]) -> BTreeSet<String> {
     ids.iter().map(|s| (*s).clone()).collect()
@@ -207,9 +169,17 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     let entry = &r.result()["structuredContent"]["runs"][0];
     assert_eq!(entry["taskId"], task.as_str());
     assert_eq!(entry["awaitingYou"], json!(["ask.release"]));
-    // The requester sees it too, but it does not wait for her.
+    // The requester sees it waiting for her too, for the other question.
+    let r = alice
+        .call("runway_list_runs", json!({"waitingForMe": true}))
+        .await;
+    assert_eq!(
+        r.result()["structuredContent"]["runs"][0]["awaitingYou"],
+        json!(["ask.note"])
+    );
+    // Someone else in the namespace is asked nothing.
     assert!(
-        listed(&alice, json!({"waitingForMe": true}))
+        listed(&mcp.client("dave-token"), json!({"waitingForMe": true}))
             .await
             .is_empty()
     );
@@ -221,10 +191,17 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     assert_eq!(r.error_code(), -32602);
     let full = paula.call("runway_get_run", json!({"taskId": task})).await;
     assert_eq!(full.result()["structuredContent"]["youMayCancel"], false);
-    assert_eq!(
-        full.result()["structuredContent"]["questions"][0]["awaitingYou"],
-        true
-    );
+    let questions = full.result()["structuredContent"]["questions"].clone();
+    let mine: Vec<&Value> = questions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["awaitingYou"] == true)
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0]["key"], "ask.release");
+    assert_eq!(mine[0]["form"], true);
+    assert_eq!(mine[0]["requestedSchema"]["required"], json!(["approve"]));
 
     // A wrong answer is refused and the question stays open.
     let r = paula
@@ -237,10 +214,30 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     let r = paula
         .call(
             "runway_answer_run",
-            json!({"taskId": task, "inputResponses": {"ask.release": {"action": "accept", "content": {"approve": true}}}}),
+            json!({"taskId": task, "inputResponses": {"ask.release": {"action": "accept", "content": {"approve": true, "channel": "beta"}}}}),
         )
         .await;
     r.result();
+    let r = paula
+        .call(
+            "runway_answer_run",
+            json!({"taskId": task, "inputResponses": {"ask.note": {"action": "accept", "content": {}}}}),
+        )
+        .await;
+    assert!(
+        r.last()["error"]["data"]["refused"]["ask.note"]
+            .as_str()
+            .unwrap()
+            .contains("names no approvers")
+    );
+    // The other question names no approvers: it is alice's.
+    alice
+        .call(
+            "runway_answer_run",
+            json!({"taskId": task, "inputResponses": {"ask.note": {"action": "accept", "content": {}}}}),
+        )
+        .await
+        .result();
     mcp.wait(&task, "signed", |r| r.phase() == RunPhase::Succeeded)
         .await;
     // Having answered, she still reads it (list, tasks/get, the full view).
@@ -248,9 +245,12 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     assert_eq!(paula.get(&task).await.result()["status"], "completed");
     let full = paula.call("runway_get_run", json!({"taskId": task})).await;
     let sc = &full.result()["structuredContent"];
-    assert_eq!(sc["answers"][0]["answeredBy"], "paula");
-    assert_eq!(sc["answers"][0]["action"], "accept");
-    assert_eq!(sc["result"]["content"][0]["text"], "signed");
+    // Answers by key: `ask.note` (alice's), then `ask.release` (paula's).
+    assert_eq!(sc["answers"][0]["answeredBy"], "alice");
+    assert_eq!(sc["answers"][1]["key"], "ask.release");
+    assert_eq!(sc["answers"][1]["answeredBy"], "paula");
+    assert_eq!(sc["answers"][1]["action"], "accept");
+    assert_eq!(sc["result"]["content"][0]["text"], "beta");
     // The one who asked nothing and answered nothing still sees nothing.
     let dave = mcp.client("dave-token");
     assert_eq!(dave.get(&task).await.error_code(), -32602);
@@ -288,7 +288,10 @@ async fn a_run_in_full_has_its_steps_answers_events_and_cancel_and_strangers_get
         .iter()
         .map(|e| e["reason"].as_str().unwrap())
         .collect();
-    assert_eq!(reasons, ["StepStarted", "CancelRequested", "Finished"]);
+    // Events are recorded after the status write they describe: the last ones may still be
+    // on their way; these were written before the Run was cancelled.
+    assert_eq!(reasons.first(), Some(&"StepStarted"));
+    assert!(reasons.contains(&"CancelRequested"), "{reasons:?}");
 
     for (who, path) in [
         ("reader-token", "/namespaces/team-a/mcp"),
@@ -405,12 +408,12 @@ async fn mcp_apps_clients_get_the_view_and_the_app_tools_others_plain_tools() {
             "{name}"
         );
     }
-    assert_eq!(tools.len(), 3 + 1 + 3);
+    assert_eq!(tools.len(), WORKFLOW_TOOLS + 1 + 3);
 
     let plain = alice.rpc("tools/list", None, json!({})).await;
     let plain = plain.result()["tools"].as_array().unwrap().clone();
     assert!(plain.iter().all(|t| t.get("_meta").is_none()), "{plain:?}");
-    assert_eq!(plain.len(), 3 + 1);
+    assert_eq!(plain.len(), WORKFLOW_TOOLS + 1);
     // A client whose MCP Apps support names other content types only gets plain tools too.
     let other = alice
         .clone()

@@ -460,29 +460,16 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     // The list tool and the console's view of a Run, on the API server: carol, who may not
     // list runs, finds the Runs that asked her or that she answered (over MCP or kubectl);
     // bob, asked nothing, finds nothing; the Run's Events come from the API server.
-    let listed = |reply: support::mcp::Reply| -> Vec<String> {
-        reply.result()["structuredContent"]["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["taskId"].as_str().unwrap().to_owned())
-            .collect()
-    };
-    let hers = listed(carol.call("runway_list_runs", json!({})).await);
+    let hers = carol.call("runway_list_runs", json!({})).await.listed();
     assert!(hers.contains(&second) && hers.contains(&fourth), "{hers:?}");
-    assert!(
-        listed(
-            mcp(c, 1, "bob", &ns)
-                .call("runway_list_runs", json!({}))
-                .await
-        )
-        .is_empty()
-    );
-    let mine = listed(
-        alice
-            .call("runway_list_runs", json!({"workflow": "approve"}))
-            .await,
-    );
+    let bobs = mcp(c, 1, "bob", &ns)
+        .call("runway_list_runs", json!({}))
+        .await;
+    assert!(bobs.listed().is_empty());
+    let mine = alice
+        .call("runway_list_runs", json!({"workflow": "approve"}))
+        .await
+        .listed();
     assert!(mine.contains(&second) && mine.contains(&third) && mine.contains(&fourth));
     let deadline = std::time::Instant::now() + support::harness::PATIENCE;
     let events = loop {

@@ -34,6 +34,107 @@ rules:
   - { groups: [readers], namespaces: [team-a], resources: [runs], verbs: [get] }
 "#;
 
+/// Workflows of the task tests (a quick one, a nap, forms, approvals, failures, a sync one),
+/// written for namespace `NS`.
+pub const TASK_WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: quick, namespace: NS }
+spec:
+  tool: { description: Finishes at once. }
+  execution: { pollInterval: 250ms, ttlAfterFinished: 1h }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "quick done" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nap, namespace: NS }
+spec:
+  tool: { description: Sleeps for an hour unless cancelled. }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+  finally: [ { name: cleanup, delay: { duration: 10ms } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: form, namespace: NS }
+spec:
+  tool: { description: Two questions. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: a, message: "A?", requestedSchema: { type: object, properties: { v: { type: string } } } }
+          - { name: b, message: "B?", requestedSchema: { type: object, properties: { v: { type: string } } } }
+  finally: [ { name: cleanup, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "{{ inputs.a.v }}{{ inputs.b.v }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: gated, namespace: NS }
+spec:
+  tool: { description: Needs an ops approver other than the requester. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "ok?", approvers: { groups: [ops] }, distinctFromRequester: true }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: signoff, namespace: NS }
+spec:
+  tool: { description: Needs a sign-off from the approvers group. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: release
+            message: "Release?"
+            approvers: { groups: [approvers] }
+            requestedSchema:
+              type: object
+              properties:
+                approve: { type: boolean }
+                channel: { type: string, enum: [stable, beta] }
+              required: [approve]
+          - { name: note, message: "Anything to add?" }
+  result: { content: [ { type: text, text: "{{ inputs.release.channel }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: sso, namespace: NS }
+spec:
+  tool: { description: Sends the caller to sign in. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: login, message: "Sign in, please", url: "https://sso.example.com/start?task={{ run.name }}" }
+  result: { content: [ { type: text, text: "signed in" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tool-error, namespace: NS }
+spec:
+  tool: { description: Fails as a tool error. }
+  steps: [ { name: f, fail: { message: "nope" } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: proto-error, namespace: NS }
+spec:
+  tool: { description: Fails as a protocol error. }
+  steps: [ { name: f, fail: { error: { code: -32042, message: "broken" } } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: sync-only, namespace: NS }
+spec:
+  tool: { description: Never a task. }
+  execution: { mode: sync }
+  result: { content: [ { type: text, text: "sync" } ] }
+"#;
+
 pub struct Mcp {
     pub dir: TempDir,
     pub server: Option<Server>,
@@ -174,6 +275,15 @@ impl Reply {
         self.last()["error"]["code"]
             .as_i64()
             .unwrap_or_else(|| panic!("expected an error, got {:?}", self.messages))
+    }
+    /// The task ids of a `runway_list_runs` answer, in order.
+    pub fn listed(&self) -> Vec<String> {
+        self.result()["structuredContent"]["runs"]
+            .as_array()
+            .expect("a list of runs")
+            .iter()
+            .map(|r| r["taskId"].as_str().unwrap().to_owned())
+            .collect()
     }
     pub fn notifications(&self, method: &str) -> Vec<&Value> {
         self.messages
