@@ -203,6 +203,19 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     assert_eq!(mine[0]["form"], true);
     assert_eq!(mine[0]["requestedSchema"]["required"], json!(["approve"]));
 
+    // Her question, not the one that names no approvers.
+    let r = paula
+        .call(
+            "runway_answer_run",
+            json!({"taskId": task, "inputResponses": {"ask.note": {"action": "accept", "content": {}}}}),
+        )
+        .await;
+    assert!(
+        r.last()["error"]["data"]["refused"]["ask.note"]
+            .as_str()
+            .unwrap()
+            .contains("names no approvers")
+    );
     // A wrong answer is refused and the question stays open.
     let r = paula
         .call(
@@ -218,18 +231,6 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
         )
         .await;
     r.result();
-    let r = paula
-        .call(
-            "runway_answer_run",
-            json!({"taskId": task, "inputResponses": {"ask.note": {"action": "accept", "content": {}}}}),
-        )
-        .await;
-    assert!(
-        r.last()["error"]["data"]["refused"]["ask.note"]
-            .as_str()
-            .unwrap()
-            .contains("names no approvers")
-    );
     // The other question names no approvers: it is alice's.
     alice
         .call(

@@ -14,7 +14,7 @@
     cancel: "runway_cancel_run",
   };
   var TERMINAL = { Succeeded: true, Failed: true, Cancelled: true };
-  var PHASES = ["Pending", "Running", "Waiting", "Cancelling", "Succeeded", "Failed", "Cancelled"];
+  var PHASES = ["Pending", "Queued", "Running", "Waiting", "Cancelling", "Succeeded", "Failed", "Cancelled"];
 
   // ---- DOM ---------------------------------------------------------------------------------
 

@@ -144,6 +144,8 @@ pub enum RunPhase {
     /// Created, not yet started by the controller.
     #[default]
     Pending,
+    /// Waiting for a slot under its Workflow's concurrency limit.
+    Queued,
     /// Executing steps.
     Running,
     /// Waiting for input.
@@ -160,8 +162,9 @@ pub enum RunPhase {
 
 impl RunPhase {
     /// Every phase, in lifecycle order.
-    pub const ALL: [RunPhase; 7] = [
+    pub const ALL: [RunPhase; 8] = [
         Self::Pending,
+        Self::Queued,
         Self::Running,
         Self::Waiting,
         Self::Cancelling,
@@ -179,6 +182,7 @@ impl RunPhase {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "Pending",
+            Self::Queued => "Queued",
             Self::Running => "Running",
             Self::Waiting => "Waiting",
             Self::Cancelling => "Cancelling",

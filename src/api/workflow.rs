@@ -108,6 +108,23 @@ pub struct ExecutionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub required_client_capabilities: Option<Value>,
+    /// How many Runs of this Workflow (per key) may run at once; the others wait, `Queued`, in
+    /// the order they were requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencySpec>,
+}
+
+/// A limit on the Runs of one Workflow that run at once.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConcurrencySpec {
+    /// Runs of one key that may have started and not finished, at most.
+    #[schemars(range(min = 1, max = 10000))]
+    pub limit: u32,
+    /// Template over `args` naming the group a Run counts in (e.g. `{{ args.environment }}`):
+    /// the limit holds per distinct value. Without it, one group for the whole Workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// Whether a call becomes an MCP task.

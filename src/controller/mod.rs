@@ -131,6 +131,9 @@ pub struct Controller {
     /// Effects in progress, and whether their Run was already cancelled when they started
     /// (`finally` steps of a cancelled Run must not be aborted).
     inflight: Mutex<HashMap<Key, (CancellationToken, bool)>>,
+    /// Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
+    /// reconciled again whenever a Run of that Workflow finishes or goes away.
+    queued: Mutex<HashMap<(String, String), std::collections::BTreeSet<Key>>>,
     /// Fires when the controller stops, ending detached effects.
     stopping: CancellationToken,
     config: Config,
@@ -193,6 +196,7 @@ impl Controller {
                 n => n,
             }),
             inflight: Mutex::new(HashMap::new()),
+            queued: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             config,
         })
@@ -254,6 +258,9 @@ impl Controller {
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(WatchEvent::Applied(run)) => {
+                        if run.phase().is_terminal() {
+                            self.wake_queued(&run);
+                        }
                         let Some(k) = Key::of(&run.metadata) else {
                             continue;
                         };
@@ -266,7 +273,9 @@ impl Controller {
                         self.queue.add(k);
                     }
                     Ok(WatchEvent::Deleted(run)) => {
+                        self.wake_queued(&run);
                         if let Some(k) = Key::of(&run.metadata) {
+                            self.forget_queued(&run, &k);
                             self.abort_inflight(&k);
                         }
                     }
@@ -278,6 +287,95 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// A Run ended or went away: the Runs queued behind it here (whatever shard it is in) may
+    /// have a slot now.
+    fn wake_queued(&self, run: &Run) {
+        let group = (
+            run.metadata.namespace.clone().unwrap_or_default(),
+            run.spec.workflow_ref.name.clone(),
+        );
+        let keys = self
+            .queued
+            .lock()
+            .expect("queued lock")
+            .get(&group)
+            .cloned()
+            .unwrap_or_default();
+        for k in keys {
+            self.queue.add(k);
+        }
+    }
+
+    /// `run` (`k`) waits no more: admitted, or gone.
+    fn forget_queued(&self, run: &Run, k: &Key) {
+        let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
+        let mut queued = self.queued.lock().expect("queued lock");
+        if let Some(keys) = queued.get_mut(&group) {
+            keys.remove(k);
+            if keys.is_empty() {
+                queued.remove(&group);
+            }
+        }
+    }
+
+    /// Whether Run `k` must wait under its Workflow's concurrency limit; `Some` is where its
+    /// reconcile ends (the queued status written), `None` lets it go on.
+    async fn hold(
+        &self,
+        k: &Key,
+        run: &Run,
+        live: Option<&crate::api::WorkflowSpec>,
+    ) -> Option<()> {
+        let spec = live.filter(|s| s.execution.concurrency.is_some())?;
+        let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
+        let peers = match self.store.list(Some(&k.namespace), &BTreeMap::new()).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.retry_later(k, e);
+                return Some(());
+            }
+        };
+        let Some(decision) = engine::concurrency::hold(run, Some(spec), &peers, Timestamp::now())
+        else {
+            self.forget_queued(run, k);
+            return None;
+        };
+        // Ended in the queue (cancelled, or past its deadline), or still waiting.
+        if decision
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase.is_terminal())
+        {
+            self.forget_queued(run, k);
+        } else {
+            self.queued
+                .lock()
+                .expect("queued lock")
+                .entry(group)
+                .or_default()
+                .insert(k.clone());
+        }
+        if let Some(status) = decision.status {
+            let mut next = run.clone();
+            next.status = Some(status);
+            match self.store.update_status(&next).await {
+                Ok(written) => {
+                    for e in &decision.events {
+                        self.events.record(&written, e);
+                    }
+                }
+                Err(StoreError::NotFound) => {}
+                // Changed meanwhile (a cancel, say): look again.
+                Err(StoreError::Conflict) => self.queue.add(k.clone()),
+                Err(e) => self.retry_later(k, e),
+            }
+        }
+        if let Next::WaitUntil(Some(t)) = decision.next {
+            self.queue.add_at(k.clone(), instant_at(t));
+        }
+        Some(())
     }
 
     fn abort_inflight(&self, k: &Key) {
@@ -304,6 +402,13 @@ impl Controller {
             } else {
                 None
             };
+            if self
+                .hold(k, &run, live.as_ref().map(|w| &w.spec))
+                .await
+                .is_some()
+            {
+                return;
+            }
             let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
                 Some(status) => {

@@ -3,6 +3,7 @@
 //! module returns and performs the effects it asks for; executors report back through [`record`].
 
 pub mod budget;
+pub mod concurrency;
 pub mod duration;
 pub mod input;
 mod result;

@@ -117,6 +117,17 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
                 .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))?;
         }
     }
+    if let Some(c) = &spec.execution.concurrency {
+        if !(1..=10_000).contains(&c.limit) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                "execution.concurrency.limit: must be 1 to 10000".to_owned(),
+            ));
+        }
+        if let Some(key) = &c.key {
+            text("execution.concurrency.key", key)?;
+        }
+    }
     if let Some(name) = &spec.tool.name {
         tool_name("tool.name", name)?;
         if name.starts_with(BUILTIN_TOOL_PREFIX) {

@@ -125,9 +125,11 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
         .and_then(|e| ExecutionSpec::deserialize(e).ok())
         .or_else(|| live.map(|w| w.execution.clone()));
     let status = match run.phase() {
-        RunPhase::Pending | RunPhase::Running | RunPhase::Cancelling | RunPhase::Waiting => {
-            TaskStatus::Working
-        }
+        RunPhase::Pending
+        | RunPhase::Queued
+        | RunPhase::Running
+        | RunPhase::Cancelling
+        | RunPhase::Waiting => TaskStatus::Working,
         RunPhase::Succeeded | RunPhase::Failed => TaskStatus::Completed,
         RunPhase::Cancelled => TaskStatus::Cancelled,
     };

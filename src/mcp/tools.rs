@@ -333,6 +333,11 @@ impl RunwayMcp {
         );
         run.metadata.namespace = Some(t.namespace.clone());
         run.metadata.labels = Some(BTreeMap::from([(labels::WORKFLOW.to_owned(), wf_name)]));
+        // Orders Runs requested within one second for concurrency limits.
+        run.metadata.annotations = Some(BTreeMap::from([(
+            crate::engine::concurrency::REQUESTED_AT.to_owned(),
+            jiff::Timestamp::now().to_string(),
+        )]));
         match self.state.store.create(run.clone()).await {
             Ok(r) => Ok(r),
             Err(StoreError::AlreadyExists) if idem.is_some() => {

@@ -302,6 +302,62 @@ async fn a_tool_call_is_a_run_that_any_replica_and_kubectl_follow() {
     assert_eq!(done["result"]["content"][0]["text"], "slept 1s");
 }
 
+const ONE_AT_A_TIME: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: rollout }
+spec:
+  execution: { concurrency: { limit: 1, key: "{{ args.env }}" } }
+  steps:
+    - name: hold
+      input:
+        requests: [ { name: go, message: "Roll out to {{ args.env }}?" } ]
+  result:
+    content: [ { type: text, text: "rolled out to {{ args.env }}" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_past_a_concurrency_limit_queue_visibly_and_start_in_order() {
+    let c = up();
+    let ns = c.namespace("queue");
+    apply_ok(c, &ns, ONE_AT_A_TIME);
+    // Called through both replicas: the line is the Runs themselves, not a replica's memory.
+    let (a0, a1) = (mcp(c, 0, "alice", &ns), mcp(c, 1, "alice", &ns));
+    let first = task_id(&a0.call("rollout", json!({"env": "prod"})).await);
+    a0.await_status(&first, "input_required").await;
+    let second = task_id(&a1.call("rollout", json!({"env": "prod"})).await);
+    let third = task_id(&a0.call("rollout", json!({"env": "prod"})).await);
+    c.wait_jsonpath(&ns, &format!("run/{second}"), "{.status.phase}", "Queued");
+    c.wait_jsonpath(&ns, &format!("run/{third}"), "{.status.phase}", "Queued");
+    let table = c.admin(&["get", "runs", "-n", &ns]);
+    let line = table.lines().find(|l| l.starts_with(&third)).unwrap();
+    assert!(line.contains("Queued"), "{table}");
+    let why = c.admin(&[
+        "get",
+        &format!("run/{third}"),
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.status.statusMessage}",
+    ]);
+    assert_eq!(why, "queued behind 2 run(s): at most 1 at once for prod");
+    let staging = task_id(&a1.call("rollout", json!({"env": "staging"})).await);
+    a1.await_status(&staging, "input_required").await;
+
+    let go = json!({"hold.go": {"action": "accept", "content": {}}});
+    a1.update(&first, go.clone()).await.assert_complete();
+    c.wait_jsonpath(&ns, &format!("run/{first}"), "{.status.phase}", "Succeeded");
+    a0.await_status(&second, "input_required").await;
+    c.wait_jsonpath(
+        &ns,
+        &format!("run/{third}"),
+        "{.status.statusMessage}",
+        "queued behind 1 run(s): at most 1 at once for prod",
+    );
+    a0.update(&second, go).await.assert_complete();
+    a1.await_status(&third, "input_required").await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() {
     let c = up();

@@ -1,0 +1,340 @@
+//! Concurrency limits: whether a Run that has not started may start, given the other Runs of
+//! its Workflow. A Run may start when fewer than `limit` unfinished Runs of its group come
+//! before it in request order; the others wait, `Queued`. The verdict depends only on which
+//! Runs exist and which have finished, never on which have started, so every replica deciding
+//! from its own cache reaches the same one (a stale cache can only hold a Run back longer).
+
+use jiff::Timestamp;
+use serde_json::json;
+
+use super::endings::tool_error_ending;
+use super::machine::Machine;
+use super::{Decision, Next, duration, template};
+use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
+
+/// Annotation with the instant a Run was requested (RFC 3339, nanoseconds), written by the MCP
+/// endpoint: it orders Runs created within the same second, which `creationTimestamp` cannot.
+pub const REQUESTED_AT: &str = "runway.dev/requested-at";
+
+/// Where a Run stands in its group's line: when it was created, then requested, then its name.
+fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
+    let created = run
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    let requested = run
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REQUESTED_AT))
+        .and_then(|t| t.parse().ok());
+    (
+        created,
+        requested,
+        run.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// The group `run` counts in: its rendered `concurrency.key` (`None`: the whole Workflow). A key
+/// that does not render puts the Run in a group of its own name, so it is held back by no one
+/// else and holds back no one (validation rejects such templates; this covers arguments that
+/// make them fail).
+pub fn group(spec: &WorkflowSpec, run: &Run) -> Option<String> {
+    let key = spec.execution.concurrency.as_ref()?.key.as_deref()?;
+    let ctx = json!({"args": run.spec.arguments.clone().unwrap_or_else(|| json!({}))});
+    Some(template::render(key, &ctx).unwrap_or_else(|e| {
+        format!(
+            "{}: {}",
+            run.metadata.name.as_deref().unwrap_or_default(),
+            e.message
+        )
+    }))
+}
+
+/// Whether `run` must wait for a slot, and the status that says so; `None` when it may go on
+/// (no limit, started already, finished, or a slot is free). A queued Run that is cancelled or
+/// reaches its deadline ends here, never started: no step, no `finally`, no slot taken. `peers`
+/// are the Runs of the same Workflow and namespace (`run` itself may be among them).
+pub fn hold(
+    run: &Run,
+    live: Option<&WorkflowSpec>,
+    peers: &[Run],
+    now: Timestamp,
+) -> Option<Decision> {
+    let spec = live?;
+    let limit = spec.execution.concurrency.as_ref()?.limit;
+    let status = run.status.clone().unwrap_or_default();
+    if status.workflow.is_some() || status.phase.is_terminal() {
+        return None;
+    }
+    let queued = status.phase == RunPhase::Queued;
+    if queued && let Some(cancel) = &run.spec.cancel {
+        let who = cancel.requested_by.as_deref().unwrap_or("unknown");
+        let why = cancel.reason.as_deref().unwrap_or("no reason given");
+        let message = format!("cancelled by {who} while queued: {why}");
+        return Some(end(run, cancelled(message), now));
+    }
+    if run.spec.cancel.is_some() {
+        return None;
+    }
+    let created = place(run).0;
+    let timeout = spec.execution.timeout.as_deref();
+    let deadline = timeout
+        .and_then(|t| duration::parse(t).ok())
+        .map(|d| created + d);
+    if queued && deadline.is_some_and(|d| now >= d) {
+        let message = format!(
+            "run deadline exceeded while queued (execution.timeout {})",
+            timeout.unwrap_or_default()
+        );
+        return Some(end(run, tool_error_ending(message), now));
+    }
+    let mine = group(spec, run);
+    let me = place(run);
+    let ahead = peers
+        .iter()
+        .filter(|p| {
+            p.metadata.name != run.metadata.name
+                && p.metadata.namespace == run.metadata.namespace
+                && p.spec.workflow_ref.name == run.spec.workflow_ref.name
+                && !p.phase().is_terminal()
+                && place(p) < me
+                && group(spec, p) == mine
+        })
+        .count();
+    if ahead < limit as usize {
+        return None;
+    }
+    let message = match &mine {
+        Some(key) => format!("queued behind {ahead} run(s): at most {limit} at once for {key}"),
+        None => format!("queued behind {ahead} run(s): at most {limit} at once"),
+    };
+    let queued = RunStatus {
+        phase: RunPhase::Queued,
+        status_message: Some(message),
+        observed_generation: run.metadata.generation,
+        ..status.clone()
+    };
+    // Woken by a peer finishing (the controller watches for that), or by the deadline.
+    let next = Next::WaitUntil(deadline);
+    Some(Decision {
+        status: (queued != status).then_some(queued),
+        events: Vec::new(),
+        next,
+    })
+}
+
+fn cancelled(message: String) -> Ending {
+    Ending {
+        phase: RunPhase::Cancelled,
+        result: None,
+        error: None,
+        message: Some(message),
+    }
+}
+
+/// End a Run that never started.
+fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
+    let mut m = Machine {
+        run,
+        st: run.status.clone().unwrap_or_default(),
+        now,
+        events: Vec::new(),
+    };
+    m.finish_with(ending);
+    let mut status = m.st;
+    status.observed_generation = run.metadata.generation;
+    Decision {
+        status: Some(status),
+        events: m.events,
+        next: Next::WaitUntil(Some(now)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CancelRequest, RunSpec, WorkflowRef};
+    use std::collections::BTreeMap;
+
+    fn spec(limit: u32, key: Option<&str>, timeout: Option<&str>) -> WorkflowSpec {
+        serde_json::from_value(json!({
+            "tool": {},
+            "execution": {"concurrency": {"limit": limit, "key": key}, "timeout": timeout},
+            "steps": [{"name": "s", "delay": {"duration": "1s"}}],
+        }))
+        .unwrap()
+    }
+
+    fn run(name: &str, second: i64, env: &str) -> Run {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: "deploy".into(),
+                },
+                arguments: Some(json!({"env": env})),
+                requested_by: None,
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.creation_timestamp = Some(crate::api::kube_time(
+            Timestamp::from_second(1_800_000_000 + second).unwrap(),
+        ));
+        r
+    }
+
+    fn with_phase(mut r: Run, phase: RunPhase) -> Run {
+        r.status = Some(RunStatus {
+            phase,
+            workflow: (phase != RunPhase::Pending && phase != RunPhase::Queued).then(|| json!({})),
+            ..Default::default()
+        });
+        r
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_100).unwrap()
+    }
+
+    #[test]
+    fn the_first_runs_up_to_the_limit_go_and_the_rest_wait_in_request_order() {
+        let s = spec(2, None, None);
+        let peers = vec![
+            with_phase(run("a", 1, "x"), RunPhase::Running),
+            run("b", 2, "x"),
+            run("c", 3, "x"),
+            run("d", 4, "x"),
+        ];
+        assert!(
+            hold(&peers[1], Some(&s), &peers, now()).is_none(),
+            "b: one ahead"
+        );
+        let c = hold(&peers[2], Some(&s), &peers, now()).expect("c waits");
+        let st = c.status.unwrap();
+        assert_eq!(st.phase, RunPhase::Queued);
+        assert_eq!(
+            st.status_message.as_deref(),
+            Some("queued behind 2 run(s): at most 2 at once")
+        );
+        assert_eq!(c.next, Next::WaitUntil(None));
+        // Finished Runs free their slot; c is now second in line.
+        let mut peers = peers;
+        peers[0] = with_phase(run("a", 1, "x"), RunPhase::Succeeded);
+        assert!(hold(&peers[2], Some(&s), &peers, now()).is_none());
+        assert!(hold(&peers[3], Some(&s), &peers, now()).is_some());
+    }
+
+    #[test]
+    fn the_limit_holds_per_key() {
+        let s = spec(1, Some("{{ args.env }}"), None);
+        let peers = vec![
+            with_phase(run("a", 1, "prod"), RunPhase::Waiting),
+            run("b", 2, "staging"),
+            run("c", 3, "prod"),
+        ];
+        assert!(hold(&peers[1], Some(&s), &peers, now()).is_none());
+        let c = hold(&peers[2], Some(&s), &peers, now()).unwrap();
+        assert_eq!(
+            c.status.unwrap().status_message.as_deref(),
+            Some("queued behind 1 run(s): at most 1 at once for prod")
+        );
+        assert_eq!(group(&s, &peers[1]).as_deref(), Some("staging"));
+    }
+
+    #[test]
+    fn within_a_second_the_request_instant_orders_then_the_name() {
+        let s = spec(1, None, None);
+        let mut late = run("a-late", 5, "x");
+        let mut early = run("z-early", 5, "x");
+        late.metadata.annotations = Some(BTreeMap::from([(
+            REQUESTED_AT.to_owned(),
+            "2027-01-15T08:00:05.900Z".to_owned(),
+        )]));
+        early.metadata.annotations = Some(BTreeMap::from([(
+            REQUESTED_AT.to_owned(),
+            "2027-01-15T08:00:05.100Z".to_owned(),
+        )]));
+        let peers = vec![late.clone(), early.clone()];
+        assert!(hold(&early, Some(&s), &peers, now()).is_none());
+        assert!(hold(&late, Some(&s), &peers, now()).is_some());
+        // Without the annotation, the name decides.
+        let (x, y) = (run("x", 5, "x"), run("y", 5, "x"));
+        let peers = vec![y.clone(), x.clone()];
+        assert!(hold(&x, Some(&s), &peers, now()).is_none());
+        assert!(hold(&y, Some(&s), &peers, now()).is_some());
+    }
+
+    #[test]
+    fn started_cancelled_expired_and_unlimited_runs_are_not_held() {
+        let s = spec(1, None, Some("60s"));
+        let first = with_phase(run("a", 1, "x"), RunPhase::Running);
+        let peers = vec![first.clone(), run("b", 2, "x")];
+        // Started already (its status has the snapshot): the limit is not its concern.
+        assert!(hold(&first, Some(&s), &peers, now()).is_none());
+        // Queued until its deadline (created + 60 s), which wakes it and ends it, unstarted.
+        let created = Timestamp::from_second(1_800_000_002).unwrap();
+        let waiting = hold(&peers[1], Some(&s), &peers, created).unwrap();
+        assert_eq!(
+            waiting.next,
+            Next::WaitUntil(Some(created + jiff::SignedDuration::from_secs(60)))
+        );
+        let mut queued = peers[1].clone();
+        queued.status = waiting.status;
+        let expired = hold(&queued, Some(&s), &peers, now())
+            .unwrap()
+            .status
+            .unwrap();
+        assert_eq!(expired.phase, RunPhase::Failed);
+        assert!(expired.workflow.is_none() && expired.steps.is_empty());
+        assert_eq!(
+            expired.status_message.as_deref(),
+            Some("run deadline exceeded while queued (execution.timeout 60s)")
+        );
+        assert_eq!(expired.result.unwrap()["isError"], true);
+        // Cancelled while queued: it ends Cancelled, never started. A Run cancelled before it
+        // was ever queued goes to the engine, which handles cancels of unstarted Runs.
+        let mut cancelled = queued.clone();
+        cancelled.spec.cancel = Some(CancelRequest {
+            reason: Some("not now".into()),
+            requested_by: Some("alice".into()),
+            requested_at: None,
+        });
+        let ended = hold(&cancelled, Some(&s), &peers, created).unwrap();
+        let st = ended.status.unwrap();
+        assert_eq!(st.phase, RunPhase::Cancelled);
+        assert!(st.workflow.is_none());
+        assert_eq!(
+            st.status_message.as_deref(),
+            Some("cancelled by alice while queued: not now")
+        );
+        assert_eq!(ended.events[0].reason, crate::api::event_reasons::FINISHED);
+        let mut fresh = run("b", 2, "x");
+        fresh.spec.cancel = cancelled.spec.cancel.clone();
+        assert!(hold(&fresh, Some(&s), &peers, created).is_none());
+        let unlimited: WorkflowSpec = serde_json::from_value(
+            json!({"tool": {}, "steps": [{"name": "s", "delay": {"duration": "1s"}}]}),
+        )
+        .unwrap();
+        assert!(hold(&peers[1], Some(&unlimited), &peers, now()).is_none());
+        assert!(hold(&peers[1], None, &peers, now()).is_none());
+    }
+
+    #[test]
+    fn a_queued_run_already_saying_so_writes_nothing() {
+        let s = spec(1, None, None);
+        let peers = vec![
+            with_phase(run("a", 1, "x"), RunPhase::Running),
+            run("b", 2, "x"),
+        ];
+        let first = hold(&peers[1], Some(&s), &peers, now()).unwrap();
+        let mut b = peers[1].clone();
+        b.status = first.status;
+        let again = hold(&b, Some(&s), &peers, now()).unwrap();
+        assert_eq!(again.status, None);
+    }
+}

@@ -1,0 +1,178 @@
+//! Concurrency limits on the embedded store, over MCP: Runs past a Workflow's limit wait in
+//! phase `Queued` and start in request order as others finish, per key, across a restart.
+
+mod support;
+
+use runway::api::{Run, RunPhase};
+use serde_json::json;
+use support::mcp::{Client, Mcp};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: deploy, namespace: NS }
+spec:
+  tool: { description: One deploy per environment at a time. }
+  execution: { concurrency: { limit: 1, key: "{{ args.env }}" } }
+  steps:
+    - name: hold
+      input:
+        requests:
+          - { name: go, message: "Deploy to {{ args.env }}?" }
+  result: { content: [ { type: text, text: "deployed {{ args.env }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: brief, namespace: NS }
+spec:
+  tool: { description: "One at a time, for one second at most, then a long cleanup." }
+  execution: { timeout: 1s, concurrency: { limit: 1 } }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+  finally: [ { name: cleanup, delay: { duration: 5s } } ]
+"#;
+
+async fn server() -> Mcp {
+    Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
+}
+
+async fn deploy(c: &Client, env: &str) -> String {
+    let r = c.call("deploy", json!({"env": env})).await;
+    r.result()["taskId"].as_str().unwrap().to_owned()
+}
+
+fn message(run: &Run) -> String {
+    run.status
+        .as_ref()
+        .and_then(|s| s.status_message.clone())
+        .unwrap_or_default()
+}
+
+fn queued_behind(n: usize) -> impl Fn(&Run) -> bool {
+    move |r: &Run| {
+        r.phase() == RunPhase::Queued
+            && message(r).starts_with(&format!("queued behind {n} run(s)"))
+    }
+}
+
+async fn phase(mcp: &Mcp, task: &str) -> RunPhase {
+    runway::store::RunStore::get(mcp.store(), "team-a", task)
+        .await
+        .unwrap()
+        .unwrap()
+        .phase()
+}
+
+async fn go(c: &Client, task: &str) {
+    c.update(
+        task,
+        json!({"hold.go": {"action": "accept", "content": {}}}),
+    )
+    .await
+    .assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_past_the_limit_queue_and_start_in_request_order() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let first = deploy(&alice, "prod").await;
+    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let second = deploy(&alice, "prod").await;
+    let third = deploy(&alice, "prod").await;
+    let q2 = mcp.wait(&second, "second queued", queued_behind(1)).await;
+    assert_eq!(
+        message(&q2),
+        "queued behind 1 run(s): at most 1 at once for prod"
+    );
+    mcp.wait(&third, "third queued", queued_behind(2)).await;
+    // Over MCP a queued Run is a working task that says why it waits; no step has run.
+    let t = alice.get(&second).await;
+    assert_eq!(t.result()["status"], "working");
+    assert!(
+        t.result()["statusMessage"]
+            .as_str()
+            .unwrap()
+            .starts_with("queued behind 1")
+    );
+    assert!(q2.status.as_ref().unwrap().steps.is_empty());
+    // Another environment is not held up.
+    let staging = deploy(&alice, "staging").await;
+    mcp.wait(&staging, "staging asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+
+    go(&alice, &first).await;
+    mcp.wait(&first, "first done", |r| r.phase() == RunPhase::Succeeded)
+        .await;
+    mcp.wait(&second, "second starts", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    mcp.wait(&third, "third moves up", queued_behind(1)).await;
+
+    // Cancelling a queued Run ends it, never started; the Run ahead of it is not disturbed.
+    alice.cancel(&third).await.assert_complete();
+    let cancelled = mcp
+        .wait(&third, "third cancelled", |r| {
+            r.phase() == RunPhase::Cancelled
+        })
+        .await;
+    let st = cancelled.status.as_ref().unwrap();
+    assert!(st.steps.is_empty() && st.workflow.is_none(), "{st:?}");
+    assert!(message(&cancelled).starts_with("cancelled by alice while queued"));
+    assert_eq!(phase(&mcp, &second).await, RunPhase::Waiting);
+    go(&alice, &second).await;
+    mcp.wait(&second, "second done", |r| r.phase() == RunPhase::Succeeded)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_survives_a_restart() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let first = deploy(&alice, "prod").await;
+    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let second = deploy(&alice, "prod").await;
+    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    let dir = mcp.stop().await;
+
+    let mcp = Mcp::start_in(dir).await;
+    let alice = mcp.client("alice-token");
+    let third = deploy(&alice, "prod").await;
+    mcp.wait(&third, "third queued behind both", queued_behind(2))
+        .await;
+    assert_eq!(phase(&mcp, &second).await, RunPhase::Queued);
+    go(&alice, &first).await;
+    mcp.wait(&second, "second starts after the restart", |r| {
+        r.phase() == RunPhase::Waiting
+    })
+    .await;
+    mcp.wait(&third, "third moves up", queued_behind(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_queued_past_its_deadline_fails_without_running() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = alice.call("brief", json!({})).await;
+        ids.push(r.result()["taskId"].as_str().unwrap().to_owned());
+    }
+    mcp.wait(&ids[1], "second queued", queued_behind(1)).await;
+    // The first holds its slot past both deadlines (its `finally` step runs after its own);
+    // the second's deadline passes while it waits.
+    let ended = mcp
+        .wait(&ids[1], "second expired", |r| r.phase() == RunPhase::Failed)
+        .await;
+    let st = ended.status.as_ref().unwrap();
+    assert!(st.steps.is_empty(), "no step ran: {:?}", st.steps);
+    assert_eq!(
+        message(&ended),
+        "run deadline exceeded while queued (execution.timeout 1s)"
+    );
+    let first = runway::store::RunStore::get(mcp.store(), "team-a", &ids[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!first.phase().is_terminal(), "{:?}", first.status);
+}
