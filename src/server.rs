@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::file::AuthFile;
 use crate::auth::{Authenticator, Authorizer, NoAuth};
 use crate::controller::history::MemoryEvents;
+use crate::controller::schedules::Scheduler;
 use crate::controller::{self, Controller};
 use crate::engine::validate::Capabilities;
 use crate::mcp;
@@ -174,6 +175,9 @@ impl Server {
         );
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
+        let scheduler = Scheduler::new(run_store.clone(), wf_source.clone(), events.clone());
+        let token = shutdown.clone();
+        tasks.spawn(async move { scheduler.run(token).await });
         let reloader = workflows.spawn_reloader(RELOAD_EVERY);
         let token = shutdown.clone();
         tasks.spawn(async move {

@@ -73,6 +73,8 @@ pub mod reasons {
     pub const DUPLICATE_TOOL: &str = "DuplicateTool";
     /// A step kind needs a store this server does not run on.
     pub const UNSUPPORTED_STEP: &str = "UnsupportedStep";
+    /// A schedule's cron expression, time zone, deadline or arguments are not valid.
+    pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     /// A Run finished successfully.
     pub const SUCCEEDED: &str = "Succeeded";
     /// A Run failed.
@@ -86,6 +88,8 @@ pub mod reasons {
 
 /// Reasons of the Kubernetes Events recorded on Runs.
 pub mod event_reasons {
+    /// A schedule started the Run.
+    pub const SCHEDULED: &str = "Scheduled";
     /// A step started an attempt.
     pub const STEP_STARTED: &str = "StepStarted";
     /// A step succeeded.
@@ -110,6 +114,14 @@ pub mod event_reasons {
 pub mod labels {
     /// Name of the Workflow a Run belongs to.
     pub const WORKFLOW: &str = "runway.dev/workflow";
+    /// Name of the schedule that started a Run.
+    pub const SCHEDULE: &str = "runway.dev/schedule";
+}
+
+/// Annotations on Runs.
+pub mod annotations {
+    /// The schedule time a scheduled Run was started for (RFC 3339).
+    pub const SCHEDULED_FOR: &str = "runway.dev/scheduled-for";
 }
 
 /// A Kubernetes `Time` for `t`, at the whole-second precision the API server keeps.

@@ -55,6 +55,63 @@ pub struct WorkflowSpec {
     /// Templates for the final `CallToolResult`. Without it the last step's output is returned as text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<ResultSpec>,
+    /// Runs started on a timetable, as a CronJob starts Jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub schedules: Vec<ScheduleSpec>,
+}
+
+/// A timetable on which a Workflow starts Runs by itself.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleSpec {
+    /// Names the schedule within the Workflow (a DNS label); its Runs carry it in the label
+    /// `runway.dev/schedule`.
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+    /// When: five cron fields (minute hour day-of-month month day-of-week, as a CronJob reads
+    /// them), six with a leading seconds field, or `@hourly`, `@daily`, `@weekly`, `@monthly`,
+    /// `@yearly`.
+    #[schemars(length(min = 1, max = 200))]
+    pub cron: String,
+    /// IANA time zone the cron fields are read in (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// The Runs' arguments, checked against `tool.inputSchema` when the Workflow is validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub arguments: Option<Value>,
+    /// What to do when the previous Run of this schedule has not finished: `Allow` another,
+    /// `Forbid` (skip this time), or `Replace` (cancel it and start the new one).
+    #[serde(default)]
+    pub concurrency_policy: ConcurrencyPolicy,
+    /// A time missed (Runway was down) is made up for only within this long of it; without
+    /// it, the latest missed time is always made up for, once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_deadline: Option<String>,
+    /// Start no Runs while true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// Succeeded Runs of this schedule kept (default 3; the newest Run is always kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub successful_runs_history_limit: Option<u32>,
+    /// Failed or cancelled Runs of this schedule kept (default 1; the newest is always kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub failed_runs_history_limit: Option<u32>,
+}
+
+/// A schedule's answer to a Run that has not finished when the next is due.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConcurrencyPolicy {
+    /// Start the next Run anyway.
+    #[default]
+    Allow,
+    /// Skip the next Run.
+    Forbid,
+    /// Cancel the unfinished Run and start the next.
+    Replace,
 }
 
 /// The MCP tool a Workflow offers.

@@ -4,6 +4,7 @@
 
 pub mod history;
 pub mod queue;
+pub mod schedules;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

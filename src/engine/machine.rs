@@ -105,7 +105,18 @@ impl Machine<'_> {
         Next::WaitUntil(Some(self.now))
     }
 
+    /// How long a finished Run is kept. Runs a schedule started are kept by its history limits
+    /// instead (the newest of them marks where the schedule stands).
     pub(super) fn ttl(&self, wf: Option<&WorkflowSpec>) -> Option<SignedDuration> {
+        let scheduled = self
+            .run
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(crate::api::labels::SCHEDULE));
+        if scheduled {
+            return None;
+        }
         wf?.execution
             .ttl_after_finished
             .as_deref()

@@ -7,6 +7,7 @@ pub mod concurrency;
 pub mod duration;
 pub mod input;
 mod result;
+pub mod schedule;
 pub mod template;
 pub mod validate;
 

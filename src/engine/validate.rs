@@ -117,6 +117,7 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
                 .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))?;
         }
     }
+    schedules(spec)?;
     if let Some(c) = &spec.execution.concurrency {
         if !(1..=10_000).contains(&c.limit) {
             return Err(invalid(
@@ -416,6 +417,51 @@ fn input_step(f: &dyn Fn(&str) -> String, i: &crate::api::InputStep) -> Result<(
 
 /// A step name: the CRD's pattern, for stores without an API server to apply it. No dots, so
 /// that `<step>.<request>` input keys of different steps never collide.
+/// Every schedule: a unique lowercase name, a cron expression and time zone that read, a
+/// deadline that parses, and arguments the tool's input schema accepts.
+fn schedules(spec: &WorkflowSpec) -> Result<(), Invalid> {
+    let bad = |name: &str, why: String| {
+        invalid(
+            reasons::INVALID_SCHEDULE,
+            format!("schedules[{name}]: {why}"),
+        )
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for s in &spec.schedules {
+        if !crate::api::is_dns_label(&s.name) || s.name.len() > 40 {
+            return Err(bad(
+                &s.name,
+                "name must be a DNS label of at most 40 characters".into(),
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            return Err(bad(&s.name, "name is used twice".into()));
+        }
+        super::schedule::timetable(s).map_err(|e| bad(&s.name, e))?;
+        if let Some(d) = &s.starting_deadline {
+            duration::parse(d).map_err(|e| bad(&s.name, format!("startingDeadline: {e}")))?;
+        }
+        let args = s.arguments.clone().unwrap_or_else(|| serde_json::json!({}));
+        if !args.is_object() {
+            return Err(bad(&s.name, "arguments must be an object".into()));
+        }
+        if let Some(schema) = &spec.tool.input_schema {
+            let errors = super::budget::schema_errors(schema, &args)
+                .map_err(|e| bad(&s.name, format!("inputSchema: {e}")))?;
+            if let Some(first) = errors.first() {
+                return Err(bad(
+                    &s.name,
+                    format!(
+                        "arguments do not match tool.inputSchema: {}",
+                        first["message"].as_str().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn step_name(s: &str) -> Result<(), Invalid> {
     let b = s.as_bytes();
     let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-');

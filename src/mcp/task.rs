@@ -143,7 +143,13 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
     if let Some(m) = run.status.as_ref().and_then(|s| s.status_message.clone()) {
         t = t.with_status_message(m);
     }
-    if run.phase().is_terminal() {
+    // Runs a schedule started are kept by its history limits, not by a TTL.
+    let scheduled = run
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::api::labels::SCHEDULE));
+    if run.phase().is_terminal() && !scheduled {
         let ttl = execution
             .as_ref()
             .and_then(|e| e.ttl_after_finished.as_deref())

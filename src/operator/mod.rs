@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{Run, Workflow, WorkflowStatus, conditions, reasons};
 use crate::auth::kube::KubeAuth;
+use crate::controller::schedules::Scheduler;
 use crate::controller::{self, Controller, EventSink};
 use crate::engine::Event;
 use crate::engine::validate::{self, Capabilities};
@@ -289,11 +290,18 @@ async fn lead(
             &opts.egress,
         )))
         .with_jobs(Arc::new(JobExecutor::new(client.clone())));
+    let events = Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone()));
+    // Schedules are started where Workflows are validated (the first shard): one scheduler.
+    let scheduler = Scheduler::new(
+        Arc::new(store.clone()),
+        Arc::new(workflows.clone()),
+        events.clone(),
+    );
     let ctl = Controller::new(
         Arc::new(store),
         Arc::new(workflows.clone()),
         Arc::new(executors),
-        Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone())),
+        events,
         controller::Config {
             workers: opts.workers,
             workers_per_namespace: 0,
@@ -326,7 +334,11 @@ async fn lead(
         .for_each(|_| async {});
     let work = async {
         if validates {
-            tokio::join!(ctl.run(stop.clone()), validator);
+            tokio::join!(
+                ctl.run(stop.clone()),
+                validator,
+                scheduler.run(stop.clone())
+            );
         } else {
             ctl.run(stop.clone()).await;
         }

@@ -478,6 +478,7 @@ fn invalid_manifest(
             steps: vec![],
             finally: vec![],
             result: None,
+            schedules: vec![],
         },
     );
     wf.metadata.namespace = Some(key.namespace.clone());

@@ -358,6 +358,59 @@ async fn runs_past_a_concurrency_limit_queue_visibly_and_start_in_order() {
     a1.await_status(&third, "input_required").await;
 }
 
+const SCHEDULED: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tick }
+spec:
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  schedules:
+    - { name: often, cron: "*/2 * * * * *", timeZone: Europe/Berlin, successfulRunsHistoryLimit: 1 }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_starts_runs_on_the_cluster_in_its_own_name() {
+    let c = up();
+    let ns = c.namespace("sched");
+    apply_ok(c, &ns, SCHEDULED);
+    // The scheduler runs with the first shard; its Runs are plain Runs with a label.
+    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
+    let names = loop {
+        let out = c.admin(&[
+            "get",
+            "runs",
+            "-n",
+            &ns,
+            "-l",
+            "runway.dev/schedule=often",
+            "-o",
+            "name",
+        ]);
+        let names: Vec<String> = out
+            .lines()
+            .map(|l| l.trim_start_matches("run.runway.dev/").to_owned())
+            .collect();
+        if names.len() >= 2 || std::time::Instant::now() > deadline {
+            break names;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(names.len() >= 2, "{names:?}");
+    let first = &names[0];
+    c.wait_jsonpath(&ns, &format!("run/{first}"), "{.status.phase}", "Succeeded");
+    let who = c.admin(&[
+        "get",
+        &format!("run/{first}"),
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.spec.requestedBy.username}",
+    ]);
+    assert_eq!(who, "runway:schedule:tick/often");
+    let events = c.admin(&["describe", &format!("run/{first}"), "-n", &ns]);
+    assert!(events.contains("Scheduled"), "{events}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() {
     let c = up();

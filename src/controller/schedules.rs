@@ -1,0 +1,326 @@
+//! The scheduler: starts the Runs Workflows' `schedules` owe, cancels what `Replace` replaces,
+//! and deletes what the history limits let go. What is owed is decided by
+//! `engine::schedule` from the Runs each schedule already started (their
+//! `runway.dev/scheduled-for` annotations), so the scheduler keeps nothing that matters in
+//! memory: after a restart or a failover it picks up where the Runs say it was, and a Run
+//! started twice for one time (two passes, a restart in between) is one Run, by its name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio_util::sync::CancellationToken;
+
+use super::EventSink;
+use crate::api::{
+    CancelRequest, Principal, Run, RunPhase, RunSpec, ScheduleSpec, Workflow, WorkflowRef,
+    annotations, event_reasons, labels,
+};
+use crate::engine::concurrency::REQUESTED_AT;
+use crate::engine::schedule::{self, Admit, Finished};
+use crate::engine::{Event, schedule::Timetable};
+use crate::store::{RunStore, StoreError, WorkflowSource};
+
+/// Longest sleep between passes: a schedule added or changed is also noticed through the
+/// Workflows' change feed, this bounds what a missed notification costs.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// Where a schedule lives: namespace, Workflow, schedule name.
+type ScheduleKey = (String, String, String);
+
+/// Starts scheduled Runs.
+pub struct Scheduler {
+    store: Arc<dyn RunStore>,
+    workflows: Arc<dyn WorkflowSource>,
+    events: Arc<dyn EventSink>,
+    /// When this process first saw each schedule that has no Run yet: a new schedule owes
+    /// nothing from before it was seen.
+    first_seen: Mutex<HashMap<ScheduleKey, Timestamp>>,
+    /// The latest time each schedule acted on (started, or skipped under `Forbid`), so that a
+    /// skipped time is not started later; Runs carry the rest of the state.
+    handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
+}
+
+/// The user name scheduled Runs are requested by.
+pub fn requester(workflow: &str, schedule: &str) -> String {
+    format!("runway:schedule:{workflow}/{schedule}")
+}
+
+fn scheduled_for(run: &Run) -> Option<Timestamp> {
+    run.metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::SCHEDULED_FOR)?
+        .parse()
+        .ok()
+}
+
+impl Scheduler {
+    /// A scheduler over `store` and `workflows`.
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        workflows: Arc<dyn WorkflowSource>,
+        events: Arc<dyn EventSink>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            workflows,
+            events,
+            first_seen: Mutex::new(HashMap::new()),
+            handled: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Run until `shutdown`: a pass over every schedule, then sleep until the next time due,
+    /// a Workflow changes, or a minute.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut changes = self.workflows.changes();
+        loop {
+            let next = self.pass(Timestamp::now()).await;
+            let sleep = next
+                .map(|t| Duration::try_from(t.duration_since(Timestamp::now())).unwrap_or_default())
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// Act on every schedule of every Ready Workflow; the earliest next time of any.
+    pub async fn pass(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut next: Option<Timestamp> = None;
+        for ns in self.workflows.namespaces().await {
+            for wf in self.workflows.list(&ns).await {
+                if wf.spec.schedules.is_empty() || !wf.is_ready() {
+                    continue;
+                }
+                let name = wf.metadata.name.clone().unwrap_or_default();
+                let selector = BTreeMap::from([(labels::WORKFLOW.to_owned(), name.clone())]);
+                let runs = match self.store.list(Some(&ns), &selector).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(namespace = %ns, workflow = %name, error = %e, "schedules: cannot list runs");
+                        continue;
+                    }
+                };
+                for spec in &wf.spec.schedules {
+                    let Ok(tt) = schedule::timetable(spec) else {
+                        continue;
+                    };
+                    let key = (ns.clone(), name.clone(), spec.name.clone());
+                    let mine: Vec<&Run> = runs
+                        .iter()
+                        .filter(|r| {
+                            r.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(labels::SCHEDULE))
+                                == Some(&spec.name)
+                        })
+                        .collect();
+                    let wake = self.one(&wf, spec, &tt, &key, &mine, now).await;
+                    next = match (next, wake) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+        }
+        next
+    }
+
+    /// Act on one schedule; its next time.
+    async fn one(
+        &self,
+        wf: &Workflow,
+        spec: &ScheduleSpec,
+        tt: &Timetable,
+        key: &ScheduleKey,
+        mine: &[&Run],
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let last = mine.iter().filter_map(|r| scheduled_for(r)).max();
+        let since = {
+            let handled = self.handled.lock().expect("handled lock").get(key).copied();
+            let seen = *self
+                .first_seen
+                .lock()
+                .expect("first_seen lock")
+                .entry(key.clone())
+                .or_insert(now);
+            [last.or(Some(seen)), handled].into_iter().flatten().max()?
+        };
+        let plan = schedule::plan(tt, spec, since, now);
+        if let Some(at) = plan.too_late {
+            tracing::warn!(namespace = %key.0, workflow = %key.1, schedule = %key.2, at = %at, "schedule: missed time past its startingDeadline, not made up for");
+            self.handled
+                .lock()
+                .expect("handled lock")
+                .insert(key.clone(), at);
+        }
+        if let Some(at) = plan.due {
+            if plan.missed > 0 {
+                tracing::warn!(namespace = %key.0, workflow = %key.1, schedule = %key.2, missed = plan.missed, "schedule: times missed while not running; starting the latest");
+            }
+            let active: Vec<&Run> = mine
+                .iter()
+                .copied()
+                .filter(|r| !r.phase().is_terminal())
+                .collect();
+            let started = match schedule::admit(spec, active.len()) {
+                Admit::Start => self.start(wf, spec, key, at).await,
+                Admit::Skip => {
+                    tracing::info!(namespace = %key.0, workflow = %key.1, schedule = %key.2, at = %at, "schedule: previous run unfinished (Forbid); skipped");
+                    true
+                }
+                Admit::Replace => {
+                    for r in &active {
+                        self.cancel(r, &format!("replaced by schedule {} for {at}", spec.name))
+                            .await;
+                    }
+                    self.start(wf, spec, key, at).await
+                }
+            };
+            if started {
+                self.handled
+                    .lock()
+                    .expect("handled lock")
+                    .insert(key.clone(), at);
+            }
+        }
+        self.prune(spec, mine).await;
+        plan.next
+    }
+
+    /// Create the Run for `at`; whether it exists now (created here or before).
+    async fn start(
+        &self,
+        wf: &Workflow,
+        spec: &ScheduleSpec,
+        key: &ScheduleKey,
+        at: Timestamp,
+    ) -> bool {
+        let name = schedule::run_name(&key.1, &spec.name, at);
+        let mut run = Run::new(
+            &name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: key.1.clone(),
+                },
+                arguments: Some(
+                    spec.arguments
+                        .clone()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                ),
+                requested_by: Some(Principal {
+                    username: requester(&key.1, &spec.name),
+                    uid: None,
+                    groups: vec![],
+                }),
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.metadata.namespace = Some(key.0.clone());
+        run.metadata.labels = Some(BTreeMap::from([
+            (labels::WORKFLOW.to_owned(), key.1.clone()),
+            (labels::SCHEDULE.to_owned(), spec.name.clone()),
+        ]));
+        run.metadata.annotations = Some(BTreeMap::from([
+            (annotations::SCHEDULED_FOR.to_owned(), at.to_string()),
+            (REQUESTED_AT.to_owned(), at.to_string()),
+        ]));
+        match self.store.create(run).await {
+            Ok(created) => {
+                let zone = spec.time_zone.as_deref().unwrap_or("UTC");
+                let local =
+                    at.to_zoned(jiff::tz::TimeZone::get(zone).unwrap_or(jiff::tz::TimeZone::UTC));
+                self.events.record(
+                    &created,
+                    &Event {
+                        reason: event_reasons::SCHEDULED,
+                        message: format!(
+                            "started by schedule {} ({}) for {}",
+                            spec.name,
+                            spec.cron,
+                            local.strftime("%Y-%m-%d %H:%M:%S %Z")
+                        ),
+                        warning: false,
+                    },
+                );
+                tracing::info!(namespace = %key.0, workflow = %key.1, schedule = %key.2, run = %name, "scheduled run created");
+                true
+            }
+            Err(StoreError::AlreadyExists) => true,
+            Err(e) => {
+                tracing::warn!(namespace = %key.0, workflow = %wf.metadata.name.as_deref().unwrap_or_default(), schedule = %key.2, error = %e, "schedule: cannot create run; next pass retries");
+                false
+            }
+        }
+    }
+
+    async fn cancel(&self, run: &Run, reason: &str) {
+        let (ns, name) = (
+            run.metadata.namespace.clone().unwrap_or_default(),
+            run.metadata.name.clone().unwrap_or_default(),
+        );
+        loop {
+            let Ok(Some(mut latest)) = self.store.get(&ns, &name).await else {
+                return;
+            };
+            if latest.spec.cancel.is_some() || latest.phase().is_terminal() {
+                return;
+            }
+            latest.spec.cancel = Some(CancelRequest {
+                reason: Some(reason.to_owned()),
+                requested_by: latest
+                    .spec
+                    .requested_by
+                    .as_ref()
+                    .map(|p| p.username.clone()),
+                requested_at: Some(Timestamp::now().to_string()),
+            });
+            match self.store.update(latest).await {
+                Err(StoreError::Conflict) => continue,
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot cancel replaced run");
+                    return;
+                }
+                Ok(_) => return,
+            }
+        }
+    }
+
+    async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) {
+        let newest = mine.iter().filter_map(|r| scheduled_for(r)).max();
+        let finished: Vec<Finished> = mine
+            .iter()
+            .filter(|r| r.phase().is_terminal())
+            .filter_map(|r| {
+                Some(Finished {
+                    name: r.metadata.name.clone()?,
+                    scheduled_for: scheduled_for(r)?,
+                    succeeded: r.phase() == RunPhase::Succeeded,
+                })
+            })
+            .collect();
+        for name in schedule::prune(spec, newest, &finished) {
+            let ns = mine
+                .first()
+                .and_then(|r| r.metadata.namespace.clone())
+                .unwrap_or_default();
+            match self.store.delete(&ns, &name).await {
+                Ok(()) | Err(StoreError::NotFound) => {
+                    tracing::info!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run removed by the history limit");
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot delete old run")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! Schedules: reading a cron expression in a time zone, which time is due, what the concurrency
+//! policy says, which old Runs the history limits let go, and the name of a scheduled Run. The
+//! scheduler (`controller::schedules`) acts on these answers; the state they start from is the
+//! Runs a schedule already started, so a restart or a failover loses nothing.
+
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+use super::duration;
+use crate::api::{ConcurrencyPolicy, ScheduleSpec};
+
+/// Succeeded Runs of a schedule kept when the schedule does not say.
+pub const DEFAULT_SUCCEEDED_KEPT: u32 = 3;
+/// Failed or cancelled Runs of a schedule kept when the schedule does not say.
+pub const DEFAULT_FAILED_KEPT: u32 = 1;
+/// Missed times counted at most (Runway down for long under a fast schedule).
+const MAX_MISSED: usize = 10_000;
+
+/// A schedule's times, in its time zone.
+#[derive(Debug, Clone)]
+pub struct Timetable {
+    cron: jiff_cron::Schedule,
+    tz: TimeZone,
+}
+
+const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+/// A standard day-of-week field (0–7, both 0 and 7 Sunday) in the names the cron library reads
+/// unambiguously (it numbers Sunday 1).
+fn day_of_week(field: &str) -> Result<String, String> {
+    let day = |s: &str| -> Result<Option<usize>, String> {
+        match s.parse::<usize>() {
+            Ok(n @ 0..=7) => Ok(Some(n % 7)),
+            Ok(n) => Err(format!("day of week {n} is not 0-7")),
+            Err(_) => Ok(None),
+        }
+    };
+    let mut out = Vec::new();
+    for item in field.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (
+                r,
+                Some(
+                    s.parse::<usize>()
+                        .ok()
+                        .filter(|s| *s > 0)
+                        .ok_or_else(|| format!("bad step in {item:?}"))?,
+                ),
+            ),
+            None => (item, None),
+        };
+        let bounds = match range.split_once('-') {
+            Some((a, b)) => (day(a)?, day(b)?, true),
+            None => (day(range)?, None, false),
+        };
+        match bounds {
+            // Names and `*` (with or without a step) mean the same in both numberings.
+            (None, _, _) | (Some(_), None, true) => out.push(item.to_owned()),
+            (Some(a), None, false) => match step {
+                None => out.push(DAYS[a].to_owned()),
+                Some(s) => out.extend((a..7).step_by(s).map(|d| DAYS[d].to_owned())),
+            },
+            (Some(a), Some(b), _) => {
+                // `5-7` ends on Sunday (7), which is 0 here.
+                let b = if b == 0 && range.ends_with('7') { 7 } else { b };
+                if a > b {
+                    return Err(format!("day-of-week range {range:?} runs backwards"));
+                }
+                out.extend(
+                    (a..=b)
+                        .step_by(step.unwrap_or(1))
+                        .map(|d| DAYS[d % 7].to_owned()),
+                );
+            }
+        }
+    }
+    out.dedup();
+    Ok(out.join(","))
+}
+
+/// Read a schedule's `cron` and `timeZone`.
+pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, String> {
+    let zone = spec.time_zone.as_deref().unwrap_or("UTC");
+    let tz = TimeZone::get(zone).map_err(|e| format!("timeZone {zone:?}: {e}"))?;
+    let text = spec.cron.trim();
+    let expr = if text.starts_with('@') {
+        text.to_owned()
+    } else {
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        let (seconds, rest) = match fields.len() {
+            5 => ("0", &fields[..]),
+            6 => (fields[0], &fields[1..]),
+            n => {
+                return Err(format!(
+                    "cron {text:?} has {n} fields: give five (minute hour day-of-month month \
+                     day-of-week), six with a leading seconds field, or @hourly/@daily/@weekly/\
+                     @monthly/@yearly"
+                ));
+            }
+        };
+        let dow = day_of_week(rest[4]).map_err(|e| format!("cron {text:?}: {e}"))?;
+        format!(
+            "{seconds} {} {} {} {} {dow}",
+            rest[0], rest[1], rest[2], rest[3]
+        )
+    };
+    let cron = jiff_cron::Schedule::from_str(&expr).map_err(|e| format!("cron {text:?}: {e}"))?;
+    Ok(Timetable { cron, tz })
+}
+
+impl Timetable {
+    /// The first time strictly after `t`.
+    pub fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
+        self.cron
+            .after(t.to_zoned(self.tz.clone()))
+            .next()
+            .map(|z| z.timestamp())
+    }
+}
+
+/// What a schedule should do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The time to start a Run for now: the latest one due since the last, if any.
+    pub due: Option<Timestamp>,
+    /// Times that passed since the last without a Run (the due one not counted).
+    pub missed: usize,
+    /// The latest time that passed but is past `startingDeadline`, so is not made up for.
+    pub too_late: Option<Timestamp>,
+    /// When to look again: the next time after now.
+    pub next: Option<Timestamp>,
+}
+
+/// Which time a schedule owes a Run, given the last time it started one (or, for a schedule
+/// that never did, when it was first seen) and now.
+pub fn plan(tt: &Timetable, spec: &ScheduleSpec, since: Timestamp, now: Timestamp) -> Plan {
+    let next = tt.next_after(now);
+    if spec.suspend {
+        return Plan {
+            due: None,
+            missed: 0,
+            too_late: None,
+            next: None,
+        };
+    }
+    let mut latest = None;
+    let mut passed = 0usize;
+    let mut t = since;
+    while let Some(n) = tt.next_after(t).filter(|n| *n <= now) {
+        latest = Some(n);
+        passed += 1;
+        t = n;
+        if passed >= MAX_MISSED {
+            latest = latest_before(tt, t, now).or(latest);
+            break;
+        }
+    }
+    let deadline = spec
+        .starting_deadline
+        .as_deref()
+        .and_then(|d| duration::parse(d).ok());
+    let in_time = |at: Timestamp| deadline.is_none_or(|d| now.duration_since(at) <= d);
+    match latest {
+        Some(at) if in_time(at) => Plan {
+            due: Some(at),
+            missed: passed - 1,
+            too_late: None,
+            next,
+        },
+        Some(at) => Plan {
+            due: None,
+            missed: passed,
+            too_late: Some(at),
+            next,
+        },
+        None => Plan {
+            due: None,
+            missed: 0,
+            too_late: None,
+            next,
+        },
+    }
+}
+
+/// The latest time at or before `now` and after `from`, found by looking back from `now` in
+/// growing windows (for a schedule that missed more times than are worth counting).
+fn latest_before(tt: &Timetable, from: Timestamp, now: Timestamp) -> Option<Timestamp> {
+    const WINDOWS: [i64; 7] = [1, 60, 3_600, 86_400, 2_678_400, 31_622_400, 126_489_600];
+    for w in WINDOWS {
+        let start = (now - jiff::SignedDuration::from_secs(w)).max(from);
+        let Some(mut last) = tt.next_after(start).filter(|n| *n <= now) else {
+            continue;
+        };
+        while let Some(n) = tt.next_after(last).filter(|n| *n <= now) {
+            last = n;
+        }
+        return Some(last);
+    }
+    None
+}
+
+/// What the concurrency policy says when a Run is due and `active` Runs of the schedule have
+/// not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Start it.
+    Start,
+    /// Skip this time.
+    Skip,
+    /// Cancel the unfinished Runs, then start it.
+    Replace,
+}
+
+/// The concurrency policy's answer.
+pub fn admit(spec: &ScheduleSpec, active: usize) -> Admit {
+    match (spec.concurrency_policy, active) {
+        (_, 0) | (ConcurrencyPolicy::Allow, _) => Admit::Start,
+        (ConcurrencyPolicy::Forbid, _) => Admit::Skip,
+        (ConcurrencyPolicy::Replace, _) => Admit::Replace,
+    }
+}
+
+/// One finished Run of a schedule, for the history limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The Run's name.
+    pub name: String,
+    /// The time it was started for.
+    pub scheduled_for: Timestamp,
+    /// Whether it succeeded.
+    pub succeeded: bool,
+}
+
+/// The finished Runs the history limits let go. The newest Run of the schedule is kept
+/// whatever the limits say: it marks where the schedule stands. `newest` is the time of the
+/// newest Run of the schedule, finished or not.
+pub fn prune(spec: &ScheduleSpec, newest: Option<Timestamp>, finished: &[Finished]) -> Vec<String> {
+    let keep_ok = spec
+        .successful_runs_history_limit
+        .unwrap_or(DEFAULT_SUCCEEDED_KEPT) as usize;
+    let keep_failed = spec
+        .failed_runs_history_limit
+        .unwrap_or(DEFAULT_FAILED_KEPT) as usize;
+    let mut sorted: Vec<&Finished> = finished.iter().collect();
+    sorted.sort_by(|a, b| (b.scheduled_for, &b.name).cmp(&(a.scheduled_for, &a.name)));
+    let (mut ok, mut failed) = (0usize, 0usize);
+    let mut out = Vec::new();
+    for f in sorted {
+        let count = if f.succeeded { &mut ok } else { &mut failed };
+        *count += 1;
+        let limit = if f.succeeded { keep_ok } else { keep_failed };
+        if *count > limit && Some(f.scheduled_for) != newest {
+            out.push(f.name.clone());
+        }
+    }
+    out
+}
+
+/// The name of the Run schedule `schedule` of `workflow` starts for `at`: the same every time,
+/// so that starting it twice (two passes, two replicas, a restart) makes one Run.
+pub fn run_name(workflow: &str, schedule: &str, at: Timestamp) -> String {
+    let mut prefix = format!("{workflow}-{schedule}");
+    if prefix.len() > 46 {
+        let mut h: u32 = 0x811c_9dc5;
+        for b in prefix.bytes() {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+        prefix.truncate(38);
+        prefix = format!("{}-{h:08x}", prefix.trim_end_matches('-'));
+    }
+    format!("{prefix}-{}", at.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> ScheduleSpec {
+        let mut base = json!({"name": "nightly", "cron": "0 2 * * *"});
+        base.as_object_mut()
+            .unwrap()
+            .extend(v.as_object().unwrap().clone());
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn five_fields_read_as_a_cronjob_reads_them_in_the_given_zone() {
+        let tt = timetable(&spec(
+            json!({"cron": "30 9 * * 1-5", "timeZone": "Europe/Berlin"}),
+        ))
+        .unwrap();
+        // Friday 2027-01-15 10:00 Berlin → next is Monday 09:30 Berlin (08:30 UTC).
+        let next = tt.next_after(at("2027-01-15T09:00:00Z")).unwrap();
+        assert_eq!(next, at("2027-01-18T08:30:00Z"));
+        // In summer Berlin is UTC+2.
+        let next = tt.next_after(at("2027-07-01T00:00:00Z")).unwrap();
+        assert_eq!(next, at("2027-07-01T07:30:00Z"));
+        // 0 and 7 are Sunday; 5-7 is Friday to Sunday.
+        let sunday = timetable(&spec(json!({"cron": "0 12 * * 0"}))).unwrap();
+        assert_eq!(
+            sunday.next_after(at("2027-01-15T00:00:00Z")),
+            Some(at("2027-01-17T12:00:00Z"))
+        );
+        let weekend = timetable(&spec(json!({"cron": "0 12 * * 5-7"}))).unwrap();
+        assert_eq!(
+            weekend.next_after(at("2027-01-11T00:00:00Z")),
+            Some(at("2027-01-15T12:00:00Z"))
+        );
+        let seven = timetable(&spec(json!({"cron": "0 12 * * 7"}))).unwrap();
+        assert_eq!(
+            seven.next_after(at("2027-01-15T00:00:00Z")),
+            Some(at("2027-01-17T12:00:00Z"))
+        );
+        assert_eq!(day_of_week("1-5").unwrap(), "MON,TUE,WED,THU,FRI");
+        assert_eq!(day_of_week("*/2").unwrap(), "*/2");
+        assert_eq!(day_of_week("MON-FRI").unwrap(), "MON-FRI");
+        assert_eq!(day_of_week("0,3").unwrap(), "SUN,WED");
+        assert_eq!(day_of_week("1-6/2").unwrap(), "MON,WED,FRI");
+    }
+
+    #[test]
+    fn six_fields_and_macros_work_and_nonsense_is_refused_with_why() {
+        let every_second = timetable(&spec(json!({"cron": "* * * * * *"}))).unwrap();
+        assert_eq!(
+            every_second.next_after(at("2027-01-15T00:00:00Z")),
+            Some(at("2027-01-15T00:00:01Z"))
+        );
+        let daily = timetable(&spec(json!({"cron": "@daily"}))).unwrap();
+        assert_eq!(
+            daily.next_after(at("2027-01-15T10:00:00Z")),
+            Some(at("2027-01-16T00:00:00Z"))
+        );
+        for (cron, tz, says) in [
+            ("0 2 * *", None, "has 4 fields"),
+            ("61 2 * * *", None, "cron"),
+            ("0 2 * * 8", None, "not 0-7"),
+            ("0 2 * * 5-1", None, "backwards"),
+            ("0 2 * * *", Some("Mars/Olympus"), "timeZone"),
+        ] {
+            let e = timetable(&spec(json!({"cron": cron, "timeZone": tz}))).unwrap_err();
+            assert!(e.contains(says), "{cron}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_latest_missed_time_is_due_once_within_the_starting_deadline() {
+        let s = spec(json!({"cron": "0 * * * *"}));
+        let tt = timetable(&s).unwrap();
+        // Last Run for 07:00; down until 10:20: 08, 09 and 10 passed; 10:00 is due.
+        let p = plan(
+            &tt,
+            &s,
+            at("2027-01-15T07:00:00Z"),
+            at("2027-01-15T10:20:00Z"),
+        );
+        assert_eq!(p.due, Some(at("2027-01-15T10:00:00Z")));
+        assert_eq!(p.missed, 2);
+        assert_eq!(p.next, Some(at("2027-01-15T11:00:00Z")));
+        // Nothing due between two times.
+        let p = plan(
+            &tt,
+            &s,
+            at("2027-01-15T10:00:00Z"),
+            at("2027-01-15T10:59:59Z"),
+        );
+        assert_eq!(p.due, None);
+        // Exactly on time.
+        let p = plan(
+            &tt,
+            &s,
+            at("2027-01-15T10:00:00Z"),
+            at("2027-01-15T11:00:00Z"),
+        );
+        assert_eq!(p.due, Some(at("2027-01-15T11:00:00Z")));
+        // With a starting deadline of 5 minutes, 10:00 seen at 10:20 is too late.
+        let strict = spec(json!({"cron": "0 * * * *", "startingDeadline": "5m"}));
+        let p = plan(
+            &tt,
+            &strict,
+            at("2027-01-15T07:00:00Z"),
+            at("2027-01-15T10:20:00Z"),
+        );
+        assert_eq!(p.due, None);
+        assert_eq!(p.too_late, Some(at("2027-01-15T10:00:00Z")));
+        let p = plan(
+            &tt,
+            &strict,
+            at("2027-01-15T07:00:00Z"),
+            at("2027-01-15T10:04:00Z"),
+        );
+        assert_eq!(p.due, Some(at("2027-01-15T10:00:00Z")));
+        // Suspended: nothing, and no wake-up (a change to the Workflow wakes the scheduler).
+        let off = spec(json!({"cron": "0 * * * *", "suspend": true}));
+        let p = plan(
+            &tt,
+            &off,
+            at("2027-01-15T07:00:00Z"),
+            at("2027-01-15T10:20:00Z"),
+        );
+        assert_eq!((p.due, p.next), (None, None));
+        // A fast schedule down for long: counted up to a bound, the latest still due.
+        let fast = spec(json!({"cron": "* * * * * *"}));
+        let tt = timetable(&fast).unwrap();
+        let p = plan(
+            &tt,
+            &fast,
+            at("2027-01-15T00:00:00Z"),
+            at("2027-01-16T00:00:00Z"),
+        );
+        assert_eq!(p.due, Some(at("2027-01-16T00:00:00Z")));
+    }
+
+    #[test]
+    fn policies_answer_as_a_cronjob_does() {
+        assert_eq!(admit(&spec(json!({})), 3), Admit::Start);
+        assert_eq!(
+            admit(&spec(json!({"concurrencyPolicy": "Forbid"})), 1),
+            Admit::Skip
+        );
+        assert_eq!(
+            admit(&spec(json!({"concurrencyPolicy": "Forbid"})), 0),
+            Admit::Start
+        );
+        assert_eq!(
+            admit(&spec(json!({"concurrencyPolicy": "Replace"})), 2),
+            Admit::Replace
+        );
+    }
+
+    #[test]
+    fn history_limits_keep_the_newest_of_each_kind_and_the_newest_run() {
+        let f = |name: &str, h: u32, ok: bool| Finished {
+            name: name.into(),
+            scheduled_for: at(&format!("2027-01-15T{h:02}:00:00Z")),
+            succeeded: ok,
+        };
+        let finished = vec![
+            f("a", 1, true),
+            f("b", 2, false),
+            f("c", 3, true),
+            f("d", 4, false),
+            f("e", 5, true),
+            f("g", 6, true),
+        ];
+        let s = spec(json!({"successfulRunsHistoryLimit": 2}));
+        let mut gone = prune(&s, Some(at("2027-01-15T06:00:00Z")), &finished);
+        gone.sort();
+        assert_eq!(gone, ["a", "b", "c"]);
+        let none = spec(json!({"successfulRunsHistoryLimit": 0, "failedRunsHistoryLimit": 0}));
+        let mut gone = prune(&none, Some(at("2027-01-15T06:00:00Z")), &finished);
+        gone.sort();
+        assert_eq!(gone, ["a", "b", "c", "d", "e"], "g is the newest: kept");
+    }
+
+    #[test]
+    fn run_names_are_stable_short_and_distinct() {
+        let t = at("2027-01-15T02:00:00Z");
+        assert_eq!(
+            run_name("report", "nightly", t),
+            format!("report-nightly-{}", t.as_second())
+        );
+        assert_eq!(
+            run_name("report", "nightly", t),
+            run_name("report", "nightly", t)
+        );
+        let long = run_name(&"w".repeat(60), "nightly", t);
+        assert!(long.len() <= 63, "{long}");
+        assert_ne!(long, run_name(&"w".repeat(61), "nightly", t));
+        assert!(crate::api::is_dns_subdomain(&long));
+    }
+}
+
+#[cfg(test)]
+mod validation {
+    use serde_json::json;
+
+    use crate::api::{WorkflowSpec, reasons};
+    use crate::engine::validate::{Capabilities, spec};
+
+    fn check(schedules: serde_json::Value) -> Result<(), String> {
+        let wf: WorkflowSpec = serde_json::from_value(json!({
+            "tool": {"inputSchema": {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]}},
+            "steps": [{"name": "s", "delay": {"duration": "1s"}}],
+            "schedules": schedules,
+        }))
+        .unwrap();
+        spec(&wf, Capabilities { jobs: false }).map_err(|e| {
+            assert_eq!(e.reason, reasons::INVALID_SCHEDULE, "{e}");
+            e.message
+        })
+    }
+
+    #[test]
+    fn schedules_are_checked_when_the_workflow_is() {
+        assert!(
+            check(json!([{"name": "nightly", "cron": "0 2 * * *", "arguments": {"env": "prod"}}]))
+                .is_ok()
+        );
+        for (schedules, says) in [
+            (
+                json!([{"name": "n", "cron": "0 2 * *", "arguments": {"env": "x"}}]),
+                "schedules[n]: cron",
+            ),
+            (
+                json!([{"name": "n", "cron": "0 2 * * *", "timeZone": "Nowhere/City", "arguments": {"env": "x"}}]),
+                "timeZone",
+            ),
+            (
+                json!([{"name": "n", "cron": "0 2 * * *"}]),
+                "arguments do not match tool.inputSchema",
+            ),
+            (
+                json!([{"name": "n", "cron": "0 2 * * *", "arguments": {"env": "x"}, "startingDeadline": "soon"}]),
+                "startingDeadline",
+            ),
+            (
+                json!([{"name": "Nightly", "cron": "0 2 * * *", "arguments": {"env": "x"}}]),
+                "DNS label",
+            ),
+            (
+                json!([{"name": "n", "cron": "0 2 * * *", "arguments": {"env": "x"}}, {"name": "n", "cron": "@daily", "arguments": {"env": "y"}}]),
+                "used twice",
+            ),
+        ] {
+            let e = check(schedules.clone()).unwrap_err();
+            assert!(e.contains(says), "{schedules}: {e}");
+        }
+    }
+}

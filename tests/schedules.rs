@@ -1,0 +1,211 @@
+//! Schedules on the embedded store: Runs started on a timetable, their history limits, the
+//! `Replace` policy, and a schedule that goes on from its Runs after a restart.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
+use runway::api::{Run, RunPhase, annotations, labels};
+use runway::store::{RunStore, WatchEvent};
+use serde_json::json;
+use support::harness::PATIENCE;
+use support::mcp::Mcp;
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tick, namespace: NS }
+spec:
+  tool:
+    description: Works for a while.
+    inputSchema:
+      type: object
+      properties: { hold: { type: string } }
+      required: [hold]
+  steps: [ { name: work, delay: { duration: "{{ args.hold }}" } } ]
+  schedules:
+    - name: every-second
+      cron: "* * * * * *"
+      arguments: { hold: 10ms }
+      successfulRunsHistoryLimit: 1
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: long, namespace: NS }
+spec:
+  tool: { description: Works for an hour; a newer Run replaces it. }
+  steps: [ { name: work, delay: { duration: 1h } } ]
+  schedules:
+    - { name: replace, cron: "* * * * * *", concurrencyPolicy: Replace, failedRunsHistoryLimit: 5 }
+"#;
+
+fn of_schedule(run: &Run, schedule: &str) -> bool {
+    run.metadata.namespace.as_deref() == Some("team-a")
+        && run
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::SCHEDULE))
+            .is_some_and(|s| s == schedule)
+}
+
+/// Follow the store until `done` holds for the events of schedule `schedule` seen so far.
+async fn follow(
+    mcp: &Mcp,
+    schedule: &str,
+    what: &str,
+    done: impl Fn(&[WatchEvent]) -> bool,
+) -> Vec<WatchEvent> {
+    let store = mcp.store();
+    let rv = store.resource_version().await.unwrap();
+    let mut watch = store.watch(Some(rv));
+    let mut seen = Vec::new();
+    let run = async {
+        while let Some(ev) = watch.next().await {
+            let ev = ev.unwrap();
+            if of_schedule(ev.run(), schedule) {
+                seen.push(ev);
+                if done(&seen) {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, run)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    seen
+}
+
+fn scheduled_for(run: &Run) -> String {
+    run.metadata.annotations.as_ref().unwrap()[annotations::SCHEDULED_FOR].clone()
+}
+
+fn created(evs: &[WatchEvent]) -> BTreeSet<String> {
+    evs.iter()
+        .filter_map(|e| match e {
+            WatchEvent::Applied(r) if r.status.is_none() => r.metadata.name.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_starts_runs_on_its_times_and_keeps_its_history() {
+    let mcp = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
+    let seen = follow(&mcp, "every-second", "three runs and a pruned one", |evs| {
+        created(evs).len() >= 3 && evs.iter().any(|e| matches!(e, WatchEvent::Deleted(_)))
+    })
+    .await;
+    let mut times = BTreeSet::new();
+    for ev in &seen {
+        let run = ev.run();
+        let at: jiff::Timestamp = scheduled_for(run).parse().unwrap();
+        assert_eq!(at.subsec_nanosecond(), 0, "on the second");
+        assert_eq!(
+            run.metadata.name.as_deref(),
+            Some(runway::engine::schedule::run_name("tick", "every-second", at).as_str())
+        );
+        assert_eq!(
+            run.spec.requested_by.as_ref().unwrap().username,
+            "runway:schedule:tick/every-second"
+        );
+        assert_eq!(run.spec.arguments, Some(json!({"hold": "10ms"})));
+        times.insert(scheduled_for(run));
+    }
+    assert_eq!(times.len(), created(&seen).len(), "one Run per time");
+    // The history limit keeps one succeeded Run (and the newest, which may be running).
+    let left: Vec<Run> = mcp
+        .store()
+        .list(Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| of_schedule(r, "every-second") && r.phase() == RunPhase::Succeeded)
+        .collect();
+    assert!(left.len() <= 2, "{} succeeded runs kept", left.len());
+
+    // Someone who may list runs reads the newest (never pruned) in full: who started it, and
+    // the Event saying so.
+    let bob = mcp.client("bob-token");
+    let newest = created(&seen).into_iter().next_back().unwrap();
+    let full = bob.call("runway_get_run", json!({"taskId": newest})).await;
+    let sc = &full.result()["structuredContent"];
+    assert_eq!(
+        sc["requestedBy"]["username"],
+        "runway:schedule:tick/every-second"
+    );
+    let reasons: Vec<&str> = sc["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons.contains(&"Scheduled"), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_cancels_the_unfinished_run_for_the_next() {
+    let mcp = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
+    let seen = follow(&mcp, "replace", "a replaced run", |evs| {
+        evs.iter().any(|e| e.run().phase() == RunPhase::Cancelled)
+    })
+    .await;
+    let cancelled = seen
+        .iter()
+        .map(WatchEvent::run)
+        .find(|r| r.phase() == RunPhase::Cancelled)
+        .unwrap();
+    let reason = cancelled
+        .spec
+        .cancel
+        .as_ref()
+        .unwrap()
+        .reason
+        .clone()
+        .unwrap();
+    assert!(
+        reason.starts_with("replaced by schedule replace for "),
+        "{reason}"
+    );
+    // The Run that replaced it is newer and runs.
+    let newer: Vec<&Run> = seen
+        .iter()
+        .map(WatchEvent::run)
+        .filter(|r| scheduled_for(r) > scheduled_for(cancelled))
+        .collect();
+    assert!(!newer.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_schedule_goes_on_from_its_runs_without_starting_one_twice() {
+    let mcp = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
+    let before = follow(&mcp, "every-second", "a first run", |evs| {
+        !created(evs).is_empty()
+    })
+    .await;
+    let first = created(&before).into_iter().next().unwrap();
+    let dir = mcp.stop().await;
+
+    let mcp = Mcp::start_in(dir).await;
+    let after = follow(&mcp, "every-second", "two runs after the restart", |evs| {
+        created(evs).len() >= 2
+    })
+    .await;
+    let names = created(&after);
+    assert!(
+        !names.contains(&first),
+        "the Run started before is not started again"
+    );
+    let all: Vec<Run> = mcp
+        .store()
+        .list(Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| of_schedule(r, "every-second"))
+        .collect();
+    let times: BTreeSet<String> = all.iter().map(scheduled_for).collect();
+    assert_eq!(times.len(), all.len(), "one Run per time");
+}
