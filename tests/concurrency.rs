@@ -71,13 +71,19 @@ async fn go(c: &Client, task: &str) {
     .assert_complete();
 }
 
+/// A prod deploy waiting for its answer, holding the one prod slot.
+async fn holding_prod(mcp: &Mcp, alice: &Client) -> String {
+    let first = deploy(alice, "prod").await;
+    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    first
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_past_the_limit_queue_and_start_in_request_order() {
     let mcp = server().await;
     let alice = mcp.client("alice-token");
-    let first = deploy(&alice, "prod").await;
-    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
-        .await;
+    let first = holding_prod(&mcp, &alice).await;
     let second = deploy(&alice, "prod").await;
     let third = deploy(&alice, "prod").await;
     let q2 = mcp.wait(&second, "second queued", queued_behind(1)).await;
@@ -128,9 +134,7 @@ async fn runs_past_the_limit_queue_and_start_in_request_order() {
 async fn a_queue_survives_a_restart() {
     let mcp = server().await;
     let alice = mcp.client("alice-token");
-    let first = deploy(&alice, "prod").await;
-    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
-        .await;
+    let first = holding_prod(&mcp, &alice).await;
     let second = deploy(&alice, "prod").await;
     mcp.wait(&second, "second queued", queued_behind(1)).await;
     let dir = mcp.stop().await;

@@ -136,13 +136,8 @@ async fn a_schedule_starts_runs_on_its_times_and_keeps_its_history() {
         sc["requestedBy"]["username"],
         "runway:schedule:tick/every-second"
     );
-    let reasons: Vec<&str> = sc["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["reason"].as_str().unwrap())
-        .collect();
-    assert!(reasons.contains(&"Scheduled"), "{reasons:?}");
+    let reasons = full.event_reasons();
+    assert!(reasons.iter().any(|r| r == "Scheduled"), "{reasons:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -309,6 +309,22 @@ impl Controller {
         }
     }
 
+    /// Write a decided status, then record the decision's Events on what was written.
+    async fn write(
+        &self,
+        run: &Run,
+        status: crate::api::RunStatus,
+        events: &[Event],
+    ) -> Result<Run, StoreError> {
+        let mut next = run.clone();
+        next.status = Some(status);
+        let written = self.store.update_status(&next).await?;
+        for e in events {
+            self.events.record(&written, e);
+        }
+        Ok(written)
+    }
+
     /// `run` (`k`) waits no more: admitted, or gone.
     fn forget_queued(&self, run: &Run, k: &Key) {
         let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
@@ -359,15 +375,8 @@ impl Controller {
                 .insert(k.clone());
         }
         if let Some(status) = decision.status {
-            let mut next = run.clone();
-            next.status = Some(status);
-            match self.store.update_status(&next).await {
-                Ok(written) => {
-                    for e in &decision.events {
-                        self.events.record(&written, e);
-                    }
-                }
-                Err(StoreError::NotFound) => {}
+            match self.write(run, status, &decision.events).await {
+                Ok(_) | Err(StoreError::NotFound) => {}
                 // Changed meanwhile (a cancel, say): look again.
                 Err(StoreError::Conflict) => self.queue.add(k.clone()),
                 Err(e) => self.retry_later(k, e),
@@ -412,24 +421,15 @@ impl Controller {
             }
             let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
-                Some(status) => {
-                    let mut next = run.clone();
-                    next.status = Some(status);
-                    match self.store.update_status(&next).await {
-                        Ok(written) => {
-                            for e in &decision.events {
-                                self.events.record(&written, e);
-                            }
-                            written
-                        }
-                        Err(StoreError::Conflict) => continue,
-                        Err(StoreError::NotFound) => return,
-                        Err(StoreError::Invalid(why)) => {
-                            return self.fail_refused(k, &why).await;
-                        }
-                        Err(e) => return self.retry_later(k, e),
+                Some(status) => match self.write(&run, status, &decision.events).await {
+                    Ok(written) => written,
+                    Err(StoreError::Conflict) => continue,
+                    Err(StoreError::NotFound) => return,
+                    Err(StoreError::Invalid(why)) => {
+                        return self.fail_refused(k, &why).await;
                     }
-                }
+                    Err(e) => return self.retry_later(k, e),
+                },
                 None => run,
             };
             match decision.next {

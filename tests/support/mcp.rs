@@ -276,6 +276,15 @@ impl Reply {
             .as_i64()
             .unwrap_or_else(|| panic!("expected an error, got {:?}", self.messages))
     }
+    /// The Event reasons of a `runway_get_run` answer, oldest first.
+    pub fn event_reasons(&self) -> Vec<String> {
+        self.result()["structuredContent"]["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["reason"].as_str().unwrap().to_owned())
+            .collect()
+    }
     /// The task ids of a `runway_list_runs` answer, in order.
     pub fn listed(&self) -> Vec<String> {
         self.result()["structuredContent"]["runs"]
