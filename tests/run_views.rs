@@ -64,12 +64,19 @@ async fn the_list_shows_each_caller_what_the_owner_rule_lets_them_see() {
         listed(&bob, json!({"requestedByMe": true})).await,
         Vec::<String>::new()
     );
+    // A Run written without the Workflow label (as kubectl may) is still found by Workflow.
+    let mut bare = support::contract::run("team-a", "nap-by-hand", "nap");
+    bare.metadata.labels = None;
+    runway::store::RunStore::create(mcp.store(), bare)
+        .await
+        .unwrap();
+    let by_hand = "nap-by-hand".to_owned();
     assert_eq!(
         set(&listed(&bob, json!({"workflow": "nap"}))
             .await
             .iter()
             .collect::<Vec<_>>()),
-        set(&[&a2, &d1])
+        set(&[&a2, &d1, &by_hand])
     );
     assert_eq!(
         listed(&bob, json!({"phase": "Succeeded"})).await,

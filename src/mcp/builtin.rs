@@ -16,7 +16,7 @@ use super::access::{
 use super::handler::{RunwayMcp, internal, invalid, unknown_task};
 use super::tasks::live_spec;
 use super::{McpState, Tenant};
-use crate::api::{Run, RunPhase, labels};
+use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{BUILTIN_TOOL_PREFIX, METHOD_ELICITATION};
 
@@ -272,19 +272,21 @@ impl RunwayMcp {
         let sees_all = allowed(&self.state, t, Verb::List, Resource::Runs).await?;
         let lax = self.state.config.task_access == super::TaskAccess::Namespace;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
-        let mut selector = BTreeMap::new();
-        if let Some(w) = &a.workflow {
-            selector.insert(labels::WORKFLOW.to_owned(), w.clone());
-        }
+        // By the Run's Workflow, not its label: Runs created with kubectl may carry none.
         let runs = self
             .state
             .store
-            .list(Some(&t.namespace), &selector)
+            .list(Some(&t.namespace), &BTreeMap::new())
             .await
             .map_err(internal)?;
         let me = &t.identity.principal;
         let mut page: Vec<(Position, Value)> = runs
             .iter()
+            .filter(|r| {
+                a.workflow
+                    .as_ref()
+                    .is_none_or(|w| &r.spec.workflow_ref.name == w)
+            })
             .filter(|r| a.phase.is_none_or(|p| r.phase() == p))
             .filter(|r| after.as_ref().is_none_or(|p| Position::of(r) < *p))
             .filter_map(|r| {
