@@ -125,19 +125,6 @@ async fn a_schedule_starts_runs_on_its_times_and_keeps_its_history() {
         .filter(|r| of_schedule(r, "every-second") && r.phase() == RunPhase::Succeeded)
         .collect();
     assert!(left.len() <= 2, "{} succeeded runs kept", left.len());
-
-    // Someone who may list runs reads the newest (never pruned) in full: who started it, and
-    // the Event saying so.
-    let bob = mcp.client("bob-token");
-    let newest = created(&seen).into_iter().next_back().unwrap();
-    let full = bob.call("runway_get_run", json!({"taskId": newest})).await;
-    let sc = &full.result()["structuredContent"];
-    assert_eq!(
-        sc["requestedBy"]["username"],
-        "runway:schedule:tick/every-second"
-    );
-    let reasons = full.event_reasons();
-    assert!(reasons.iter().any(|r| r == "Scheduled"), "{reasons:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,6 +158,19 @@ async fn replace_cancels_the_unfinished_run_for_the_next() {
         .filter(|r| scheduled_for(r) > scheduled_for(cancelled))
         .collect();
     assert!(!newer.is_empty());
+
+    // Someone who may list runs reads the replaced Run in full (the failed-and-cancelled
+    // history keeps five): who started it, and the Event saying so.
+    let bob = mcp.client("bob-token");
+    let name = cancelled.metadata.name.clone().unwrap();
+    let full = bob.call("runway_get_run", json!({"taskId": name})).await;
+    let sc = &full.result()["structuredContent"];
+    assert_eq!(
+        sc["requestedBy"]["username"],
+        "runway:schedule:long/replace"
+    );
+    let reasons = full.event_reasons();
+    assert!(reasons.iter().any(|r| r == "Scheduled"), "{reasons:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -365,7 +365,7 @@ metadata: { name: tick }
 spec:
   steps: [ { name: work, delay: { duration: 10ms } } ]
   schedules:
-    - { name: often, cron: "*/2 * * * * *", timeZone: Europe/Berlin, successfulRunsHistoryLimit: 1 }
+    - { name: often, cron: "*/2 * * * * *", timeZone: Europe/Berlin, successfulRunsHistoryLimit: 10 }
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -373,7 +373,8 @@ async fn a_schedule_starts_runs_on_the_cluster_in_its_own_name() {
     let c = up();
     let ns = c.namespace("sched");
     apply_ok(c, &ns, SCHEDULED);
-    // The scheduler runs with the first shard; its Runs are plain Runs with a label.
+    // The scheduler runs with the first shard; its Runs are plain Runs with a label. (The
+    // history limit keeps the first Run for the whole test: ten Runs two seconds apart.)
     let deadline = std::time::Instant::now() + support::harness::PATIENCE;
     let names = loop {
         let out = c.admin(&[
