@@ -156,9 +156,14 @@ impl Server {
         let run_store: Arc<dyn RunStore> = Arc::new(store.clone());
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
         let secrets = Arc::new(secrets);
+        let changes = crate::store::RunChanges::default();
         let executor = Arc::new(
             Executors::new(secrets.clone(), &opts.egress)
-                .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress))),
+                .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress)))
+                .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
+                    run_store.clone(),
+                    changes.clone(),
+                ))),
         );
         let events = Arc::new(MemoryEvents::default());
         let ctl = Controller::new(
@@ -171,6 +176,7 @@ impl Server {
                 workers_per_namespace: 0,
                 metrics: opts.mcp.metrics.clone(),
                 shards: controller::Shards::all(),
+                changes,
             },
         );
         let token = shutdown.clone();

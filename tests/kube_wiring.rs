@@ -214,6 +214,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
             step: "build".into(),
             cancel_upstream_task: None,
             delete_job: Some("deploy-abc-build-1".into()),
+            cancel_run: None,
         }),
         ..effect.clone()
     };

@@ -98,6 +98,8 @@ pub mod event_reasons {
     pub const STEP_FAILED: &str = "StepFailed";
     /// A step was skipped by its `when`.
     pub const STEP_SKIPPED: &str = "StepSkipped";
+    /// A running step was stopped because another failed (`execution.failFast`).
+    pub const STEP_STOPPED: &str = "StepStopped";
     /// A Run opened input requests.
     pub const INPUT_REQUESTED: &str = "InputRequested";
     /// Someone answered an input request.
@@ -116,12 +118,18 @@ pub mod labels {
     pub const WORKFLOW: &str = "runway.dev/workflow";
     /// Name of the schedule that started a Run.
     pub const SCHEDULE: &str = "runway.dev/schedule";
+    /// Name of the Run whose `workflow` step started this one.
+    pub const PARENT: &str = "runway.dev/parent";
 }
 
 /// Annotations on Runs.
 pub mod annotations {
     /// The schedule time a scheduled Run was started for (RFC 3339).
     pub const SCHEDULED_FOR: &str = "runway.dev/scheduled-for";
+    /// UID of the parent Run of a child Run (a label holds its name; names are reused).
+    pub const PARENT_UID: &str = "runway.dev/parent-uid";
+    /// How many parents a child Run has above it (1 for a child of a top-level Run).
+    pub const DEPTH: &str = "runway.dev/depth";
 }
 
 /// A Kubernetes `Time` for `t`, at the whole-second precision the API server keeps.

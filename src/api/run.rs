@@ -386,6 +386,14 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub pending_answers: Option<Value>,
+    /// The items of a `forEach` step, as rendered when it started; each runs as a record of
+    /// its own named `<step>[<index>]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema::any_list")]
+    pub items: Option<Vec<Value>>,
+    /// The child Run of a `workflow` step's current attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run: Option<String>,
 }
 
 /// Work that undoes an interrupted step before `finally` runs: cancel an upstream task,
@@ -401,6 +409,9 @@ pub struct Cleanup {
     /// Delete this Job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_job: Option<String>,
+    /// Cancel this child Run (a `workflow` step's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_run: Option<String>,
 }
 
 /// A failed attempt.

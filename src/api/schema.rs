@@ -11,3 +11,8 @@ pub fn any_value(_: &mut SchemaGenerator) -> Schema {
 pub fn any_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true })
 }
+
+/// A list of any JSON values, kept as written.
+pub fn any_list(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "array", "items": { "x-kubernetes-preserve-unknown-fields": true } })
+}

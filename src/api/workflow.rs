@@ -169,6 +169,11 @@ pub struct ExecutionSpec {
     /// the order they were requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<ConcurrencySpec>,
+    /// When a step fails for good while others run: stop the other running steps and start
+    /// no more (`true`, the default), or let everything that does not depend on the failed
+    /// step run to its end first (`false`). Either way the Run then fails and `finally` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_fast: Option<bool>,
 }
 
 /// A limit on the Runs of one Workflow that run at once.
@@ -211,11 +216,12 @@ pub struct ArgumentElicitation {
     pub requested_schema: Value,
 }
 
-/// One step. Exactly one of `http`, `tool`, `job`, `input`, `sample`, `delay`, `fail` is set.
+/// One step. Exactly one of `http`, `tool`, `job`, `input`, `sample`, `delay`, `fail`,
+/// `workflow` is set.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = kube::core::Rule::new(
-    "[has(self.http), has(self.tool), has(self.job), has(self.input), has(self.sample), has(self.delay), has(self.fail)].filter(x, x).size() == 1"
-).message("a step must set exactly one of http, tool, job, input, sample, delay, fail"))]
+    "[has(self.http), has(self.tool), has(self.job), has(self.input), has(self.sample), has(self.delay), has(self.fail), has(self.workflow)].filter(x, x).size() == 1"
+).message("a step must set exactly one of http, tool, job, input, sample, delay, fail, workflow"))]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// Unique name; outputs are `steps.<name>.output` in templates. Letters, digits, `_` and `-`
@@ -255,6 +261,46 @@ pub struct Step {
     /// End the Run with a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail: Option<FailStep>,
+    /// Start a Run of another Workflow in the same namespace and wait for its result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<ChildWorkflowStep>,
+    /// Steps of the same list this one waits for. Without it a step waits for the step listed
+    /// before it (so a list without `dependsOn` runs in order); `[]` starts it with the Run.
+    /// Steps whose dependencies are met run at the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub depends_on: Option<Vec<String>>,
+    /// Run the step once for each item of a list, `item` and `index` in its templates; its
+    /// output is the list of the items' outputs, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<ForEach>,
+}
+
+/// A step run once per item of a list.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEach {
+    /// The items: a list (string leaves are templates), or one `{{ expression }}` rendering a
+    /// list, such as `{{ args.regions }}` or `{{ steps.find.output.hosts }}`.
+    #[schemars(schema_with = "any_value")]
+    pub items: Value,
+    /// Items in progress at once (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub parallelism: Option<u32>,
+}
+
+/// A child Run: another Workflow of the same namespace, called as the parent's requester.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildWorkflowStep {
+    /// The Workflow's `metadata.name`.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The child's arguments; string leaves are templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub arguments: Option<Value>,
 }
 
 /// Retry policy of a step.
@@ -587,9 +633,16 @@ impl WorkflowSpec {
         self.steps.iter().chain(&self.finally)
     }
 
-    /// The step named `name`, main or `finally`.
+    /// The step named `name`, main or `finally`; an item of a `forEach` step (`deploy[2]`)
+    /// is its step.
     pub fn step(&self, name: &str) -> Option<&Step> {
+        let name = item_of(name).map_or(name, |(step, _)| step);
         self.all_steps().find(|s| s.name == name)
+    }
+
+    /// Whether a step that fails stops the others (`execution.failFast`, default true).
+    pub fn fail_fast(&self) -> bool {
+        self.execution.fail_fast.unwrap_or(true)
     }
 
     /// Input request `name` of input step `step`.
@@ -638,6 +691,9 @@ impl Step {
             } => StepKind::Sample(s),
             Step { delay: Some(d), .. } => StepKind::Delay(d),
             Step { fail: Some(f), .. } => StepKind::Fail(f),
+            Step {
+                workflow: Some(w), ..
+            } => StepKind::Workflow(w),
             _ => StepKind::None,
         }
     }
@@ -660,8 +716,23 @@ pub enum StepKind<'a> {
     Delay(&'a DelayStep),
     /// A failure.
     Fail(&'a FailStep),
+    /// A child Run.
+    Workflow(&'a ChildWorkflowStep),
     /// No kind set (rejected by validation).
     None,
+}
+
+/// The name of item `index` of `forEach` step `step`, as its record is named.
+pub fn item_name(step: &str, index: usize) -> String {
+    format!("{step}[{index}]")
+}
+
+/// The step and index of an item record's name (`deploy[2]` → `("deploy", 2)`); `None` for
+/// any other name. Step names cannot contain brackets, so the two never collide.
+pub fn item_of(name: &str) -> Option<(&str, usize)> {
+    let (step, rest) = name.split_once('[')?;
+    let index = rest.strip_suffix(']')?.parse().ok()?;
+    Some((step, index))
 }
 
 /// Secret-free map of labels, used by list filters.

@@ -72,6 +72,9 @@ pub struct Config {
     /// Which Runs this controller drives (all of them unless the work is split across
     /// replicas).
     pub shards: Shards,
+    /// Where every Run change the watch sees is published (whatever its shard), for parents
+    /// waiting on their children.
+    pub changes: crate::store::RunChanges,
 }
 
 /// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
@@ -118,9 +121,14 @@ impl Default for Config {
             workers_per_namespace: 0,
             metrics: Default::default(),
             shards: Shards::all(),
+            changes: Default::default(),
         }
     }
 }
+
+/// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether the
+/// Run was already cancelled when it started.
+type RunEffects = HashMap<String, (CancellationToken, bool)>;
 
 /// Drives Runs to completion.
 pub struct Controller {
@@ -129,9 +137,9 @@ pub struct Controller {
     executor: Arc<dyn Executor>,
     events: Arc<dyn EventSink>,
     queue: Queue,
-    /// Effects in progress, and whether their Run was already cancelled when they started
-    /// (`finally` steps of a cancelled Run must not be aborted).
-    inflight: Mutex<HashMap<Key, (CancellationToken, bool)>>,
+    /// Effects in progress by Run and [`effect_id`], and whether their Run was already
+    /// cancelled when they started (`finally` steps of a cancelled Run must not be aborted).
+    inflight: Mutex<HashMap<Key, RunEffects>>,
     /// Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
     /// reconciled again whenever a Run of that Workflow finishes or goes away.
     queued: Mutex<HashMap<(String, String), std::collections::BTreeSet<Key>>>,
@@ -145,8 +153,13 @@ pub struct Controller {
 fn waits_long(effect: &Effect) -> bool {
     matches!(
         effect.action,
-        engine::Action::Job { .. } | engine::Action::Tool { .. }
+        engine::Action::Job { .. } | engine::Action::Tool { .. } | engine::Action::Child { .. }
     )
+}
+
+/// Which of a Run's effects this is: steps running at the same time have one each.
+fn effect_id(effect: &Effect) -> String {
+    format!("{}#{}", effect.step, effect.attempt)
 }
 
 /// Run pure but possibly heavy engine work (template rendering, schema validation) on the
@@ -259,6 +272,7 @@ impl Controller {
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(WatchEvent::Applied(run)) => {
+                        self.config.changes.publish(&run, false);
                         if run.phase().is_terminal() {
                             self.wake_queued(&run);
                         }
@@ -274,6 +288,7 @@ impl Controller {
                         self.queue.add(k);
                     }
                     Ok(WatchEvent::Deleted(run)) => {
+                        self.config.changes.publish(&run, true);
                         self.wake_queued(&run);
                         if let Some(k) = Key::of(&run.metadata) {
                             self.forget_queued(&run, &k);
@@ -389,8 +404,32 @@ impl Controller {
     }
 
     fn abort_inflight(&self, k: &Key) {
-        if let Some((t, false)) = self.inflight.lock().expect("inflight lock").get(k) {
-            t.cancel();
+        if let Some(effects) = self.inflight.lock().expect("inflight lock").get(k) {
+            for (t, _) in effects.values().filter(|(_, cancelled)| !cancelled) {
+                t.cancel();
+            }
+        }
+    }
+
+    fn start_inflight(&self, k: &Key, effect: &Effect, run: &Run) -> Option<CancellationToken> {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        let effects = inflight.entry(k.clone()).or_default();
+        let id = effect_id(effect);
+        if effects.contains_key(&id) {
+            return None;
+        }
+        let token = CancellationToken::new();
+        effects.insert(id, (token.clone(), run.spec.cancel.is_some()));
+        Some(token)
+    }
+
+    fn end_inflight(&self, k: &Key, effect: &Effect) {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        if let Some(effects) = inflight.get_mut(k) {
+            effects.remove(&effect_id(effect));
+            if effects.is_empty() {
+                inflight.remove(k);
+            }
         }
     }
 
@@ -441,6 +480,15 @@ impl Controller {
                         return;
                     }
                 }
+                Next::Branches { effects, wake } => {
+                    for effect in effects {
+                        self.execute_detached(k, run.clone(), effect);
+                    }
+                    if let Some(t) = wake {
+                        self.queue.add_at(k.clone(), instant_at(t));
+                    }
+                    return;
+                }
                 Next::WaitUntil(Some(t)) => return self.queue.add_at(k.clone(), instant_at(t)),
                 Next::WaitUntil(None) => return,
                 Next::Finished { delete_at: Some(t) } if t <= Timestamp::now() => {
@@ -466,18 +514,19 @@ impl Controller {
     /// again. While it runs, reconciles of the Run start nothing (the in-flight entry stays
     /// until the outcome is recorded, so the same attempt never runs twice).
     fn execute_detached(self: &Arc<Self>, k: &Key, run: Run, effect: Effect) {
-        let token = {
-            let mut inflight = self.inflight.lock().expect("inflight lock");
-            if inflight.contains_key(k) {
-                return;
-            }
-            let token = CancellationToken::new();
-            inflight.insert(k.clone(), (token.clone(), run.spec.cancel.is_some()));
-            token
+        let Some(token) = self.start_inflight(k, &effect, &run) else {
+            return;
         };
         let (me, k) = (self.clone(), k.clone());
         tokio::spawn(async move {
             let work = std::panic::AssertUnwindSafe(async {
+                // Another effect of this Run may have recorded this one's end since `run` was
+                // read (steps at the same time): do not perform an attempt that is over.
+                if let Ok(Some(latest)) = me.store.get_shared(&k.namespace, &k.name).await
+                    && !engine::is_due(&latest, &effect)
+                {
+                    return;
+                }
                 let outcome = me.perform(&k, &run, &effect, token).await;
                 if let Some(outcome) = outcome {
                     me.record(&k, &effect, outcome).await;
@@ -489,7 +538,7 @@ impl Controller {
                 _ = me.stopping.cancelled() => return,
                 done = work => done,
             };
-            me.inflight.lock().expect("inflight lock").remove(&k);
+            me.end_inflight(&k, &effect);
             if let Err(panic) = done {
                 me.fail_after_panic(&k, panic_message(&*panic)).await;
             }
@@ -499,14 +548,11 @@ impl Controller {
 
     /// Perform an effect and record its outcome. Returns whether to keep reconciling.
     async fn execute(&self, k: &Key, run: &Run, effect: &Effect) -> bool {
-        let token = CancellationToken::new();
-        let already_cancelled = run.spec.cancel.is_some();
-        self.inflight
-            .lock()
-            .expect("inflight lock")
-            .insert(k.clone(), (token.clone(), already_cancelled));
+        let Some(token) = self.start_inflight(k, effect, run) else {
+            return false;
+        };
         let outcome = self.perform(k, run, effect, token).await;
-        self.inflight.lock().expect("inflight lock").remove(k);
+        self.end_inflight(k, effect);
         let Some(outcome) = outcome else { return true };
         self.record(k, effect, outcome).await
     }
@@ -533,6 +579,7 @@ impl Controller {
             engine::Action::Http(_) => "http",
             engine::Action::Tool { .. } => "tool",
             engine::Action::Job { .. } => "job",
+            engine::Action::Child { .. } => "workflow",
             engine::Action::Cleanup(_) => "cleanup",
         };
         self.config.metrics.step(kind, started);

@@ -15,6 +15,10 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// Largest Run status (serialized JSON), well under the API server's 1.5 MiB object limit
 /// together with the spec.
 pub const MAX_STATUS_BYTES: usize = 1024 * 1024;
+/// Most items of one `forEach` step.
+pub const MAX_ITEMS: usize = 1000;
+/// Deepest nesting of child Runs (a child of a top-level Run is at depth 1).
+pub const MAX_CHILD_DEPTH: u32 = 8;
 /// Most retries a step may declare.
 pub(crate) const MAX_RETRY_LIMIT: u32 = 100;
 /// Shortest backoff between attempts, whatever a Workflow says.

@@ -1,4 +1,4 @@
-//! Cancellation and deadlines: closing open questions, interrupting the running step,
+//! Cancellation and deadlines: closing open questions, interrupting the running steps,
 //! cleanups, and the Run-wide deadline.
 
 use jiff::SignedDuration;
@@ -29,7 +29,7 @@ impl Machine<'_> {
             event_reasons::CANCEL_REQUESTED,
             format!("cancel requested by {who}: {why}"),
         );
-        if let Some(i) = self.active() {
+        for i in self.running(false) {
             self.interrupt(wf, i);
             let rec = &mut self.st.steps[i];
             rec.phase = StepPhase::Cancelled;
@@ -61,6 +61,7 @@ impl Machine<'_> {
                     step: rec.name.clone(),
                     cancel_upstream_task: rec.upstream_task_id.clone(),
                     delete_job: None,
+                    cancel_run: None,
                 })
             }
             Some(StepKind::Job(_)) if rec.job_name.is_some() && rec.phase == StepPhase::Running => {
@@ -68,6 +69,18 @@ impl Machine<'_> {
                     step: rec.name.clone(),
                     cancel_upstream_task: None,
                     delete_job: rec.job_name.clone(),
+                    cancel_run: None,
+                })
+            }
+            // A child that is between attempts has ended; one that runs is cancelled.
+            Some(StepKind::Workflow(_))
+                if rec.child_run.is_some() && rec.phase == StepPhase::Running =>
+            {
+                Some(crate::api::Cleanup {
+                    step: rec.name.clone(),
+                    cancel_upstream_task: None,
+                    delete_job: None,
+                    cancel_run: rec.child_run.clone(),
                 })
             }
             _ => None,
@@ -82,7 +95,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn expire(&mut self, wf: &WorkflowSpec) -> Progress {
-        if let Some(i) = self.active() {
+        for i in self.running(false) {
             self.interrupt(wf, i);
             let rec = &mut self.st.steps[i];
             rec.phase = StepPhase::Failed;

@@ -14,6 +14,14 @@ use crate::protocol::codes;
 pub enum Next {
     /// Perform this effect, then report its outcome through [`record`](super::record).
     Execute(Box<Effect>),
+    /// Steps run at the same time: perform each effect not already under way (each reports
+    /// its own outcome), and decide again at `wake` if nothing else happens first.
+    Branches {
+        /// One effect per running step that needs one.
+        effects: Vec<Effect>,
+        /// The earliest timer of the other running steps.
+        wake: Option<Timestamp>,
+    },
     /// Nothing to do until this time (or until the Run changes). `None`: until the Run changes.
     WaitUntil(Option<Timestamp>),
     /// The Run is terminal. Delete it at this time (`None`: keep it).
@@ -79,6 +87,15 @@ pub enum Action {
         answers: Option<Value>,
         /// The upstream MRTR `requestState` to echo with `answers` (no upstream task).
         request_state: Option<String>,
+    },
+    /// Start a child Run (or find the one an earlier try started) and wait for it to finish.
+    Child {
+        /// The Workflow the child runs.
+        workflow: String,
+        /// Rendered arguments.
+        arguments: Value,
+        /// Deterministic name of the child Run for this attempt.
+        run_name: String,
     },
     /// Undo an interrupted step (see `api::Cleanup`).
     Cleanup(crate::api::Cleanup),

@@ -187,7 +187,7 @@ impl Machine<'_> {
 
     /// Close every question step `i` has open: its own, and those it asks for someone else
     /// (an upstream tool, the caller's model).
-    fn close_requests(&mut self, i: usize) {
+    pub(super) fn close_requests(&mut self, i: usize) {
         let rec = &self.st.steps[i];
         let keys: Vec<String> = rec
             .input_keys
@@ -199,6 +199,23 @@ impl Machine<'_> {
             self.st.input_requests.remove(&k);
         }
         self.refresh_waiting();
+    }
+
+    /// The Run's phase from what it waits for: `Waiting` while any question is open (another
+    /// branch may run meanwhile), `Cancelling` once cancelled, else `Running`.
+    pub(super) fn settle_phase(&mut self) {
+        self.st.phase = if self
+            .st
+            .ending
+            .as_ref()
+            .is_some_and(|e| e.phase == RunPhase::Cancelled)
+        {
+            RunPhase::Cancelling
+        } else if !self.st.input_requests.is_empty() {
+            RunPhase::Waiting
+        } else {
+            RunPhase::Running
+        };
     }
 
     pub(super) fn refresh_waiting(&mut self) {
@@ -355,16 +372,7 @@ impl Machine<'_> {
 
     pub(super) fn close_input(&mut self, i: usize, outputs: Map<String, Value>) {
         self.close_requests(i);
-        self.st.phase = if self
-            .st
-            .ending
-            .as_ref()
-            .is_some_and(|e| e.phase == RunPhase::Cancelled)
-        {
-            RunPhase::Cancelling
-        } else {
-            RunPhase::Running
-        };
+        self.settle_phase();
         self.succeed(i, Value::Object(outputs));
     }
 
@@ -381,16 +389,7 @@ impl Machine<'_> {
             event_reasons::STEP_FAILED,
             format!("step {name} failed: {message}"),
         );
-        self.st.phase = if self
-            .st
-            .ending
-            .as_ref()
-            .is_some_and(|e| e.phase == RunPhase::Cancelled)
-        {
-            RunPhase::Cancelling
-        } else {
-            RunPhase::Running
-        };
+        self.settle_phase();
         if !finally && self.st.ending.is_none() {
             self.st.ending = Some(tool_error_ending(format!("step {name} failed: {message}")));
         }

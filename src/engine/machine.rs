@@ -8,17 +8,19 @@ use super::cancel::CLEANUP_TIMEOUT;
 use super::effects::{Action, Decision, Effect, Event, Next};
 use super::endings::{fatal_ending, tool_error_ending};
 use super::record::{fail_step_fatal, guard_output, within_budget};
-use super::render::{job_name, render_tool};
+use super::render::{child_run_name, job_name, render_tool};
 use super::{
-    MAX_OUTPUT_BYTES, budget, context, duration, idempotency_key, parse_ts, result, template, ts,
+    MAX_OUTPUT_BYTES, budget, context, context_for, duration, idempotency_key, parse_ts, result,
+    template, ts,
 };
 use crate::api::{
     Ending, FailStep, Run, RunError, RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord,
-    WorkflowSpec, event_reasons,
+    WorkflowSpec, event_reasons, item_of,
 };
 use crate::protocol::codes;
 
-/// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps).
+/// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps;
+/// a `forEach` step starts up to its parallelism of items at once).
 pub(super) const MAX_TRANSITIONS: usize = 1024;
 
 /// Decide the next action for a Run.
@@ -95,14 +97,23 @@ impl Machine<'_> {
     }
 
     pub(super) fn drive(&mut self, live: Option<&WorkflowSpec>) -> Next {
+        let mut next = Next::WaitUntil(Some(self.now));
         for _ in 0..MAX_TRANSITIONS {
             match self.step(live) {
                 Progress::Changed => continue,
-                Progress::Stop(next) => return next,
+                Progress::Stop(n) => {
+                    next = n;
+                    break;
+                }
             }
         }
-        // A Workflow cannot chain this many transitions; stop and let the next pass continue.
-        Next::WaitUntil(Some(self.now))
+        // Past the bound (a thousand items starting, say) the next pass continues.
+        if !self.st.phase.is_terminal()
+            && let Some(wf) = self.snapshot()
+        {
+            self.describe(&wf);
+        }
+        next
     }
 
     /// How long a finished Run is kept. Runs a schedule started are kept by its history limits
@@ -135,7 +146,14 @@ impl Machine<'_> {
         let Some(wf) = self.snapshot() else {
             return self.start(live);
         };
-        if self.st.ending.is_none() {
+        // Cancel and the deadline stop main steps: before the Run has an ending, or while
+        // branches run on after a failure (`failFast: false`).
+        let cancelled = self
+            .st
+            .ending
+            .as_ref()
+            .is_some_and(|e| e.phase == RunPhase::Cancelled);
+        if self.st.ending.is_none() || (!cancelled && !self.running(false).is_empty()) {
             if let Some(cancel) = self.run.spec.cancel.clone() {
                 return self.begin_cancel(&wf, cancel);
             }
@@ -230,11 +248,6 @@ impl Machine<'_> {
         }
     }
 
-    /// The record of the step in progress, if any, by index.
-    pub(super) fn active(&self) -> Option<usize> {
-        self.st.steps.iter().position(|r| !r.phase.is_terminal())
-    }
-
     pub(super) fn advance(&mut self, wf: &WorkflowSpec) -> Progress {
         if let Some(c) = self.st.cleanups.first().cloned() {
             return Progress::Stop(Next::Execute(Box::new(Effect {
@@ -245,39 +258,56 @@ impl Machine<'_> {
                 action: Action::Cleanup(c),
             })));
         }
-        let in_finally = self.st.ending.is_some();
-        if let Some(i) = self.active() {
-            return self.continue_step(wf, i);
+        let main = self.running(false);
+        let failing = self.st.ending.is_some();
+        if failing && !main.is_empty() && wf.fail_fast() {
+            self.stop_running(wf, &main);
+            return Progress::Changed;
         }
+        // Without fail fast, what does not depend on a failed step still runs to its end.
+        let in_finally = failing
+            && main.is_empty()
+            && (wf.fail_fast() || self.next_ready(&wf.steps, false).is_none());
         let list = if in_finally { &wf.finally } else { &wf.steps };
-        let next = list
-            .iter()
-            .enumerate()
-            .find(|(_, s)| !self.st.steps.iter().any(|r| r.name == s.name));
-        match next {
-            Some((i, step)) => self.begin_step(wf, step, i, list.len(), in_finally),
-            None if in_finally => {
-                self.finalize();
-                Progress::Changed
-            }
-            None => {
-                let ctx = context(self.run, &self.st);
-                let ending = match result::render(wf.result.as_ref(), &self.st, &ctx) {
-                    Ok(result) => Ending {
-                        phase: RunPhase::Succeeded,
-                        result: Some(result),
-                        error: None,
-                        message: None,
-                    },
-                    Err(e) => fatal_ending(format!("result: {e}")),
-                };
-                self.st.ending = Some(ending);
-                if wf.finally.is_empty() {
-                    self.finalize();
-                }
-                Progress::Changed
-            }
+        if let Some(i) = self.next_ready(list, in_finally) {
+            return self.begin_step(wf, &list[i], in_finally);
         }
+        let running = self.running(in_finally);
+        if !running.is_empty() {
+            return self.continue_all(wf, &running);
+        }
+        if in_finally || failing {
+            self.finalize();
+            return Progress::Changed;
+        }
+        let stuck: Vec<&str> = wf
+            .steps
+            .iter()
+            .filter(|s| !self.st.steps.iter().any(|r| r.name == s.name))
+            .map(|s| s.name.as_str())
+            .collect();
+        let ending = if !stuck.is_empty() {
+            fatal_ending(format!(
+                "steps {} can never start: their dependencies did not succeed",
+                stuck.join(", ")
+            ))
+        } else {
+            let ctx = context(self.run, &self.st);
+            match result::render(wf.result.as_ref(), &self.st, &ctx) {
+                Ok(result) => Ending {
+                    phase: RunPhase::Succeeded,
+                    result: Some(result),
+                    error: None,
+                    message: None,
+                },
+                Err(e) => fatal_ending(format!("result: {e}")),
+            }
+        };
+        self.st.ending = Some(ending);
+        if wf.finally.is_empty() {
+            self.finalize();
+        }
+        Progress::Changed
     }
 
     pub(super) fn step_deadline(
@@ -312,7 +342,7 @@ impl Machine<'_> {
             self.fail_fatal(i, "step vanished from the workflow snapshot".into());
             return Progress::Changed;
         };
-        let ctx = context(self.run, &self.st);
+        let ctx = context_for(self.run, &self.st, &rec.name);
         match (step.kind(), rec.phase) {
             (_, StepPhase::Retrying) => self.retry_when_due(i, step, &rec),
             (StepKind::Delay(_), _) => {
@@ -351,6 +381,41 @@ impl Machine<'_> {
                     Progress::Changed
                 }
             },
+            (StepKind::Workflow(child), StepPhase::Running) => {
+                let arguments = match &child.arguments {
+                    None => Ok(json!({})),
+                    Some(a) => template::render_value(a, &ctx)
+                        .map_err(|e| format!("workflow.arguments: {e}")),
+                };
+                match arguments {
+                    Ok(arguments) if arguments.is_object() => {
+                        let run_name = rec.child_run.clone().unwrap_or_else(|| {
+                            child_run_name(
+                                self.run.metadata.name.as_deref().unwrap_or("run"),
+                                &rec.name,
+                                rec.attempt,
+                            )
+                        });
+                        let action = Action::Child {
+                            workflow: child.name.clone(),
+                            arguments,
+                            run_name,
+                        };
+                        self.execute(i, step, &ctx, action)
+                    }
+                    Ok(other) => {
+                        self.fail_fatal(
+                            i,
+                            format!("workflow.arguments must render to an object, not {other}"),
+                        );
+                        Progress::Changed
+                    }
+                    Err(e) => {
+                        self.fail_fatal(i, e);
+                        Progress::Changed
+                    }
+                }
+            }
             (StepKind::Job(job), StepPhase::Running) => {
                 let job_name = rec.job_name.clone().unwrap_or_else(|| {
                     job_name(
@@ -388,9 +453,14 @@ impl Machine<'_> {
         r.attempt += 1;
         r.attempt_started_at = Some(ts(self.now));
         r.wake_at = None;
-        if matches!(step.kind(), StepKind::Job(_)) {
+        match step.kind() {
             // Each attempt is a new Job; the failed one stays for inspection.
-            r.job_name = Some(job_name(&run_name, &r.name, r.attempt));
+            StepKind::Job(_) => r.job_name = Some(job_name(&run_name, &r.name, r.attempt)),
+            // And a new child Run, for the same reason.
+            StepKind::Workflow(_) => {
+                r.child_run = Some(child_run_name(&run_name, &r.name, r.attempt));
+            }
+            _ => {}
         }
         self.event(
             event_reasons::STEP_STARTED,
@@ -460,12 +530,9 @@ impl Machine<'_> {
         r.phase = StepPhase::Running;
         r.pending_answers = Some(Value::Object(answers));
         r.upstream_input_keys.clear();
-        let keys: Vec<_> = self.st.input_requests.keys().cloned().collect();
-        self.st.waiting_for = (!keys.is_empty()).then(|| keys.join(","));
-        if self.st.phase == RunPhase::Waiting {
-            self.st.phase = RunPhase::Running;
-        }
         let name = r.name.clone();
+        self.refresh_waiting();
+        self.settle_phase();
         self.event(
             event_reasons::INPUT_ANSWERED,
             format!("answers for step {name} forwarded upstream"),
@@ -473,18 +540,8 @@ impl Machine<'_> {
         Progress::Changed
     }
 
-    pub(super) fn begin_step(
-        &mut self,
-        wf: &WorkflowSpec,
-        step: &Step,
-        index: usize,
-        total: usize,
-        finally: bool,
-    ) -> Progress {
+    pub(super) fn begin_step(&mut self, wf: &WorkflowSpec, step: &Step, finally: bool) -> Progress {
         let ctx = context(self.run, &self.st);
-        let label = if finally { "finally" } else { "step" };
-        self.st.current_step = Some(step.name.clone());
-        self.st.status_message = Some(format!("{label} {}/{}: {}", index + 1, total, step.name));
         let rec = StepRecord {
             name: step.name.clone(),
             finally,
@@ -499,6 +556,9 @@ impl Machine<'_> {
         {
             return done;
         }
+        if let Some(each) = &step.for_each {
+            return self.begin_items(step, each, rec, &ctx);
+        }
         if let Some(done) = self.start_kind(wf, step, rec, &ctx) {
             return done;
         }
@@ -511,7 +571,7 @@ impl Machine<'_> {
 
     /// Push the step's record and do what its kind does first. `Some` when that already
     /// decided the step (a failure, a `fail` step); `None` when it has started.
-    fn start_kind(
+    pub(super) fn start_kind(
         &mut self,
         wf: &WorkflowSpec,
         step: &Step,
@@ -562,7 +622,15 @@ impl Machine<'_> {
             StepKind::Job(_) => {
                 rec.job_name = Some(job_name(
                     self.run.metadata.name.as_deref().unwrap_or("run"),
-                    &step.name,
+                    &rec.name,
+                    1,
+                ));
+                self.st.steps.push(rec);
+            }
+            StepKind::Workflow(_) => {
+                rec.child_run = Some(child_run_name(
+                    self.run.metadata.name.as_deref().unwrap_or("run"),
+                    &rec.name,
                     1,
                 ));
                 self.st.steps.push(rec);
@@ -658,10 +726,13 @@ impl Machine<'_> {
         rec.finished_at = Some(ts(self.now));
         rec.wake_at = None;
         let name = rec.name.clone();
-        self.event(
-            event_reasons::STEP_SUCCEEDED,
-            format!("step {name} succeeded"),
-        );
+        // An item's success shows in its step's; a thousand Events would bury the rest.
+        if item_of(&name).is_none() {
+            self.event(
+                event_reasons::STEP_SUCCEEDED,
+                format!("step {name} succeeded"),
+            );
+        }
     }
 
     /// Fail a step with a protocol-level error (template and rendering errors).

@@ -11,6 +11,7 @@ pub mod schedule;
 pub mod template;
 pub mod validate;
 
+mod branches;
 mod cancel;
 mod effects;
 mod endings;
@@ -19,16 +20,17 @@ mod record;
 mod render;
 mod sample;
 
+pub use branches::DEFAULT_PARALLELISM;
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
 pub use machine::{decide, fail_internal};
 pub use record::{guard_output, record};
-pub use render::{job_name, upstream_server};
+pub use render::{child_run_name, job_name, upstream_server};
 pub use sample::sampling_answer_error;
 
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
-use crate::api::{Run, RunStatus};
+use crate::api::{Run, RunStatus, item_of};
 
 /// Largest step output kept in status, in bytes of JSON; larger outputs are truncated.
 pub(crate) const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -55,7 +57,8 @@ pub fn idempotency_key(run: &Run, step: &str) -> String {
 /// The template context of a Run: `args`, `steps.<name>.output`, `inputs.<name>`, `run`.
 pub fn context(run: &Run, status: &RunStatus) -> Value {
     let mut steps = serde_json::Map::new();
-    for r in &status.steps {
+    // Items show as their step's output list, not one by one.
+    for r in status.steps.iter().filter(|r| item_of(&r.name).is_none()) {
         steps.insert(
             r.name.clone(),
             json!({
@@ -85,6 +88,41 @@ pub fn context(run: &Run, status: &RunStatus) -> Value {
             "requestedBy": run.spec.requested_by.as_ref().map(|p| p.username.clone()),
         },
     })
+}
+
+/// Whether `effect` is still to be performed for `run`: its cleanup is pending, or its step's
+/// record runs that very attempt.
+pub fn is_due(run: &Run, effect: &Effect) -> bool {
+    let Some(st) = run.status.as_ref() else {
+        return false;
+    };
+    match &effect.action {
+        Action::Cleanup(c) => st.cleanups.contains(c),
+        _ => st.steps.iter().any(|r| {
+            r.name == effect.step
+                && r.attempt == effect.attempt
+                && r.phase == crate::api::StepPhase::Running
+        }),
+    }
+}
+
+/// The template context of one step's record: [`context`], plus `item` and `index` for an
+/// item of a `forEach` step.
+pub fn context_for(run: &Run, status: &RunStatus, record: &str) -> Value {
+    let mut ctx = context(run, status);
+    if let Some((step, index)) = item_of(record) {
+        let item = status
+            .steps
+            .iter()
+            .find(|r| r.name == step)
+            .and_then(|r| r.items.as_ref())
+            .and_then(|items| items.get(index))
+            .cloned()
+            .unwrap_or(Value::Null);
+        ctx["item"] = item;
+        ctx["index"] = json!(index);
+    }
+    ctx
 }
 
 #[cfg(test)]

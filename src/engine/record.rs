@@ -10,7 +10,7 @@ use super::effects::{Action, Effect, Outcome};
 use super::endings::{tool_error_ending, upstream_error_ending};
 use super::input::fresh_key;
 use super::machine::fail_internal;
-use super::{MAX_OUTPUT_BYTES, budget, context, duration, template, ts};
+use super::{MAX_OUTPUT_BYTES, budget, context_for, duration, template, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
     StepRecord,
@@ -104,6 +104,18 @@ pub(super) fn record_outcome(
             // A tool step that timed out or lost its connection for good may leave an upstream
             // task behind: cancel it as every other failure path does.
             cancel_abandoned_upstream_task(&mut st, idx);
+            // A child Run that this attempt stopped waiting for runs on unless cancelled; one
+            // that ended (the failure reported) needs nothing.
+            if let Action::Child { run_name, .. } = &effect.action
+                && matches!(class, ErrorClass::Timeout | ErrorClass::Connection)
+            {
+                st.cleanups.push(crate::api::Cleanup {
+                    step: effect.step.clone(),
+                    cancel_upstream_task: None,
+                    delete_job: None,
+                    cancel_run: Some(run_name.clone()),
+                });
+            }
             if let Some(d) = detail {
                 let rec = &mut st.steps[idx];
                 let full = format!("{}: {d}", rec.message.as_deref().unwrap_or_default());
@@ -255,7 +267,7 @@ pub(super) fn fail_attempt(
     error: Option<RunError>,
     now: Timestamp,
 ) {
-    let ctx = context(run, st);
+    let ctx = context_for(run, st, &st.steps[idx].name);
     let rec = &mut st.steps[idx];
     let policy = step.and_then(|s| s.retry.clone());
     let limit = match policy.as_ref().and_then(|p| p.limit.as_ref()) {
@@ -363,6 +375,7 @@ pub(super) fn cancel_abandoned_upstream_task(st: &mut RunStatus, idx: usize) {
             step,
             cancel_upstream_task: Some(id),
             delete_job: None,
+            cancel_run: None,
         });
     }
 }

@@ -63,11 +63,38 @@ pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderVal
     Ok((tool.clone(), tool_headers(tool, &ctx)?))
 }
 
-/// Deterministic Job name for a run, step and attempt (at most 63 characters).
+/// Deterministic Job name for a run, step (or item, `deploy[2]`) and attempt: a DNS label of
+/// at most 63 characters.
 pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
-    let suffix = format!("-{step}-{attempt}");
+    let suffix = format!("-{}-{attempt}", dns_part(step));
     let keep = 63usize.saturating_sub(suffix.len()).min(run.len());
     format!("{}{suffix}", &run[..keep]).to_lowercase()
+}
+
+/// Deterministic name of the child Run a `workflow` step's attempt starts: `<run>-<step>-<n>`,
+/// shortened with a hash of the whole when longer than 63 characters (so that it stays a
+/// valid label value and two long names never meet).
+pub fn child_run_name(run: &str, step: &str, attempt: u32) -> String {
+    let full = format!("{run}-{}-{attempt}", dns_part(step)).to_lowercase();
+    if full.len() <= 63 {
+        return full;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in full.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let hash = format!("-{h:016x}");
+    let mut keep = 63 - hash.len();
+    while !full.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{hash}", full[..keep].trim_end_matches('-'))
+}
+
+/// A step or item name as a DNS label part: `_` and brackets become `-`.
+fn dns_part(name: &str) -> String {
+    name.replace(['_', '['], "-").replace(']', "")
 }
 
 impl Machine<'_> {

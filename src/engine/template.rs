@@ -52,6 +52,11 @@ fn lone_expression(s: &str) -> Option<&str> {
     (!inner.contains("{{") && !inner.contains("}}")).then(|| inner.trim())
 }
 
+/// Whether the string is exactly one `{{ expr }}` (rendered keeping the value's JSON type).
+pub(crate) fn is_lone_expression(s: &str) -> bool {
+    lone_expression(s).is_some()
+}
+
 /// Check that a template compiles, without rendering it.
 pub fn check(template: &str) -> Result<(), TemplateError> {
     let env = env();

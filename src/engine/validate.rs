@@ -154,6 +154,8 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
         }
         self::step(step, caps)?;
     }
+    graph("steps", &spec.steps)?;
+    graph("finally", &spec.finally)?;
     if let Some(result) = &spec.result {
         for (i, item) in result.content.iter().enumerate() {
             let ty = item.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -198,9 +200,119 @@ fn dur(field: &str, s: &str) -> Result<(), Invalid> {
     }
 }
 
+/// `dependsOn` of a list: names of other steps of the same list, each once, and no cycle
+/// (a cycle would leave its steps waiting for ever).
+fn graph(list_name: &str, list: &[Step]) -> Result<(), Invalid> {
+    let bad = |m: String| invalid(reasons::INVALID_SPEC, m);
+    let index = |n: &str| list.iter().position(|s| s.name == n);
+    for s in list {
+        let deps = s.depends_on.as_deref().unwrap_or_default();
+        let mut seen = std::collections::BTreeSet::new();
+        for d in deps {
+            if d == &s.name {
+                return Err(bad(format!("step {}: dependsOn names itself", s.name)));
+            }
+            if index(d).is_none() {
+                return Err(bad(format!(
+                    "step {}: dependsOn {d:?} is not a step of {list_name}",
+                    s.name
+                )));
+            }
+            if !seen.insert(d) {
+                return Err(bad(format!("step {}: dependsOn names {d:?} twice", s.name)));
+            }
+        }
+    }
+    // Kahn's algorithm: whatever never reaches zero unmet dependencies is on a cycle.
+    let deps: Vec<Vec<usize>> = (0..list.len())
+        .map(|i| {
+            super::branches::dependencies(list, i)
+                .into_iter()
+                .filter_map(index)
+                .collect()
+        })
+        .collect();
+    let mut done = vec![false; list.len()];
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for i in 0..list.len() {
+            if !done[i] && deps[i].iter().all(|&d| done[d]) {
+                done[i] = true;
+                progress = true;
+            }
+        }
+    }
+    let cycle: Vec<&str> = (0..list.len())
+        .filter(|&i| !done[i])
+        .map(|i| list[i].name.as_str())
+        .collect();
+    if cycle.is_empty() {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "{list_name}: dependsOn forms a cycle through {}",
+            cycle.join(", ")
+        )))
+    }
+}
+
+/// A `forEach`: items that are a list or one expression, a parallelism within bounds, and a
+/// kind whose items can run side by side (questions and failures belong to the whole step).
+fn for_each(
+    f: &dyn Fn(&str) -> String,
+    step: &Step,
+    each: &crate::api::ForEach,
+) -> Result<(), Invalid> {
+    match &each.items {
+        Value::Array(_) => tmpl(&f("forEach.items"), &each.items)?,
+        Value::String(s) if template::is_lone_expression(s) => {
+            template::check(s).map_err(|e| {
+                invalid(
+                    reasons::INVALID_TEMPLATE,
+                    format!("{}: {e}", f("forEach.items")),
+                )
+            })?;
+        }
+        _ => {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "{}: must be a list or one {{{{ expression }}}} rendering a list",
+                    f("forEach.items")
+                ),
+            ));
+        }
+    }
+    if let Some(p) = each.parallelism
+        && !(1..=1000).contains(&p)
+    {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "{}: {p} is not between 1 and 1000",
+                f("forEach.parallelism")
+            ),
+        ));
+    }
+    match step.kind() {
+        StepKind::Input(_) | StepKind::Sample(_) | StepKind::Fail(_) => Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "{}: input, sample and fail steps cannot run per item",
+                f("forEach")
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
     let name = &step.name;
     let f = |field: &str| format!("step {name}: {field}");
+    if let Some(each) = &step.for_each {
+        for_each(&f, step, each)?;
+    }
     if let Some(when) = &step.when {
         template::check_condition(when)
             .map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{}: {e}", f("when"))))?;
@@ -233,6 +345,26 @@ fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
             }
         }
         StepKind::Delay(d) => dur(&f("delay.duration"), &d.duration),
+        StepKind::Workflow(w) => {
+            if !crate::api::is_dns_subdomain(&w.name) {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!(
+                        "{}: {:?} is not a Workflow name",
+                        f("workflow.name"),
+                        w.name
+                    ),
+                ));
+            }
+            match &w.arguments {
+                Some(a) if !a.is_object() => Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!("{}: must be an object", f("workflow.arguments")),
+                )),
+                Some(a) => tmpl(&f("workflow.arguments"), a),
+                None => Ok(()),
+            }
+        }
         StepKind::Fail(fl) => {
             if let Some(m) = &fl.message {
                 text(&f("fail.message"), m)?;

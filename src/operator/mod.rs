@@ -284,12 +284,17 @@ async fn lead(
     stop: CancellationToken,
 ) {
     let validates = shards.owned.contains(&0);
+    let changes = crate::store::RunChanges::default();
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
         .with_tool(Arc::new(ToolExecutor::new(
             Arc::new(KubeSecrets::new(client.clone())),
             &opts.egress,
         )))
-        .with_jobs(Arc::new(JobExecutor::new(client.clone())));
+        .with_jobs(Arc::new(JobExecutor::new(client.clone())))
+        .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
+            Arc::new(store.clone()),
+            changes.clone(),
+        )));
     let events = Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone()));
     // Schedules are started where Workflows are validated (the first shard): one scheduler.
     let scheduler = Scheduler::new(
@@ -307,6 +312,7 @@ async fn lead(
             workers_per_namespace: 0,
             metrics,
             shards,
+            changes,
         },
     );
     let ctx = Arc::new(WorkflowContext {

@@ -1,6 +1,7 @@
 //! Step executors: they perform the effects the engine asks for and report outcomes. Each one
 //! honours the attempt deadline and stops promptly when the Run is cancelled.
 
+pub mod child;
 pub mod egress;
 pub mod http;
 pub mod job;
@@ -34,6 +35,7 @@ pub struct Executors {
     http: http::HttpExecutor,
     tool: Option<Arc<dyn Executor>>,
     job: Option<Arc<dyn Executor>>,
+    child: Option<Arc<dyn Executor>>,
 }
 
 impl Executors {
@@ -43,12 +45,19 @@ impl Executors {
             http: http::HttpExecutor::new(secrets, egress),
             tool: None,
             job: None,
+            child: None,
         }
     }
 
     /// Run `tool` steps (and their cleanups) with `e`.
     pub(crate) fn with_tool(mut self, e: Arc<dyn Executor>) -> Self {
         self.tool = Some(e);
+        self
+    }
+
+    /// Run `workflow` steps (and their cleanups) with `e`.
+    pub fn with_children(mut self, e: Arc<dyn Executor>) -> Self {
+        self.child = Some(e);
         self
     }
 
@@ -71,6 +80,8 @@ impl Executor for Executors {
             Action::Http(_) => return self.http.execute(run, effect, cancel).await,
             Action::Tool { .. } => self.tool.as_ref().ok_or("tool"),
             Action::Job { .. } => self.job.as_ref().ok_or("job"),
+            Action::Child { .. } => self.child.as_ref().ok_or("workflow"),
+            Action::Cleanup(c) if c.cancel_run.is_some() => self.child.as_ref().ok_or("workflow"),
             Action::Cleanup(c) if c.cancel_upstream_task.is_some() => {
                 self.tool.as_ref().ok_or("tool")
             }

@@ -159,3 +159,34 @@ pub(crate) fn key_of(run: &Run) -> Result<crate::api::ObjectKey, StoreError> {
         StoreError::Invalid("metadata.namespace and metadata.name are required".into())
     })
 }
+
+/// Runs as the controller's watch sees them change, for whoever waits on one Run (a parent
+/// waiting for its child). Subscribers that fall behind are told so and read the store again.
+#[derive(Clone, Debug)]
+pub struct RunChanges(tokio::sync::broadcast::Sender<std::sync::Arc<Run>>);
+
+impl Default for RunChanges {
+    fn default() -> Self {
+        Self(tokio::sync::broadcast::channel(1024).0)
+    }
+}
+
+impl RunChanges {
+    /// Tell subscribers that `run` changed (or was deleted: `deleted`).
+    pub fn publish(&self, run: &Run, deleted: bool) {
+        if self.0.receiver_count() > 0 {
+            let mut run = run.clone();
+            if deleted {
+                run.metadata.deletion_timestamp =
+                    Some(crate::api::kube_time(jiff::Timestamp::now()));
+            }
+            // No subscriber is not a failure.
+            let _ = self.0.send(std::sync::Arc::new(run));
+        }
+    }
+
+    /// Changes from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<Run>> {
+        self.0.subscribe()
+    }
+}

@@ -358,6 +358,105 @@ async fn runs_past_a_concurrency_limit_queue_visibly_and_start_in_order() {
     a1.await_status(&third, "input_required").await;
 }
 
+const WAVES: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: waves }
+spec:
+  steps:
+    - name: naps
+      dependsOn: []
+      forEach: { items: "{{ args.waits }}", parallelism: 2 }
+      delay: { duration: "{{ item }}" }
+    - name: ask
+      dependsOn: []
+      input: { requests: [ { name: ok, message: "Go on?" } ] }
+    - name: child
+      dependsOn: [naps, ask]
+      workflow: { name: leaf, arguments: { n: "{{ steps.naps.output | length }}" } }
+  result:
+    content: [ { type: text, text: "done" } ]
+    structuredContent: { n: "{{ steps.child.output.n }}" }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: leaf }
+spec:
+  steps:
+    - name: hold
+      input: { requests: [ { name: go, message: "Leaf {{ args.n }}?" } ] }
+  result:
+    content: [ { type: text, text: "leaf" } ]
+    structuredContent: { n: "{{ args.n }}" }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn branches_items_and_a_child_run_on_the_cluster() {
+    let c = up();
+    let ns = c.namespace("waves");
+    apply_ok(c, &ns, WAVES);
+    let (a0, a1) = (mcp(c, 0, "alice", &ns), mcp(c, 1, "alice", &ns));
+    let id = task_id(
+        &a0.call("waves", json!({"waits": ["10ms", "20ms", "30ms"]}))
+            .await,
+    );
+    a0.await_status(&id, "input_required").await;
+    // The items run beside the open question, each a record of its own.
+    c.wait_jsonpath(
+        &ns,
+        &format!("run/{id}"),
+        r#"{.status.steps[?(@.name=="naps")].phase}"#,
+        "Succeeded",
+    );
+    let items = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        r#"jsonpath={.status.steps[?(@.name=="naps[2]")].phase}"#,
+    ]);
+    assert_eq!(items, "Succeeded");
+    a1.update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
+        .await
+        .assert_complete();
+    // The child: a Run of its own, as alice, owned by the parent.
+    let child = format!("{id}-child-1");
+    c.wait_jsonpath(&ns, &format!("run/{child}"), "{.status.phase}", "Waiting");
+    let run = get_json(c, &ns, &format!("run/{child}"));
+    assert_eq!(run["spec"]["requestedBy"]["username"], "alice");
+    assert_eq!(run["spec"]["arguments"], json!({"n": 3}));
+    assert_eq!(run["metadata"]["labels"]["runway.dev/parent"], id.as_str());
+    assert_eq!(run["metadata"]["ownerReferences"][0]["name"], id.as_str());
+    assert_eq!(run["metadata"]["ownerReferences"][0]["kind"], "Run");
+    a0.update(
+        &child,
+        json!({"hold.go": {"action": "accept", "content": {}}}),
+    )
+    .await
+    .assert_complete();
+    let done = a1.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["structuredContent"], json!({"n": 3}));
+
+    // Deleting a parent deletes its child (the garbage collector follows the owner reference).
+    let id = task_id(&a0.call("waves", json!({"waits": []})).await);
+    a0.await_status(&id, "input_required").await;
+    a0.update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
+        .await
+        .assert_complete();
+    let child = format!("{id}-child-1");
+    c.wait_jsonpath(&ns, &format!("run/{child}"), "{.status.phase}", "Waiting");
+    c.admin(&["delete", &format!("run/{id}"), "-n", &ns, "--wait=true"]);
+    c.admin(&[
+        "wait",
+        "--for=delete",
+        &format!("run/{child}"),
+        "-n",
+        &ns,
+        "--timeout=60s",
+    ]);
+}
+
 const SCHEDULED: &str = r#"
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
