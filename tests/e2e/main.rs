@@ -373,10 +373,10 @@ spec:
       input: { requests: [ { name: ok, message: "Go on?" } ] }
     - name: child
       dependsOn: [naps, ask]
-      workflow: { name: leaf, arguments: { n: "{{ steps.naps.output | length }}" } }
+      workflow: { name: leaf, arguments: { count: "{{ steps.naps.output | length }}" } }
   result:
     content: [ { type: text, text: "done" } ]
-    structuredContent: { n: "{{ steps.child.output.n }}" }
+    structuredContent: { count: "{{ steps.child.output.count }}" }
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
@@ -384,10 +384,10 @@ metadata: { name: leaf }
 spec:
   steps:
     - name: hold
-      input: { requests: [ { name: go, message: "Leaf {{ args.n }}?" } ] }
+      input: { requests: [ { name: go, message: "Leaf {{ args.count }}?" } ] }
   result:
     content: [ { type: text, text: "leaf" } ]
-    structuredContent: { n: "{{ args.n }}" }
+    structuredContent: { count: "{{ args.count }}" }
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -425,7 +425,7 @@ async fn branches_items_and_a_child_run_on_the_cluster() {
     c.wait_jsonpath(&ns, &format!("run/{child}"), "{.status.phase}", "Waiting");
     let run = get_json(c, &ns, &format!("run/{child}"));
     assert_eq!(run["spec"]["requestedBy"]["username"], "alice");
-    assert_eq!(run["spec"]["arguments"], json!({"n": 3}));
+    assert_eq!(run["spec"]["arguments"], json!({"count": 3}));
     assert_eq!(run["metadata"]["labels"]["runway.dev/parent"], id.as_str());
     assert_eq!(run["metadata"]["ownerReferences"][0]["name"], id.as_str());
     assert_eq!(run["metadata"]["ownerReferences"][0]["kind"], "Run");
@@ -436,7 +436,7 @@ async fn branches_items_and_a_child_run_on_the_cluster() {
     .await
     .assert_complete();
     let done = a1.await_status(&id, "completed").await;
-    assert_eq!(done["result"]["structuredContent"], json!({"n": 3}));
+    assert_eq!(done["result"]["structuredContent"], json!({"count": 3}));
 
     // Deleting a parent deletes its child (the garbage collector follows the owner reference).
     let id = task_id(&a0.call("waves", json!({"waits": []})).await);
