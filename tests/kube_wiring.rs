@@ -144,6 +144,7 @@ fn job_effect(deadline_secs: i64) -> Effect {
         action: Action::Job {
             step: serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}})).unwrap(),
             job_name: "deploy-abc-build-1".into(),
+            env: vec![],
         },
     }
 }
@@ -257,6 +258,7 @@ async fn a_failed_job_fails_the_attempt_and_cancellation_abandons_the_wait() {
         action: Action::Job {
             step: serde_json::from_value(json!({"template": {"spec": {}}})).unwrap(),
             job_name: "deploy-abc-build-2".into(),
+            env: vec![],
         },
         ..effect
     };

@@ -495,3 +495,53 @@ async fn a_restart_in_the_middle_of_a_fan_out_redoes_nothing_that_ended() {
         }
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_a_child_runs_finds_the_same_child() {
+    let (url, up) = Upstream::start().await;
+    let mcp = server(&url).await;
+    let alice = mcp.client("alice-token");
+    let id = task_id(&alice.call("release", json!({"version": "4.0"})).await);
+    up.until("the build runs", |s| s.in_progress == 1).await;
+    alice
+        .update(
+            &id,
+            json!({"finance.ok": {"action": "accept", "content": {}},
+                   "security.ok": {"action": "accept", "content": {}}}),
+        )
+        .await
+        .assert_complete();
+    up.release(1);
+    let child = format!("{id}-ship-1");
+    up.until("the child pushes", |s| s.keys.contains_key("ship-4.0"))
+        .await;
+    let dir = mcp.stop().await;
+    up.until("the stopped server's requests are gone", |s| {
+        s.in_progress == 0
+    })
+    .await;
+    let mcp = Mcp::start_in(dir).await;
+    up.release(1);
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    let children: Vec<Run> = mcp
+        .store()
+        .list(Some("team-a"), &BTreeMap::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.spec.workflow_ref.name == "ship")
+        .collect();
+    assert_eq!(
+        children.len(),
+        1,
+        "one child, found again after the restart"
+    );
+    assert_eq!(children[0].metadata.name.as_deref(), Some(child.as_str()));
+    let uid = children[0].metadata.uid.clone().unwrap();
+    // The child's step ran again under its own key, the same both times.
+    up.seen(|s| {
+        let keys = &s.keys["ship-4.0"];
+        assert!(keys.iter().all(|k| *k == format!("{uid}/push")), "{keys:?}");
+    });
+}

@@ -362,16 +362,24 @@
     return h("section", { class: cls || "" }, h("h3", {}, title), body);
   }
 
+  /** An item of a `forEach` step (`deploy[2]`): shown under its step, not counted as one. */
+  function isItem(name) {
+    return /\[\d+\]$/.test(name || "");
+  }
+
   function stepRows(run) {
     var rows = [];
     (run.steps || []).forEach(function (s) {
-      rows.push(h("tr", { "data-step": s.name },
-        h("td", {}, s.name, s.finally ? h("span", { class: "tag" }, "finally") : null),
+      var item = isItem(s.name);
+      rows.push(h("tr", { "data-step": s.name, class: item ? "item" : "" },
+        h("td", {}, item ? "↳ " + s.name : s.name, s.finally ? h("span", { class: "tag" }, "finally") : null,
+          s.items ? h("span", { class: "tag" }, s.items.length + " items") : null),
         h("td", {}, phaseBadge(s.phase)),
         h("td", {}, String(s.attempt || 1)),
         h("td", {}, when(s.startedAt)),
         h("td", {}, duration(s.startedAt, s.finishedAt)),
         h("td", {}, s.message || "",
+          s.childRun ? h("div", {}, "child run ", h("code", {}, s.childRun)) : null,
           s.output !== undefined ? h("details", {}, h("summary", {}, "output"), h("pre", {}, json(s.output))) : null)));
       (s.attempts || []).forEach(function (a) {
         rows.push(h("tr", { class: "attempt" },
@@ -402,7 +410,7 @@
     clear(root);
     var done = TERMINAL[run.phase];
     var planned = (run.plannedSteps || []).length;
-    var finished = (run.steps || []).filter(function (s) { return !s.finally && TERMINAL[s.phase] || s.phase === "Skipped"; }).length;
+    var finished = (run.steps || []).filter(function (s) { return !isItem(s.name) && (!s.finally && TERMINAL[s.phase] || s.phase === "Skipped"); }).length;
     var asked = run.questions || [];
     var mine = asked.filter(function (q) { return q.awaitingYou && q.form; });
     var others = asked.filter(function (q) { return !(q.awaitingYou && q.form); });

@@ -5,11 +5,13 @@
 //! `cargo bench --bench runway` runs every scenario, prints a table and writes
 //! `target/bench/report.json`; `-- --quick` shortens every window for a smoke run. The
 //! subcommands `http-limit ADDR BODY_FILE` and `rmcp-peer ADDR` serve the baselines, and
-//! `drive ADDR get|create|e2e CLIENTS SECONDS` loads a server started by hand (for profiling).
+//! `drive ADDR get|create|e2e CLIENTS SECONDS` loads a server started by hand (for profiling);
+//! `fan-out` runs the fan-out scenarios alone.
 
 mod baselines;
 #[path = "../../tests/e2e/cluster.rs"]
 mod cluster;
+mod fanout;
 mod kube;
 mod load;
 mod procs;
@@ -82,6 +84,7 @@ struct Plan {
     recovery_runs: usize,
     memory_finished: usize,
     memory_active: usize,
+    quick: bool,
 }
 
 impl Plan {
@@ -94,6 +97,7 @@ impl Plan {
             recovery_runs: RECOVERY_RUNS,
             memory_finished: MEMORY_FINISHED,
             memory_active: MEMORY_ACTIVE,
+            quick: false,
         }
     }
 
@@ -106,6 +110,7 @@ impl Plan {
             recovery_runs: 100,
             memory_finished: 1_000,
             memory_active: 100,
+            quick: true,
         }
     }
 }
@@ -154,6 +159,18 @@ fn main() {
             )
             .expect("target/bench is writable");
             eprintln!("bench: wrote {}", out.display());
+        }
+        Some("fan-out") if benching => {
+            let plan = if args.iter().any(|a| a == "--quick") {
+                Plan::quick()
+            } else {
+                Plan::full()
+            };
+            runway::install_crypto_provider();
+            let work = bench_dir().join("work");
+            std::fs::create_dir_all(&work).expect("target/bench is writable");
+            let cases = rt.block_on(fanout::bench(&work, plan));
+            println!("{}", fanout::table(&cases));
         }
         _ if !benching => {
             eprintln!("runway benchmark: run it with `make bench` (cargo bench --bench runway)");
@@ -277,6 +294,9 @@ async fn bench(plan: Plan) {
     step("runway: resident memory");
     let memory = memory(&work, plan).await;
 
+    step("runway: fan-out (forEach items) against one-step Runs");
+    let fan_out = fanout::bench(&work, plan).await;
+
     let report = Report {
         storage,
         storage_samples: samples.clone(),
@@ -285,6 +305,7 @@ async fn bench(plan: Plan) {
         runway: runway_main,
         recovery,
         memory,
+        fan_out,
         seconds: started.elapsed().as_secs_f64(),
     };
     let (table, targets) = report.render();
@@ -298,6 +319,7 @@ async fn bench(plan: Plan) {
         "runway": report.runway,
         "recovery": report.recovery,
         "memory": report.memory,
+        "fanOut": report.fan_out,
         "targets": targets,
         "seconds": report.seconds,
     });
@@ -776,6 +798,7 @@ struct Report {
     runway: RunwayMain,
     recovery: Recovery,
     memory: Memory,
+    fan_out: Vec<fanout::Case>,
     seconds: f64,
 }
 
@@ -954,6 +977,9 @@ impl Report {
                 "WARNING: {errors} load clients stopped on an error (see stderr).\n"
             ));
         }
+
+        t.push('\n');
+        t.push_str(&fanout::table(&self.fan_out));
 
         let get64 = at(&self.runway.get, 64);
         let e2e_best = self

@@ -130,6 +130,16 @@ impl Default for Config {
 /// Run was already cancelled when it started.
 type RunEffects = HashMap<String, (CancellationToken, bool)>;
 
+/// What writing the pending outcomes of a Run left to do.
+enum Written {
+    /// Go on with the Run as it now is.
+    Run(Box<Run>),
+    /// The Run changed meanwhile: read it again.
+    Again,
+    /// Nothing more now (gone, refused, or retried later).
+    Stop,
+}
+
 /// Drives Runs to completion.
 pub struct Controller {
     store: Arc<dyn RunStore>,
@@ -140,6 +150,10 @@ pub struct Controller {
     /// Effects in progress by Run and [`effect_id`], and whether their Run was already
     /// cancelled when they started (`finally` steps of a cancelled Run must not be aborted).
     inflight: Mutex<HashMap<Key, RunEffects>>,
+    /// Outcomes of detached effects not yet written, by Run, in the order they came: the
+    /// Run's next reconcile writes them together (a hundred items ending at once are a few
+    /// writes, not a hundred conflicting ones). Their effects stay in flight until written.
+    outcomes: Mutex<HashMap<Key, Vec<(Effect, Outcome)>>>,
     /// Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
     /// reconciled again whenever a Run of that Workflow finishes or goes away.
     queued: Mutex<HashMap<(String, String), std::collections::BTreeSet<Key>>>,
@@ -210,6 +224,7 @@ impl Controller {
                 n => n,
             }),
             inflight: Mutex::new(HashMap::new()),
+            outcomes: Mutex::new(HashMap::new()),
             queued: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
             config,
@@ -291,6 +306,7 @@ impl Controller {
                         self.config.changes.publish(&run, true);
                         self.wake_queued(&run);
                         if let Some(k) = Key::of(&run.metadata) {
+                            self.outcomes.lock().expect("outcomes lock").remove(&k);
                             self.forget_queued(&run, &k);
                             self.abort_inflight(&k);
                         }
@@ -441,6 +457,11 @@ impl Controller {
                 Ok(None) => return,
                 Err(e) => return self.retry_later(k, e),
             };
+            let run = match self.write_outcomes(k, run).await {
+                Written::Run(run) => *run,
+                Written::Again => continue,
+                Written::Stop => return,
+            };
             let live = if run.status.as_ref().is_none_or(|s| s.workflow.is_none())
                 && !run.phase().is_terminal()
             {
@@ -525,12 +546,9 @@ impl Controller {
                 if let Ok(Some(latest)) = me.store.get_shared(&k.namespace, &k.name).await
                     && !engine::is_due(&latest, &effect)
                 {
-                    return;
+                    return None;
                 }
-                let outcome = me.perform(&k, &run, &effect, token).await;
-                if let Some(outcome) = outcome {
-                    me.record(&k, &effect, outcome).await;
-                }
+                me.perform(&k, &run, &effect, token).await
             })
             .catch_unwind();
             let done = tokio::select! {
@@ -538,12 +556,80 @@ impl Controller {
                 _ = me.stopping.cancelled() => return,
                 done = work => done,
             };
-            me.end_inflight(&k, &effect);
-            if let Err(panic) = done {
-                me.fail_after_panic(&k, panic_message(&*panic)).await;
+            match done {
+                // Written by the Run's next reconcile, which then ends the effect.
+                Ok(Some(outcome)) => me
+                    .outcomes
+                    .lock()
+                    .expect("outcomes lock")
+                    .entry(k.clone())
+                    .or_default()
+                    .push((effect, outcome)),
+                Ok(None) => me.end_inflight(&k, &effect),
+                Err(panic) => {
+                    me.end_inflight(&k, &effect);
+                    me.fail_after_panic(&k, panic_message(&*panic)).await;
+                }
             }
             me.queue.add(k);
         });
+    }
+
+    /// Write the outcomes detached effects left for `run`, all in one status write, then end
+    /// those effects. On a conflict they stay for the next try.
+    async fn write_outcomes(&self, k: &Key, run: Run) -> Written {
+        let pending = self
+            .outcomes
+            .lock()
+            .expect("outcomes lock")
+            .remove(k)
+            .unwrap_or_default();
+        if pending.is_empty() {
+            return Written::Run(Box::new(run));
+        }
+        let end_all = |pending: &[(Effect, Outcome)]| {
+            for (effect, _) in pending {
+                self.end_inflight(k, effect);
+            }
+        };
+        let status = {
+            let (run, pending) = (run.clone(), pending.clone());
+            off_worker(move || engine::record_all(&run, &pending, Timestamp::now())).await
+        };
+        if Some(&status) == run.status.as_ref() {
+            end_all(&pending);
+            return Written::Run(Box::new(run));
+        }
+        let mut next = run;
+        next.status = Some(status);
+        match self.store.update_status(&next).await {
+            Ok(written) => {
+                end_all(&pending);
+                Written::Run(Box::new(written))
+            }
+            Err(StoreError::NotFound) => {
+                end_all(&pending);
+                Written::Stop
+            }
+            Err(StoreError::Invalid(why)) => {
+                end_all(&pending);
+                self.fail_refused(k, &why).await;
+                Written::Stop
+            }
+            Err(e) => {
+                let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+                let later = outcomes.entry(k.clone()).or_default();
+                let newer = std::mem::replace(later, pending);
+                later.extend(newer);
+                drop(outcomes);
+                if e == StoreError::Conflict {
+                    Written::Again
+                } else {
+                    self.retry_later(k, e);
+                    Written::Stop
+                }
+            }
+        }
     }
 
     /// Perform an effect and record its outcome. Returns whether to keep reconciling.
@@ -635,6 +721,7 @@ impl Controller {
     async fn fail_after_panic(&self, k: &Key, why: String) {
         tracing::error!(namespace = %k.namespace, run = %k.name, panic = %why, "reconcile panicked; failing the run");
         self.inflight.lock().expect("inflight lock").remove(k);
+        self.outcomes.lock().expect("outcomes lock").remove(k);
         self.fail_internal(k, why).await;
     }
 

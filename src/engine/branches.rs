@@ -285,8 +285,8 @@ impl Machine<'_> {
         Progress::Changed
     }
 
-    /// Say what runs: `step 2/5: deploy`, `step 2/5: deploy (3/10 items done)`, or the names
-    /// of the steps running at the same time.
+    /// Say what runs: `step 2/5: deploy`, `step 2/5: deploy (3/10 items done)`, `step 2/5:
+    /// ship (child run R)`, or the names of the steps running at the same time.
     pub(super) fn describe(&mut self, wf: &WorkflowSpec) {
         let finally = self.st.ending.is_some() && self.running(false).is_empty();
         let list = if finally { &wf.finally } else { &wf.steps };
@@ -315,6 +315,9 @@ impl Machine<'_> {
                         })
                         .count();
                     m.push_str(&format!(" ({done}/{} items done)", items.len()));
+                }
+                if let Some(child) = &one.child_run {
+                    m.push_str(&format!(" (child run {child})"));
                 }
                 m
             }

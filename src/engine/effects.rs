@@ -105,6 +105,9 @@ pub enum Action {
         step: JobStep,
         /// Deterministic Job name for this attempt.
         job_name: String,
+        /// Environment added to every container: `RUNWAY_ITEM` and `RUNWAY_INDEX` for an item
+        /// of a `forEach` step (pod templates are not templates).
+        env: Vec<(String, String)>,
     },
 }
 

@@ -67,6 +67,22 @@ pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
     m.st
 }
 
+/// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
+/// Job of an item of a `forEach` step; nothing for any other step.
+fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
+    if item_of(record).is_none() {
+        return Vec::new();
+    }
+    let item = match &ctx["item"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    vec![
+        ("RUNWAY_ITEM".to_owned(), item),
+        ("RUNWAY_INDEX".to_owned(), ctx["index"].to_string()),
+    ]
+}
+
 pub(super) enum Progress {
     Changed,
     Stop(Next),
@@ -431,6 +447,7 @@ impl Machine<'_> {
                     Action::Job {
                         step: job.clone(),
                         job_name,
+                        env: item_env(&rec.name, &ctx),
                     },
                 )
             }

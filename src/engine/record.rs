@@ -29,6 +29,16 @@ pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> R
     within_budget(run, record_outcome(run, effect, outcome, now), now)
 }
 
+/// Record several outcomes at once (steps running at the same time), in order, as [`record`]
+/// would one after another; the status budget is checked once, on the result.
+pub fn record_all(run: &Run, outcomes: &[(Effect, Outcome)], now: Timestamp) -> RunStatus {
+    let mut cur = run.clone();
+    for (effect, outcome) in outcomes {
+        cur.status = Some(record_outcome(&cur, effect, outcome.clone(), now));
+    }
+    within_budget(run, cur.status.unwrap_or_default(), now)
+}
+
 /// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the
 /// Run failed with its step outputs dropped (flagged as truncated), so that the failure can be
 /// written instead of a write the store refuses being retried forever.

@@ -21,6 +21,12 @@ use crate::engine::{Action, Effect, Outcome};
 pub(crate) const RUN_LABEL: &str = "runway.dev/run";
 /// Label naming the step a Job runs.
 pub(crate) const STEP_LABEL: &str = "runway.dev/step";
+
+/// A step's record name as a label value: an item `deploy[2]` is `deploy.2` (brackets are not
+/// allowed in label values, and no step name has a dot).
+fn step_label(record: &str) -> String {
+    record.replace('[', ".").replace(']', "")
+}
 /// Label the Job controller puts on its pods.
 const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
@@ -42,11 +48,28 @@ pub(crate) fn build_job(
     step_name: &str,
     job_name: &str,
     step: &JobStep,
+    env: &[(String, String)],
     active_deadline: Option<i64>,
 ) -> Result<Job, String> {
     let mut template = step.template.clone();
     if !template.is_object() || !template.get("spec").is_some_and(Value::is_object) {
         return Err("job.template needs a pod spec".into());
+    }
+    if !env.is_empty()
+        && let Some(containers) = template["spec"]
+            .get_mut("containers")
+            .and_then(Value::as_array_mut)
+    {
+        for c in containers.iter_mut().filter(|c| c.is_object()) {
+            if !c.get("env").is_some_and(Value::is_array) {
+                c["env"] = json!([]);
+            }
+            if let Some(list) = c["env"].as_array_mut() {
+                for (name, value) in env {
+                    list.push(json!({"name": name, "value": value}));
+                }
+            }
+        }
     }
     if template["spec"].get("restartPolicy").is_none() {
         template["spec"]["restartPolicy"] = json!("Never");
@@ -73,7 +96,7 @@ pub(crate) fn build_job(
         "metadata": {
             "name": job_name,
             "namespace": run.metadata.namespace,
-            "labels": {RUN_LABEL: run_name, STEP_LABEL: step_name},
+            "labels": {RUN_LABEL: run_name, STEP_LABEL: step_label(step_name)},
             "ownerReferences": [owner],
         },
         "spec": spec,
@@ -100,6 +123,7 @@ async fn ensure_job(
     effect: &Effect,
     step: &JobStep,
     job_name: &str,
+    env: &[(String, String)],
     left: Option<Duration>,
 ) -> Option<Outcome> {
     let existing = match api.get_opt(job_name).await {
@@ -114,6 +138,7 @@ async fn ensure_job(
             &effect.step,
             job_name,
             step,
+            env,
             left.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
         ) {
             Ok(j) => j,
@@ -197,12 +222,13 @@ impl JobExecutor {
         effect: &Effect,
         step: &JobStep,
         job_name: &str,
+        env: &[(String, String)],
         cancel: CancellationToken,
     ) -> Option<Outcome> {
         let ns = run.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let left = super::time_left(effect);
-        if let Some(failed) = ensure_job(&api, run, effect, step, job_name, left).await {
+        if let Some(failed) = ensure_job(&api, run, effect, step, job_name, env, left).await {
             return Some(failed);
         }
         let wait = await_condition(api, job_name, |j: Option<&Job>| {
@@ -263,9 +289,11 @@ impl Executor for JobExecutor {
         cancel: CancellationToken,
     ) -> Option<Outcome> {
         match &effect.action {
-            Action::Job { step, job_name } => {
-                self.run_job(run, effect, step, job_name, cancel).await
-            }
+            Action::Job {
+                step,
+                job_name,
+                env,
+            } => self.run_job(run, effect, step, job_name, env, cancel).await,
             Action::Cleanup(c) => {
                 let Some(name) = &c.delete_job else {
                     return Some(Outcome::Succeeded(Value::Null));

@@ -857,6 +857,26 @@ spec:
                 command: [sh, -c, "echo done"]
   result:
     content: [ { type: text, text: "built {{ steps.compile.output.artifacts }}" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: build-each }
+spec:
+  steps:
+    - name: compile
+      forEach: { items: [arm, x86], parallelism: 2 }
+      job:
+        backoffLimit: 0
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+              - name: main
+                image: busybox:1.36
+                command: [sh, -c, "echo $RUNWAY_ITEM"]
+  result:
+    content: [ { type: text, text: "built" } ]
+    structuredContent: { each: "{{ steps.compile.output }}" }
 "#;
 
 /// Play the kubelet: the Job's Pod ends with `message` as its termination message.
@@ -944,6 +964,23 @@ async fn job_steps_run_as_owned_jobs_and_cancel_deletes_them() {
         &format!("job/{job}"),
         "--timeout=60s",
     ]);
+
+    // One Job per item, both at once, labelled with the item; outputs in item order.
+    let id = task_id(&alice.call("build-each", json!({})).await);
+    let (arm, x86) = (format!("{id}-compile-0-1"), format!("{id}-compile-1-1"));
+    finish_pod(c, &ns, &x86, r#"{"arch": "x86"}"#);
+    finish_pod(c, &ns, &arm, r#"{"arch": "arm"}"#);
+    let job = get_json(c, &ns, &format!("job/{arm}"));
+    assert_eq!(job["metadata"]["labels"]["runway.dev/step"], "compile.0");
+    assert_eq!(
+        job["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "RUNWAY_ITEM", "value": "arm"}, {"name": "RUNWAY_INDEX", "value": "0"}])
+    );
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(
+        done["result"]["structuredContent"]["each"],
+        json!([{"arch": "arm"}, {"arch": "x86"}])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

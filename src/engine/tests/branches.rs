@@ -484,6 +484,10 @@ fn a_workflow_step_starts_one_named_child_per_attempt_and_takes_its_result() {
         rec(&run, "child").unwrap().child_run.as_deref(),
         Some("wf-abc-child-1")
     );
+    assert_eq!(
+        status(&run).status_message.as_deref(),
+        Some("step 1/1: child (child run wf-abc-child-1)")
+    );
     // The wait timed out: the child is cancelled, and the retry starts a new one.
     report_step(
         &mut run,
@@ -610,4 +614,33 @@ fn graphs_and_items_are_validated() {
     ]}))
     .unwrap();
     validate::spec(&w, validate::Capabilities { jobs: false }).unwrap();
+}
+
+#[test]
+fn a_job_per_item_gets_the_item_in_its_environment() {
+    let w = wf(
+        json!({"steps": [{"name": "build", "forEach": {"items": ["arm", {"cpu": 2}]},
+        "job": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}}}]}),
+    );
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    let env = |step: &str| match effect_of(&next, step).action {
+        Action::Job { env, job_name, .. } => (job_name, env),
+        other => panic!("{other:?}"),
+    };
+    let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+    assert_eq!(
+        env("build[0]"),
+        (
+            "wf-abc-build-0-1".to_owned(),
+            vec![pair("RUNWAY_ITEM", "arm"), pair("RUNWAY_INDEX", "0")]
+        )
+    );
+    assert_eq!(
+        env("build[1]").1,
+        vec![
+            pair("RUNWAY_ITEM", r#"{"cpu":2}"#),
+            pair("RUNWAY_INDEX", "1")
+        ]
+    );
 }
