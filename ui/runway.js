@@ -369,7 +369,19 @@
 
   function stepRows(run) {
     var rows = [];
+    // Items follow their step, whenever they started.
+    var itemsOf = {};
     (run.steps || []).forEach(function (s) {
+      var m = /^(.*)\[\d+\]$/.exec(s.name || "");
+      if (m) (itemsOf[m[1]] = itemsOf[m[1]] || []).push(s);
+    });
+    var ordered = [];
+    (run.steps || []).forEach(function (s) {
+      if (isItem(s.name)) return;
+      ordered.push(s);
+      (itemsOf[s.name] || []).forEach(function (i) { ordered.push(i); });
+    });
+    ordered.forEach(function (s) {
       var item = isItem(s.name);
       rows.push(h("tr", { "data-step": s.name, class: item ? "item" : "" },
         h("td", {}, item ? "↳ " + s.name : s.name, s.finally ? h("span", { class: "tag" }, "finally") : null,

@@ -258,7 +258,7 @@ try {
     }
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
-    assert.deepEqual(plain.map((t) => t.name).sort(), ["release", "runway_list_runs", "soak"]);
+    assert.deepEqual(plain.map((t) => t.name).sort(), ["announce", "release", "rollout", "runway_list_runs", "soak"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -331,6 +331,32 @@ try {
     const done = await task("alice", waiting[0]);
     assert.equal(done.result.content[0].text, "Released web now with 2 replicas.");
     await checkBridge(page);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+  await test("items show under their step and a child Run is one click away", async () => {
+    const parent = (await call("alice", "rollout", {})).taskId;
+    const child = `${parent}-announce-1`;
+    const page = await signedIn("alice");
+    await page.goto(`${base}/ui/#/ns/team-a/run/${parent}`);
+    await page.locator('tr.item[data-step="regions[2]"] .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.locator('tr[data-step="regions"] .tag:text("3 items")').waitFor({ timeout: WAIT });
+    await page.locator(`tr[data-step="announce"] code:text("${child}")`).waitFor({ timeout: WAIT });
+    await page.locator(`.status-message:has-text("(child run ${child})")`).waitFor({ timeout: WAIT });
+    const order = await page.locator("tr[data-step]").evaluateAll((rows) => rows.map((r) => r.dataset.step));
+    assert.deepEqual(order, ["regions", "regions[0]", "regions[1]", "regions[2]", "announce"]);
+    await shot(page, "9-items-and-child");
+    // The child asks its requester, who answers on the child's page.
+    await page.goto(`${base}/ui/#/ns/team-a/run/${child}`);
+    const form = page.locator('form.answer[data-key="confirm.ok"]');
+    await form.waitFor({ timeout: WAIT });
+    await form.locator('input[type="checkbox"]').check();
+    await form.locator("button.submit").click();
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.goto(`${base}/ui/#/ns/team-a/run/${parent}`);
+    await page.locator("section.result pre:text('3 regions; rolled out')").waitFor({ timeout: WAIT });
+    await shot(page, "10-parent-completed");
+    assert.equal((await task("alice", parent)).result.content[0].text, "3 regions; rolled out");
     assert.deepEqual(page.errors, []);
     await page.context().close();
   });
