@@ -173,6 +173,21 @@ async fn run(mcp: &Mcp, name: &str) -> Run {
     mcp.store().get("team-a", name).await.unwrap().unwrap()
 }
 
+/// A `release` whose build is under way and whose two sign-offs are given.
+async fn signed_release(alice: &support::mcp::Client, up: &Upstream, version: &str) -> String {
+    let id = task_id(&alice.call("release", json!({"version": version})).await);
+    up.until("the build runs", |s| s.in_progress == 1).await;
+    alice
+        .update(
+            &id,
+            json!({"finance.ok": {"action": "accept", "content": {}},
+                   "security.ok": {"action": "accept", "content": {}}}),
+        )
+        .await
+        .assert_complete();
+    id
+}
+
 fn step_phase(run: &Run, step: &str) -> Option<StepPhase> {
     run.status
         .as_ref()?
@@ -247,13 +262,13 @@ async fn two_sign_offs_at_once_then_a_child_run_as_the_same_requester() {
     up.until("the build runs meanwhile", |s| s.in_progress == 1)
         .await;
 
-    let r = alice
+    alice
         .update(
             &id,
             json!({"finance.ok": {"action": "accept", "content": {}}}),
         )
-        .await;
-    r.assert_complete();
+        .await
+        .assert_complete();
     mcp.wait(&id, "finance done", |r| {
         step_phase(r, "finance") == Some(StepPhase::Succeeded)
     })
@@ -316,16 +331,7 @@ async fn cancel_reaches_every_branch_and_the_child() {
     let (url, up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(&alice.call("release", json!({"version": "2.0"})).await);
-    up.until("the build runs", |s| s.in_progress == 1).await;
-    alice
-        .update(
-            &id,
-            json!({"finance.ok": {"action": "accept", "content": {}},
-                   "security.ok": {"action": "accept", "content": {}}}),
-        )
-        .await
-        .assert_complete();
+    let id = signed_release(&alice, &up, "2.0").await;
     mcp.wait(&id, "both signed", |r| {
         step_phase(r, "security") == Some(StepPhase::Succeeded)
             && step_phase(r, "finance") == Some(StepPhase::Succeeded)
@@ -343,16 +349,7 @@ async fn cancel_reaches_every_branch_and_the_child() {
         .await;
 
     // A parent cancelled while its child runs cancels the child.
-    let id = task_id(&alice.call("release", json!({"version": "3.0"})).await);
-    up.until("the build runs", |s| s.in_progress == 1).await;
-    alice
-        .update(
-            &id,
-            json!({"finance.ok": {"action": "accept", "content": {}},
-                   "security.ok": {"action": "accept", "content": {}}}),
-        )
-        .await
-        .assert_complete();
+    let id = signed_release(&alice, &up, "3.0").await;
     up.release(1);
     mcp.wait(&id, "ship starts", |r| {
         step_phase(r, "ship") == Some(StepPhase::Running)
@@ -501,16 +498,7 @@ async fn a_restart_while_a_child_runs_finds_the_same_child() {
     let (url, up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(&alice.call("release", json!({"version": "4.0"})).await);
-    up.until("the build runs", |s| s.in_progress == 1).await;
-    alice
-        .update(
-            &id,
-            json!({"finance.ok": {"action": "accept", "content": {}},
-                   "security.ok": {"action": "accept", "content": {}}}),
-        )
-        .await
-        .assert_complete();
+    let id = signed_release(&alice, &up, "4.0").await;
     up.release(1);
     let child = format!("{id}-ship-1");
     up.until("the child pushes", |s| s.keys.contains_key("ship-4.0"))

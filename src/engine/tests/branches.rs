@@ -465,6 +465,22 @@ fn parent() -> WorkflowSpec {
     }))
 }
 
+/// At `at(secs)` the next effect is the cleanup that cancels the first child; it succeeds.
+fn cancels_first_child(run: &mut Run, w: &WorkflowSpec, secs: i64) {
+    let next = settle(run, w, at(secs));
+    let Action::Cleanup(c) = &effect_of(&next, "child").action else {
+        panic!("{next:?}")
+    };
+    assert_eq!(c.cancel_run.as_deref(), Some("wf-abc-child-1"));
+    report(
+        run,
+        &next,
+        ok(json!("cancelled child run wf-abc-child-1")),
+        at(secs + 1),
+    );
+    settle(run, w, at(secs + 1));
+}
+
 #[test]
 fn a_workflow_step_starts_one_named_child_per_attempt_and_takes_its_result() {
     let w = parent();
@@ -500,18 +516,7 @@ fn a_workflow_step_starts_one_named_child_per_attempt_and_takes_its_result() {
         },
         at(60),
     );
-    let next = settle(&mut run, &w, at(60));
-    let Action::Cleanup(c) = &effect_of(&next, "child").action else {
-        panic!("{next:?}")
-    };
-    assert_eq!(c.cancel_run.as_deref(), Some("wf-abc-child-1"));
-    report(
-        &mut run,
-        &next,
-        ok(json!("cancelled child run wf-abc-child-1")),
-        at(61),
-    );
-    settle(&mut run, &w, at(61));
+    cancels_first_child(&mut run, &w, 60);
     let next = settle(&mut run, &w, at(62));
     let Action::Child { run_name, .. } = &effect_of(&next, "child").action else {
         panic!("{next:?}")
@@ -542,18 +547,7 @@ fn cancelling_the_parent_cancels_its_running_child() {
         requested_by: Some("alice".into()),
         requested_at: None,
     });
-    let next = settle(&mut run, &w, at(1));
-    let Action::Cleanup(c) = &effect_of(&next, "child").action else {
-        panic!("{next:?}")
-    };
-    assert_eq!(c.cancel_run.as_deref(), Some("wf-abc-child-1"));
-    report(
-        &mut run,
-        &next,
-        ok(json!("cancelled child run wf-abc-child-1")),
-        at(2),
-    );
-    settle(&mut run, &w, at(2));
+    cancels_first_child(&mut run, &w, 1);
     assert_eq!(status(&run).phase, RunPhase::Cancelled);
 }
 
