@@ -638,3 +638,124 @@ fn a_job_per_item_gets_the_item_in_its_environment() {
         ]
     );
 }
+
+mod graphs {
+    //! Random graphs of steps, random outcomes, random order of completion: whatever happens,
+    //! a step starts only after its dependencies succeeded, `failFast` decides what else runs,
+    //! `finally` runs once after every main step ended, and the Run ends as its steps did.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Per step: its `dependsOn` (`None`: the step before), whether its attempt succeeds.
+    type Graph = Vec<(Option<Vec<usize>>, bool)>;
+
+    fn graph() -> impl Strategy<Value = Graph> {
+        (1usize..=7).prop_flat_map(|n| {
+            (0..n)
+                .map(|i| {
+                    (
+                        prop::option::of(prop::collection::vec(any::<bool>(), i)).prop_map(
+                            |mask| {
+                                mask.map(|m| {
+                                    m.iter()
+                                        .enumerate()
+                                        .filter(|(_, on)| **on)
+                                        .map(|(d, _)| d)
+                                        .collect()
+                                })
+                            },
+                        ),
+                        prop::bool::weighted(0.8),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+    }
+
+    fn deps(g: &Graph, i: usize) -> Vec<usize> {
+        match &g[i].0 {
+            Some(d) => d.clone(),
+            None if i == 0 => vec![],
+            None => vec![i - 1],
+        }
+    }
+
+    fn spec(g: &Graph, fail_fast: bool) -> WorkflowSpec {
+        let steps: Vec<Value> = g
+            .iter()
+            .enumerate()
+            .map(|(i, (d, _))| {
+                let mut s =
+                    json!({"name": format!("s{i}"), "http": {"url": format!("http://svc/{i}")}});
+                if let Some(d) = d {
+                    s["dependsOn"] = json!(d.iter().map(|d| format!("s{d}")).collect::<Vec<_>>());
+                }
+                s
+            })
+            .collect();
+        wf(json!({"execution": {"failFast": fail_fast}, "steps": steps,
+                  "finally": [{"name": "tidy", "http": {"url": "http://svc/tidy"}}]}))
+    }
+
+    proptest! {
+        #[test]
+        fn any_graph_runs_as_its_dependencies_and_failures_say(
+            g in graph(),
+            fail_fast in any::<bool>(),
+            picks in prop::collection::vec(any::<usize>(), 64),
+        ) {
+            let w = spec(&g, fail_fast);
+            let mut run = new_run(json!({}));
+            let mut first_failure: Option<i64> = None;
+            for (t, pick) in (0i64..).zip(picks.iter().cycle().take(200)) {
+                let next = settle(&mut run, &w, at(t));
+                if status(&run).phase.is_terminal() {
+                    break;
+                }
+                let all = effects(&next);
+                let e = &all[pick % all.len()];
+                if let Some(i) = e.step.strip_prefix('s').and_then(|n| n.parse::<usize>().ok()) {
+                    for d in deps(&g, i) {
+                        prop_assert_eq!(rec(&run, &format!("s{d}")).map(|r| r.phase), Some(StepPhase::Succeeded));
+                    }
+                    if fail_fast {
+                        prop_assert!(first_failure.is_none(), "s{} runs after a failure", i);
+                    }
+                    let outcome = if g[i].1 { ok(json!(i)) } else { refused() };
+                    if !g[i].1 && first_failure.is_none() {
+                        first_failure = Some(t);
+                    }
+                    run.status = Some(record(&run, e, outcome, at(t)));
+                } else {
+                    // finally: every main step has ended.
+                    prop_assert!(status(&run).steps.iter().filter(|r| !r.finally).all(|r| r.phase.is_terminal()));
+                    run.status = Some(record(&run, e, ok(json!(null)), at(t)));
+                }
+            }
+            let st = status(&run);
+            prop_assert!(st.phase.is_terminal(), "{:?}", st.status_message);
+            prop_assert_eq!(rec(&run, "tidy").map(|r| r.phase), Some(StepPhase::Succeeded));
+            // Which steps could run: those whose dependencies all could and succeeded.
+            let mut reachable = vec![false; g.len()];
+            for i in 0..g.len() {
+                reachable[i] = deps(&g, i).iter().all(|&d| reachable[d] && g[d].1);
+            }
+            let any_failed = (0..g.len()).any(|i| reachable[i] && !g[i].1);
+            for (i, &could) in reachable.iter().enumerate() {
+                let phase = rec(&run, &format!("s{i}")).map(|r| r.phase);
+                if !could {
+                    prop_assert_eq!(phase, None, "s{} waits on a failure", i);
+                } else if !fail_fast {
+                    let want = if g[i].1 { StepPhase::Succeeded } else { StepPhase::Failed };
+                    prop_assert_eq!(phase, Some(want), "s{}", i);
+                } else {
+                    prop_assert!(phase.is_none() || phase.is_some_and(|p| p.is_terminal()));
+                }
+            }
+            let want = if any_failed && (first_failure.is_some() || !fail_fast) { RunPhase::Failed } else { RunPhase::Succeeded };
+            prop_assert_eq!(st.phase, want);
+        }
+    }
+}
