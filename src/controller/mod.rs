@@ -99,12 +99,7 @@ impl Shards {
     /// The shard of Run `key` among `count`. FNV-1a: stable across processes, versions and
     /// machines, which every replica's answer must be.
     pub fn of(key: &Key, count: u32) -> u32 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let bytes = key.namespace.bytes().chain([b'/']).chain(key.name.bytes());
-        for b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        let h = engine::stable_hash(key.namespace.bytes().chain([b'/']).chain(key.name.bytes()));
         (h % u64::from(count.max(1))) as u32
     }
 

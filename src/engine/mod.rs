@@ -45,6 +45,15 @@ fn parse_ts(s: Option<&str>) -> Option<Timestamp> {
     s.and_then(|s| s.parse().ok())
 }
 
+/// FNV-1a of `bytes`: a hash that is the same in every process, version and machine, for names
+/// and shards that replicas and restarts must agree on (not for anything an attacker picks
+/// against).
+pub fn stable_hash(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Idempotency key of a step: the same for every attempt and after restarts.
 pub fn idempotency_key(run: &Run, step: &str) -> String {
     format!(

@@ -79,12 +79,7 @@ pub fn child_run_name(run: &str, step: &str, attempt: u32) -> String {
     if full.len() <= 63 {
         return full;
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in full.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    let hash = format!("-{h:016x}");
+    let hash = format!("-{:016x}", super::stable_hash(full.bytes()));
     let mut keep = 63 - hash.len();
     while !full.is_char_boundary(keep) {
         keep -= 1;

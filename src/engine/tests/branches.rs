@@ -552,6 +552,14 @@ fn cancelling_the_parent_cancels_its_running_child() {
 }
 
 #[test]
+fn the_stable_hash_is_fnv_1a() {
+    // The published FNV-1a 64 test vectors: shards and child names must never move.
+    assert_eq!(stable_hash(*b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(stable_hash(*b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(stable_hash(*b"foobar"), 0x8594_4171_f739_67e8);
+}
+
+#[test]
 fn child_run_names_stay_valid_labels() {
     assert_eq!(child_run_name("p", "deploy[3]", 2), "p-deploy-3-2");
     let long = "r".repeat(60);
