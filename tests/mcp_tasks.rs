@@ -924,3 +924,163 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
         json!(["ask.release"])
     );
 }
+
+/// A Workflow whose argument is mirrored in a header (`x-mcp-header`) and that runs for an hour.
+const DEPLOY: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: deploy, namespace: NS }
+spec:
+  tool:
+    description: Deploys to the environment it is given.
+    inputSchema:
+      type: object
+      properties: { env: { type: string, enum: [staging, prod], x-mcp-header: Env } }
+      required: [env]
+  steps: [ { name: work, delay: { duration: 1h } } ]
+"#;
+
+/// One `tools/call` as the caller `c` sends it, with `meta` added to its `_meta` and `headers`
+/// added, then the same request with its `Mcp-Name` in the Base64 form — which the server's
+/// fast path leaves to rmcp.
+async fn call_both_ways(
+    c: &Client,
+    tool: &str,
+    args: Value,
+    meta: Value,
+    headers: &[(&str, &str)],
+) -> [(StatusCode, Value); 2] {
+    let mut all_meta = c.meta();
+    all_meta
+        .as_object_mut()
+        .unwrap()
+        .extend(meta.as_object().unwrap().clone());
+    let body = json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call",
+        "params": {"name": tool, "arguments": args, "_meta": all_meta}});
+    let encoded = format!(
+        "=?base64?{}?=",
+        data_encoding::BASE64.encode(tool.as_bytes())
+    );
+    let mut out = vec![];
+    for name in [tool, encoded.as_str()] {
+        let mut b = c.request("tools/call", Some(name));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let resp = b.json(&body).send().await.unwrap();
+        let status = resp.status();
+        out.push((status, resp.json::<Value>().await.unwrap()));
+    }
+    out.try_into().unwrap()
+}
+
+/// A task handle without what differs between two answers naming one Run at two moments, or
+/// two Runs: their names and times, and the step the Run has reached.
+fn handle_shape(answer: &Value, same_run: bool) -> Value {
+    let mut r = answer["result"].clone();
+    let o = r.as_object_mut().unwrap();
+    for k in ["lastUpdatedAt", "statusMessage"] {
+        o.remove(k);
+    }
+    if !same_run {
+        for k in ["taskId", "createdAt"] {
+            o.remove(k);
+        }
+    }
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_call_answers_alike_on_the_fast_path_and_through_rmcp() {
+    let s = Mcp::start(&[("wf.yaml", WORKFLOWS), ("deploy.yaml", DEPLOY)]).await;
+    let (alice, rita) = (s.client("alice-token"), s.client("reader-token"));
+    let runs = || async {
+        runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+            .await
+            .unwrap()
+            .len()
+    };
+    let key = |k: &str| json!({"dev.runway/idempotencyKey": k});
+
+    // One Run, started on the fast path and found again through rmcp by its key.
+    let [fast, slow] = call_both_ways(&alice, "nap", json!({}), key("nap-1"), &[]).await;
+    assert_eq!((fast.0, slow.0), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(fast.1["result"]["resultType"], "task", "{}", fast.1);
+    assert_eq!(fast.1["id"], "call-1");
+    assert_eq!(handle_shape(&fast.1, true), handle_shape(&slow.1, true));
+    assert_eq!(runs().await, 1);
+    // With its argument mirrored in the header the schema asks for.
+    let [fast, slow] = call_both_ways(
+        &alice,
+        "deploy",
+        json!({"env": "prod"}),
+        key("deploy-1"),
+        &[("mcp-param-env", "prod")],
+    )
+    .await;
+    assert_eq!(fast.1["result"]["status"], "working", "{}", fast.1);
+    assert_eq!(handle_shape(&fast.1, true), handle_shape(&slow.1, true));
+    assert_eq!(runs().await, 2);
+    // Without a key, two Runs, answered alike.
+    let [fast, slow] = call_both_ways(&alice, "nap", json!({}), json!({}), &[]).await;
+    assert_ne!(fast.1["result"]["taskId"], slow.1["result"]["taskId"]);
+    assert_eq!(handle_shape(&fast.1, false), handle_shape(&slow.1, false));
+    assert_eq!(runs().await, 4);
+    // A call that blocks (the Workflow never runs as a task) is rmcp's either way.
+    let [fast, slow] = call_both_ways(&alice, "sync-only", json!({}), json!({}), &[]).await;
+    assert_eq!(fast, slow);
+    assert_eq!(fast.1["result"]["content"][0]["text"], "sync", "{}", fast.1);
+    let after_good_calls = runs().await;
+
+    // Every refusal is the same answer both ways, and starts nothing.
+    let refused = [
+        // Arguments against the schema.
+        (
+            &alice,
+            "deploy",
+            json!({"env": "qa"}),
+            json!({}),
+            vec![("mcp-param-env", "qa")],
+            -32602,
+        ),
+        // An argument the schema mirrors, without its header.
+        (
+            &alice,
+            "deploy",
+            json!({"env": "prod"}),
+            json!({}),
+            vec![],
+            runway::protocol::codes::HEADER_MISMATCH,
+        ),
+        // An idempotency key that is not a string.
+        (
+            &alice,
+            "nap",
+            json!({}),
+            json!({"dev.runway/idempotencyKey": 5}),
+            vec![],
+            -32602,
+        ),
+        // A caller who may read Runs but not create them.
+        (
+            &rita,
+            "nap",
+            json!({}),
+            json!({}),
+            vec![],
+            runway::protocol::codes::FORBIDDEN,
+        ),
+        // No such tool.
+        (&alice, "no-such-tool", json!({}), json!({}), vec![], -32602),
+    ];
+    for (who, tool, args, meta, headers, code) in refused {
+        let [fast, slow] = call_both_ways(who, tool, args.clone(), meta, &headers).await;
+        assert_eq!(fast, slow, "{tool} {args}");
+        assert_eq!(fast.1["error"]["code"], code, "{tool} {args}: {}", fast.1);
+    }
+    assert_eq!(
+        runs().await,
+        after_good_calls,
+        "no refused call started a Run"
+    );
+}

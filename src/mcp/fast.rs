@@ -1,26 +1,37 @@
-//! `tasks/get` answered in front of rmcp. Agents poll it more than anything else, and rmcp's
+//! `tasks/get`, and `tools/call` answered with a task, in front of rmcp. Agents poll the first
+//! more than anything else and wait on the second before their work starts, and rmcp's
 //! stateless mode builds a service, spawns a task and parses the message a second time for
 //! every POST. Only a request that every one of rmcp's checks would accept is answered here —
 //! anything unusual (a missing or extra header, a weighted `Accept`, a Base64 `Mcp-Name`, a
-//! float id, an unknown field) goes on to rmcp, which gives the protocol's answer. The answer
-//! itself comes from the same function rmcp's handler calls, serialized as the same rmcp types.
+//! float id, an unknown field, a call that would block or ask a question) goes on to rmcp,
+//! which gives the protocol's answer. The answer itself comes from the same functions rmcp's
+//! handler calls, serialized as the same rmcp types.
 
 use std::borrow::Cow;
 
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
 use rmcp::model::{
-    ClientCapabilities, JsonRpcError, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0,
-    RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientCapabilities, CreateTaskResult, ErrorData, JsonRpcError, JsonRpcMessage, JsonRpcResponse,
+    JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
-use super::{McpState, Tenant, tasks};
+use super::access::allowed;
+use super::builtin::is_builtin;
+use super::delivery::{Delivery, Guard};
+use super::handler::RunwayMcp;
+use super::tools::answer_mode;
+use super::{McpState, Tenant, task, tasks};
+use crate::auth::{Resource, Verb};
 use crate::protocol::{
-    HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, METHOD_GET_TASK, PROTOCOL_VERSION,
-    TASKS_EXTENSION,
+    HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
+    META_IDEMPOTENCY_KEY, META_PROTOCOL_VERSION, METHOD_CALL_TOOL, METHOD_GET_TASK,
+    PROTOCOL_VERSION, TASKS_EXTENSION,
 };
 
 const JSON: &str = "application/json";
@@ -75,10 +86,7 @@ pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
         return None;
     }
     let get: GetEnvelope = serde_json::from_slice(body).ok()?;
-    let id = match get.id.get().as_bytes().first()? {
-        b'"' => RequestId::String(serde_json::from_str::<String>(get.id.get()).ok()?.into()),
-        _ => RequestId::Number(serde_json::from_str::<i64>(get.id.get()).ok()?),
-    };
+    let id = request_id(get.id)?;
     let task_id = get.params.task_id;
     let meta = get.params.meta;
     let declares_tasks = meta
@@ -92,15 +100,29 @@ pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
         && meta.protocol_version == PROTOCOL_VERSION
         && declares_tasks
         && crate::api::is_dns_subdomain(&task_id)
-        && only(headers, &PROTOCOL_VERSION_HEADER) == Some(PROTOCOL_VERSION)
-        && only(headers, &NAME_HEADER) == Some(&task_id)
-        && only(headers, &header::CONTENT_TYPE)
-            .is_some_and(|v| essence(v).eq_ignore_ascii_case(JSON))
-        && accepts_json_and_sse(headers);
+        && standard_headers(headers, &task_id);
     ok.then(|| FastGet {
         id,
         task_id: task_id.into_owned(),
     })
+}
+
+/// A JSON-RPC id as rmcp reads it: a string or an integer.
+fn request_id(raw: &RawValue) -> Option<RequestId> {
+    Some(match raw.get().as_bytes().first()? {
+        b'"' => RequestId::String(serde_json::from_str::<String>(raw.get()).ok()?.into()),
+        _ => RequestId::Number(serde_json::from_str::<i64>(raw.get()).ok()?),
+    })
+}
+
+/// The headers every request answered here carries, exactly: this revision's protocol
+/// version, `Mcp-Name` in plain text, a JSON body, and an `Accept` of both answer forms.
+fn standard_headers(headers: &HeaderMap, name: &str) -> bool {
+    only(headers, &PROTOCOL_VERSION_HEADER) == Some(PROTOCOL_VERSION)
+        && only(headers, &NAME_HEADER) == Some(name)
+        && only(headers, &header::CONTENT_TYPE)
+            .is_some_and(|v| essence(v).eq_ignore_ascii_case(JSON))
+        && accepts_json_and_sse(headers)
 }
 
 /// The one value of a header, as text.
@@ -139,17 +161,15 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
 /// Answer an eligible `tasks/get`.
 pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) -> Response {
     let FastGet { id, task_id } = get;
-    let message: ServerJsonRpcMessage = match tasks::get_task(state, tenant, &task_id).await {
-        Ok(result) => JsonRpcMessage::Response(JsonRpcResponse {
-            jsonrpc: JsonRpcVersion2_0,
-            id,
-            result: ServerResult::GetTaskResult(result),
-        }),
-        Err(error) => JsonRpcMessage::Error(JsonRpcError::new(Some(id), error)),
-    };
-    match serde_json::to_vec(&message) {
-        // Every error `tasks/get` gives (unknown task, forbidden, internal) is an in-band
-        // JSON-RPC error, HTTP 200, as rmcp answers them.
+    let result = tasks::get_task(state, tenant, &task_id).await;
+    // Every error `tasks/get` gives (unknown task, forbidden, internal) is an in-band JSON-RPC
+    // error, HTTP 200, as rmcp answers them.
+    reply(id, result, ServerResult::GetTaskResult)
+}
+
+/// A JSON-RPC message as the HTTP answer rmcp would give it: 200, one JSON body.
+fn answer(message: &ServerJsonRpcMessage) -> Response {
+    match serde_json::to_vec(message) {
         Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response(),
         Err(e) => super::rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -158,6 +178,134 @@ pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) ->
             &format!("cannot serialize the answer: {e}"),
         ),
     }
+}
+
+fn reply<T>(id: RequestId, result: Result<T, ErrorData>, wrap: fn(T) -> ServerResult) -> Response {
+    let message: ServerJsonRpcMessage = match result {
+        Ok(result) => JsonRpcMessage::Response(JsonRpcResponse {
+            jsonrpc: JsonRpcVersion2_0,
+            id,
+            result: wrap(result),
+        }),
+        Err(error) => JsonRpcMessage::Error(JsonRpcError::new(Some(id), error)),
+    };
+    answer(&message)
+}
+
+/// A `tools/call` as the protocol shapes it, with nothing that would make it more than "start
+/// this tool's Run": no `inputResponses`, no `requestState`, no other field.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallEnvelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: CallParams<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+    #[serde(rename = "_meta")]
+    meta: Map<String, Value>,
+}
+
+/// A `tools/call` this path may answer, if its tool turns out to run as a task.
+pub(super) struct FastCall {
+    id: RequestId,
+    name: String,
+    arguments: Map<String, Value>,
+    meta: Map<String, Value>,
+}
+
+/// The `tools/call` in `body`, if it has the shape this path answers; `None` sends it on to the
+/// general path.
+pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall> {
+    if only(headers, &METHOD_HEADER) != Some(METHOD_CALL_TOOL) {
+        return None;
+    }
+    let call: CallEnvelope = serde_json::from_slice(body).ok()?;
+    let id = request_id(call.id)?;
+    let meta = call.params.meta;
+    // rmcp reads the capabilities as this type; a value it would refuse is left to it.
+    let caps = meta.get(META_CLIENT_CAPABILITIES)?;
+    let typed = ClientCapabilities::deserialize(caps).ok()?;
+    let declares_tasks = typed
+        .extensions
+        .as_ref()
+        .is_some_and(|e| e.contains_key(TASKS_EXTENSION));
+    let ok = call.jsonrpc == "2.0"
+        && call.method == METHOD_CALL_TOOL
+        && meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) == Some(PROTOCOL_VERSION)
+        && declares_tasks
+        && !is_builtin(&call.params.name)
+        && standard_headers(headers, &call.params.name);
+    ok.then(|| FastCall {
+        id,
+        name: call.params.name.into_owned(),
+        arguments: call.params.arguments.unwrap_or_default(),
+        meta,
+    })
+}
+
+/// Start the Run of an eligible `tools/call` and answer with its task, or `None` (before
+/// anything is written) when the call is for rmcp: an unknown tool, one that asks for
+/// arguments first or would block, `Mcp-Param-*` headers that disagree, a caller who may not
+/// create Runs — each of which rmcp answers with the protocol's error.
+pub(super) async fn call_tool(
+    state: &Arc<McpState>,
+    tenant: &Tenant,
+    headers: &HeaderMap,
+    call: FastCall,
+) -> Option<Response> {
+    let FastCall {
+        id,
+        name,
+        arguments,
+        meta,
+    } = call;
+    let wf = state.workflows.tool(&tenant.namespace, &name).await?;
+    if !wf.spec.elicit.is_empty() {
+        return None;
+    }
+    if let Some(schema) = &wf.spec.tool.input_schema
+        && super::check_param_headers(schema, &arguments, headers).is_err()
+    {
+        return None;
+    }
+    let caps = meta.get(META_CLIENT_CAPABILITIES)?;
+    if answer_mode(&wf, caps) != Ok(true) {
+        return None;
+    }
+    if !allowed(state, tenant, Verb::Create, Resource::Runs)
+        .await
+        .ok()?
+    {
+        return None;
+    }
+    let delivery = Delivery::default();
+    let guard = Guard::new(delivery.clone(), state.clone());
+    let mcp = RunwayMcp::new(state.clone());
+    let started = mcp
+        .start(
+            tenant,
+            &wf,
+            arguments,
+            meta.get(META_IDEMPOTENCY_KEY),
+            Some(&delivery),
+            true,
+        )
+        .await
+        .map(|run| CreateTaskResult::new(task::task(&run, Some(&wf.spec))));
+    Some(reply(id, started, ServerResult::CreateTaskResult).map(|body| guard.watch(body)))
 }
 
 #[cfg(test)]
@@ -285,5 +433,89 @@ mod tests {
         let mut more = body();
         more["params"]["_meta"]["progressToken"] = json!(1);
         assert!(eligible(&headers(STANDARD), &more).is_some());
+    }
+
+    fn call_body() -> Value {
+        json!({"jsonrpc": "2.0", "id": "c-1", "method": "tools/call", "params": {
+        "name": "deploy",
+        "arguments": {"env": "prod"},
+        "_meta": {
+            META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+            META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}},
+            "dev.runway/idempotencyKey": "k",
+        }}})
+    }
+
+    fn call_headers(name: &str) -> HeaderMap {
+        let mut h: Vec<(&str, &str)> = STANDARD
+            .iter()
+            .filter(|(k, _)| !matches!(*k, "mcp-method" | "mcp-name"))
+            .copied()
+            .collect();
+        h.extend([("mcp-method", "tools/call"), ("mcp-name", name)]);
+        headers(&h)
+    }
+
+    fn call_eligible(h: &HeaderMap, body: &Value) -> bool {
+        eligible_call(h, &serde_json::to_vec(body).unwrap()).is_some()
+    }
+
+    #[test]
+    fn a_plain_call_that_declares_tasks_may_start_here() {
+        let call = eligible_call(
+            &call_headers("deploy"),
+            &serde_json::to_vec(&call_body()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(call.id, RequestId::String("c-1".into()));
+        assert_eq!(call.name, "deploy");
+        assert_eq!(call.arguments["env"], "prod");
+        assert_eq!(call.meta["dev.runway/idempotencyKey"], "k");
+        let mut no_args = call_body();
+        no_args["params"]
+            .as_object_mut()
+            .unwrap()
+            .remove("arguments");
+        assert!(call_eligible(&call_headers("deploy"), &no_args));
+    }
+
+    #[test]
+    fn calls_that_are_more_than_a_start_are_left_to_rmcp() {
+        let body_changes: &[(&str, Value)] = &[
+            ("/params/requestState", json!("opaque")),
+            ("/params/inputResponses", json!({})),
+            ("/params/task", json!({})),
+            ("/params/arguments", json!([1])),
+            ("/params/name", json!(7)),
+            ("/method", json!("tools/list")),
+            (
+                "/params/_meta/io.modelcontextprotocol~1clientCapabilities",
+                json!({}),
+            ),
+            (
+                "/params/_meta/io.modelcontextprotocol~1protocolVersion",
+                json!("2025-11-25"),
+            ),
+        ];
+        for (path, value) in body_changes {
+            let mut b = call_body();
+            let (parent, field) = path.rsplit_once('/').unwrap();
+            b.pointer_mut(parent).unwrap()[field.replace("~1", "/")] = value.clone();
+            assert!(
+                !call_eligible(&call_headers("deploy"), &b),
+                "{path}: {value}"
+            );
+        }
+        // Runway's own tools, a name the header does not repeat, or repeats in Base64.
+        let mut own = call_body();
+        own["params"]["name"] = json!("runway_list_runs");
+        assert!(!call_eligible(&call_headers("runway_list_runs"), &own));
+        assert!(!call_eligible(&call_headers("other"), &call_body()));
+        assert!(!call_eligible(
+            &call_headers("=?base64?ZGVwbG95?="),
+            &call_body()
+        ));
+        let get = headers(STANDARD);
+        assert!(!call_eligible(&get, &call_body()));
     }
 }

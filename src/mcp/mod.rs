@@ -35,7 +35,7 @@ use tower::ServiceExt;
 use crate::auth::{AuthError, Authenticator, Authorizer, Identity};
 use crate::protocol::{
     HEADER_NAME, HEADER_PARAM_PREFIX, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
-    METHOD_GET_TASK, METHOD_LISTEN, TASKS_EXTENSION, codes,
+    METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, TASKS_EXTENSION, codes,
 };
 use crate::store::events::EventLog;
 use crate::store::{RunStore, WorkflowSource};
@@ -420,7 +420,11 @@ fn decode_header_value(v: &str) -> Result<String, String> {
 }
 
 /// Arguments marked `x-mcp-header` must be mirrored, exactly, in `Mcp-Param-<name>` headers.
-fn check_param_headers(schema: &Value, args: &Value, headers: &HeaderMap) -> Result<(), String> {
+fn check_param_headers(
+    schema: &Value,
+    args: &serde_json::Map<String, Value>,
+    headers: &HeaderMap,
+) -> Result<(), String> {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return Ok(());
     };
@@ -496,19 +500,31 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         Ok(b) => b,
         Err(refused) => return refused,
     };
-    if let Some(get) = fast::eligible(&parts.headers, &bytes)
-        && let Some(namespace) = path_ns.clone().or_else(|| identity.namespace.clone())
-    {
-        let tenant = Tenant {
+    // Without a namespace the general path gives the error (after the ones that come first).
+    let tenant = path_ns
+        .or_else(|| identity.namespace.clone())
+        .map(|namespace| Tenant {
             namespace,
             identity,
-        };
-        let resp = fast::get_task(&state, &tenant, get).await;
-        state
-            .config
-            .metrics
-            .request(METHOD_GET_TASK, resp.status().as_u16());
-        return resp;
+        });
+    if let Some(tenant) = &tenant {
+        if let Some(get) = fast::eligible(&parts.headers, &bytes) {
+            let resp = fast::get_task(&state, tenant, get).await;
+            state
+                .config
+                .metrics
+                .request(METHOD_GET_TASK, resp.status().as_u16());
+            return resp;
+        }
+        if let Some(call) = fast::eligible_call(&parts.headers, &bytes)
+            && let Some(resp) = fast::call_tool(&state, tenant, &parts.headers, call).await
+        {
+            state
+                .config
+                .metrics
+                .request(METHOD_CALL_TOOL, resp.status().as_u16());
+            return resp;
+        }
     }
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
@@ -532,7 +548,7 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             .rmcp(Request::from_parts(parts, Body::from(bytes)))
             .await;
     }
-    let Some(namespace) = path_ns.or_else(|| identity.namespace.clone()) else {
+    let Some(tenant) = tenant else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -540,11 +556,7 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
         );
     };
-    let tenant = Tenant {
-        namespace,
-        identity,
-    };
-    if method == "tools/call"
+    if method == METHOD_CALL_TOOL
         && let Err(why) = tool_param_headers(&state, &tenant, params, &parts.headers).await
     {
         return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
@@ -552,7 +564,7 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
         listen::serve(state, tenant, &parts.headers, msg).await
-    } else if method == "tools/call" {
+    } else if method == METHOD_CALL_TOOL {
         // Dropped with this future (the client went away) or with an unread body: either way
         // the Run the call created was never handed over.
         let delivery = delivery::Delivery::default();
@@ -714,9 +726,11 @@ async fn tool_param_headers(
     let Some(schema) = wf.spec.tool.input_schema.as_ref() else {
         return Ok(());
     };
+    // Arguments that are not an object are refused by rmcp, after this check.
+    let none = serde_json::Map::new();
     let args = params
         .and_then(|p| p.get("arguments"))
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    check_param_headers(schema, &args, headers)
+        .and_then(Value::as_object)
+        .unwrap_or(&none);
+    check_param_headers(schema, args, headers)
 }

@@ -36,33 +36,31 @@ pub(super) fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
         .unwrap_or_else(|| json!({}))
 }
 
-pub(super) fn declares_tasks(ctx: &RequestContext<RoleServer>) -> bool {
-    raw_caps(ctx)
-        .get("extensions")
+pub(super) fn declares_tasks(caps: &Value) -> bool {
+    caps.get("extensions")
         .and_then(|e| e.get(TASKS_EXTENSION))
         .is_some()
 }
 
 /// Whether the client can show forms: `elicitation: {form: {}}`, or an empty `elicitation: {}`
 /// (which means form mode alone). A client that declares only `url` mode cannot.
-pub(super) fn declares_forms(ctx: &RequestContext<RoleServer>) -> bool {
-    match raw_caps(ctx).get("elicitation") {
+pub(super) fn declares_forms(caps: &Value) -> bool {
+    match caps.get("elicitation") {
         Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
         _ => false,
     }
 }
 
 /// Whether the client can send a person to a URL (`elicitation: {url: {}}`).
-pub(super) fn declares_urls(ctx: &RequestContext<RoleServer>) -> bool {
-    raw_caps(ctx)
-        .get("elicitation")
+pub(super) fn declares_urls(caps: &Value) -> bool {
+    caps.get("elicitation")
         .and_then(|e| e.get("url"))
         .is_some_and(|v| !v.is_null())
 }
 
 /// Whether the client lets the server ask its model (`sampling: {}`).
-pub(super) fn declares_sampling(ctx: &RequestContext<RoleServer>) -> bool {
-    raw_caps(ctx).get("sampling").is_some_and(Value::is_object)
+pub(super) fn declares_sampling(caps: &Value) -> bool {
+    caps.get("sampling").is_some_and(Value::is_object)
 }
 
 /// Whether `wf` asks the caller's model anywhere.
@@ -161,9 +159,9 @@ pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<
 /// Whether a call of `wf` is answered with a task (else it blocks): the client must declare
 /// what the Workflow requires, the Tasks extension for task-only tools, and form elicitation
 /// (or tasks) for tools that ask questions.
-fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, ErrorData> {
+pub(super) fn answer_mode(wf: &Workflow, caps: &Value) -> Result<bool, ErrorData> {
     if let Some(req) = &wf.spec.execution.required_client_capabilities
-        && let Some(missing) = missing_caps(req, &raw_caps(ctx))
+        && let Some(missing) = missing_caps(req, caps)
     {
         let names = missing
             .as_object()
@@ -172,10 +170,10 @@ fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, 
         return Err(missing_capability(&names, missing));
     }
     // Only the caller's own model can answer a `sample` step, whichever way the call runs.
-    if has_sample_steps(wf) && !declares_sampling(ctx) {
+    if has_sample_steps(wf) && !declares_sampling(caps) {
         return Err(missing_capability("sampling", json!({"sampling": {}})));
     }
-    let tasks = declares_tasks(ctx);
+    let tasks = declares_tasks(caps);
     let mode = wf.spec.execution.mode;
     if mode == ExecutionMode::Task && !tasks {
         return Err(missing_capability(
@@ -184,7 +182,7 @@ fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, 
         ));
     }
     let as_task = tasks && mode != ExecutionMode::Sync;
-    if !as_task && has_input_steps(wf) && !declares_forms(ctx) {
+    if !as_task && has_input_steps(wf) && !declares_forms(caps) {
         let caps = if mode == ExecutionMode::Sync {
             json!({"elicitation": {"form": {}}})
         } else {
@@ -199,8 +197,8 @@ fn answer_mode(wf: &Workflow, ctx: &RequestContext<RoleServer>) -> Result<bool, 
 }
 
 /// The call's `_meta` idempotency key, which must be a string when present.
-fn idempotency_key(ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
-    match ctx.meta.get(META_IDEMPOTENCY_KEY) {
+fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, ErrorData> {
+    match meta {
         None => Ok(None),
         Some(Value::String(k)) => Ok(Some(k.clone())),
         Some(_) => Err(invalid(format!(
@@ -269,7 +267,7 @@ impl RunwayMcp {
                 .is_some_and(|props| props.keys().any(|p| !args.contains_key(p)))
         });
         let Some(q) = open else { return Ok(Ok(args)) };
-        if !declares_forms(ctx) {
+        if !declares_forms(&raw_caps(ctx)) {
             return Err(missing_capability(
                 "form elicitation",
                 json!({"elicitation": {"form": {}}}),
@@ -364,6 +362,33 @@ impl RunwayMcp {
         }
     }
 
+    /// The end of every `tools/call` that starts a Run, on either path: check the arguments
+    /// and the idempotency key, create the Run (or find the one the key names), and hand it to
+    /// the request's `delivery` watch when nothing else will tell the client about it.
+    pub(super) async fn start(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        args: Map<String, Value>,
+        idem: Option<&Value>,
+        delivery: Option<&Delivery>,
+        as_task: bool,
+    ) -> Result<Run, ErrorData> {
+        validate_args(wf, &args)?;
+        let idem = idempotency_key(idem)?;
+        let run = self.create_run(t, wf, args, idem.as_deref()).await?;
+        let name = run.metadata.name.as_deref().unwrap_or_default();
+        // Until the answer naming it is delivered, the Run belongs to this request (a retry
+        // with the same idempotency key finds it, so only calls without one give it up).
+        if idem.is_none()
+            && let Some(delivery) = delivery
+        {
+            delivery.announce(t, name);
+        }
+        tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
+        Ok(run)
+    }
+
     /// Hold a blocking call until its Run finishes, or needs input the client can give.
     pub(super) async fn await_run(
         &self,
@@ -373,10 +398,11 @@ impl RunwayMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let mut changes = self.state.events.subscribe(&t.namespace, name);
         let progress = ctx.meta.get_progress_token();
+        let caps = raw_caps(ctx);
         let (forms, urls, sampling) = (
-            declares_forms(ctx),
-            declares_urls(ctx),
-            declares_sampling(ctx),
+            declares_forms(&caps),
+            declares_urls(&caps),
+            declares_sampling(&caps),
         );
         let mut sent: Option<(f64, String)> = None;
         let mut run = self.stored_run(t, name).await?;
@@ -482,7 +508,7 @@ impl RunwayMcp {
             .tool(&t, &request.name)
             .await
             .ok_or_else(|| invalid(format!("unknown tool: {}", request.name)))?;
-        let as_task = answer_mode(&wf, &ctx)?;
+        let as_task = answer_mode(&wf, &raw_caps(&ctx))?;
         let mut args = request.arguments.clone().unwrap_or_default();
         if let Some(Resume::Args { tool, args: saved }) = resume {
             if tool != wf.tool_name() {
@@ -498,24 +524,16 @@ impl RunwayMcp {
             Ok(args) => args,
             Err(answer) => return Ok(answer),
         };
-        validate_args(&wf, &args)?;
-        let idem = idempotency_key(&ctx)?;
-        let run = self.create_run(&t, &wf, args, idem.as_deref()).await?;
-        let name = run.metadata.name.clone().unwrap_or_default();
-        // Until the answer naming it is delivered, the Run belongs to this request (a retry
-        // with the same idempotency key finds it, so only calls without one give it up).
-        if idem.is_none()
-            && let Some(delivery) = ctx
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|p| p.extensions.get::<Delivery>())
-        {
-            delivery.announce(&t, &name);
-        }
-        tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
+        let delivery = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Delivery>());
+        let idem = ctx.meta.get(META_IDEMPOTENCY_KEY);
+        let run = self.start(&t, &wf, args, idem, delivery, as_task).await?;
         if as_task {
             return Ok(CreateTaskResult::new(task::task(&run, Some(&wf.spec))).into());
         }
+        let name = run.metadata.name.clone().unwrap_or_default();
         self.await_run(&t, &name, &ctx).await
     }
 }

@@ -30,6 +30,8 @@ pub const HEADER_PARAM_PREFIX: &str = "mcp-param-";
 pub const METHOD_ELICITATION: &str = "elicitation/create";
 /// The input request asking the client's model.
 pub const METHOD_SAMPLING: &str = "sampling/createMessage";
+/// The method that calls a tool (and so starts a Run).
+pub const METHOD_CALL_TOOL: &str = "tools/call";
 /// The polling method: one task's state.
 pub const METHOD_GET_TASK: &str = "tasks/get";
 /// The streaming method: follow tasks.
