@@ -132,7 +132,7 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
         .unwrap();
     assert_eq!(all.len(), 6, "no Run lost or duplicated");
     for r in all {
-        let st = r.status.unwrap();
+        let st = r.status.as_ref().unwrap();
         assert_eq!(st.steps.len(), 1);
         assert_eq!(st.steps[0].attempt, 1);
     }

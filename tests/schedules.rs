@@ -122,6 +122,7 @@ async fn a_schedule_starts_runs_on_its_times_and_keeps_its_history() {
         .await
         .unwrap()
         .into_iter()
+        .map(|r| (*r).clone())
         .filter(|r| of_schedule(r, "every-second") && r.phase() == RunPhase::Succeeded)
         .collect();
     assert!(left.len() <= 2, "{} succeeded runs kept", left.len());
@@ -199,6 +200,7 @@ async fn after_a_restart_a_schedule_goes_on_from_its_runs_without_starting_one_t
         .await
         .unwrap()
         .into_iter()
+        .map(|r| (*r).clone())
         .filter(|r| of_schedule(r, "every-second"))
         .collect();
     let times: BTreeSet<String> = all.iter().map(scheduled_for).collect();

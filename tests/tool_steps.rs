@@ -149,6 +149,7 @@ async fn b_runs(b: &Mcp, workflow: &str) -> Vec<Run> {
         .await
         .unwrap()
         .into_iter()
+        .map(|r| (*r).clone())
         .filter(|r| r.spec.workflow_ref.name == workflow)
         .collect()
 }

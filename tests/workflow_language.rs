@@ -391,6 +391,7 @@ async fn children_nest_eight_deep_at_most() {
         .unwrap();
     let nested: Vec<&Run> = all
         .iter()
+        .map(|r| &**r)
         .filter(|r| r.spec.workflow_ref.name == "nest")
         .collect();
     assert_eq!(nested.len(), 9, "the top Run and eight children");
@@ -518,6 +519,7 @@ async fn a_restart_while_a_child_runs_finds_the_same_child() {
         .await
         .unwrap()
         .into_iter()
+        .map(|r| (*r).clone())
         .filter(|r| r.spec.workflow_ref.name == "ship")
         .collect();
     assert_eq!(

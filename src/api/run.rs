@@ -459,7 +459,7 @@ impl Run {
     pub fn workflow_snapshot(&self) -> Option<WorkflowSpec> {
         self.status
             .as_ref()
-            .and_then(|s| s.workflow.clone())
-            .and_then(|w| serde_json::from_value(w).ok())
+            .and_then(|s| s.workflow.as_ref())
+            .and_then(|w| WorkflowSpec::deserialize(w).ok())
     }
 }

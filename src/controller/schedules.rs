@@ -114,6 +114,7 @@ impl Scheduler {
                     let key = (ns.clone(), name.clone(), spec.name.clone());
                     let mine: Vec<&Run> = runs
                         .iter()
+                        .map(|r| &**r)
                         .filter(|r| {
                             r.metadata
                                 .labels

@@ -4,6 +4,8 @@
 //! Runs exist and which have finished, never on which have started, so every replica deciding
 //! from its own cache reaches the same one (a stale cache can only hold a Run back longer).
 
+use std::borrow::Borrow;
+
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -57,10 +59,10 @@ pub fn group(spec: &WorkflowSpec, run: &Run) -> Option<String> {
 /// (no limit, started already, finished, or a slot is free). A queued Run that is cancelled or
 /// reaches its deadline ends here, never started: no step, no `finally`, no slot taken. `peers`
 /// are the Runs of the same Workflow and namespace (`run` itself may be among them).
-pub fn hold(
+pub fn hold<P: Borrow<Run>>(
     run: &Run,
     live: Option<&WorkflowSpec>,
-    peers: &[Run],
+    peers: &[P],
     now: Timestamp,
 ) -> Option<Decision> {
     let spec = live?;
@@ -95,6 +97,7 @@ pub fn hold(
     let me = place(run);
     let ahead = peers
         .iter()
+        .map(Borrow::borrow)
         .filter(|p| {
             p.metadata.name != run.metadata.name
                 && p.metadata.namespace == run.metadata.namespace

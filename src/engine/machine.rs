@@ -2,6 +2,7 @@
 //! advance, begin and continue steps, input, failure), chained until something must wait.
 
 use jiff::{SignedDuration, Timestamp};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::cancel::CLEANUP_TIMEOUT;
@@ -186,7 +187,7 @@ impl Machine<'_> {
         self.st
             .workflow
             .as_ref()
-            .and_then(|w| serde_json::from_value(w.clone()).ok())
+            .and_then(|w| WorkflowSpec::deserialize(w).ok())
     }
 
     pub(super) fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {

@@ -162,23 +162,32 @@ fn parse<T: for<'de> Deserialize<'de>>(
 }
 
 /// Where a page starts: after the Run created at `created` named `name` (newest first).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Position {
-    created: String,
+    created: jiff::Timestamp,
     name: String,
+}
+
+/// A Run's place in the list, borrowed: newest first means the greatest of these first.
+fn place(run: &Run) -> (jiff::Timestamp, &str) {
+    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    (
+        created.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        run.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 impl Position {
     fn of(run: &Run) -> Self {
+        let (created, name) = place(run);
         Self {
-            created: run
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default(),
-            name: run.metadata.name.clone().unwrap_or_default(),
+            created,
+            name: name.to_owned(),
         }
+    }
+
+    fn place(&self) -> (jiff::Timestamp, &str) {
+        (self.created, &self.name)
     }
 
     fn encode(&self) -> String {
@@ -191,12 +200,11 @@ impl Position {
             .ok()?;
         let text = String::from_utf8(bytes).ok()?;
         let (created, name) = text.split_once('\n')?;
-        (created.parse::<jiff::Timestamp>().is_ok() && crate::api::is_dns_subdomain(name)).then(
-            || Self {
-                created: created.into(),
-                name: name.into(),
-            },
-        )
+        let created = created.parse::<jiff::Timestamp>().ok()?;
+        crate::api::is_dns_subdomain(name).then(|| Self {
+            created,
+            name: name.into(),
+        })
     }
 }
 
@@ -280,15 +288,17 @@ impl RunwayMcp {
             .await
             .map_err(internal)?;
         let me = &t.identity.principal;
-        let mut page: Vec<(Position, Value)> = runs
+        // Filter and order on borrowed fields; only the page's Runs are summarized.
+        let mut found: Vec<(&Run, Vec<String>)> = runs
             .iter()
+            .map(|r| &**r)
             .filter(|r| {
                 a.workflow
                     .as_ref()
                     .is_none_or(|w| &r.spec.workflow_ref.name == w)
             })
             .filter(|r| a.phase.is_none_or(|p| r.phase() == p))
-            .filter(|r| after.as_ref().is_none_or(|p| Position::of(r) < *p))
+            .filter(|r| after.as_ref().is_none_or(|p| place(r) < p.place()))
             .filter_map(|r| {
                 let mine = is_owner(r, me);
                 let for_anyone = sees_all || mine || lax;
@@ -299,18 +309,24 @@ impl RunwayMcp {
                     || super::access::answered(r, me);
                 let wanted =
                     (!a.requested_by_me || mine) && (!a.waiting_for_me || !waiting.is_empty());
-                (visible && wanted).then(|| (Position::of(r), summary(r, &waiting)))
+                (visible && wanted).then_some((r, waiting))
             })
             .collect();
-        page.sort_by(|x, y| y.0.cmp(&x.0));
-        let more = page.len() > limit;
-        page.truncate(limit);
-        let next = more.then(|| page.last().map(|(p, _)| p.encode())).flatten();
+        let more = found.len() > limit;
+        if more {
+            found.select_nth_unstable_by(limit - 1, |x, y| place(y.0).cmp(&place(x.0)));
+            found.truncate(limit);
+        }
+        found.sort_by(|x, y| place(y.0).cmp(&place(x.0)));
+        let next = more
+            .then(|| found.last().map(|(r, _)| Position::of(r).encode()))
+            .flatten();
+        let page: Vec<Value> = found.iter().map(|(r, w)| summary(r, w)).collect();
         let text = if page.is_empty() {
             "no runs".to_owned()
         } else {
             page.iter()
-                .map(|(_, s)| {
+                .map(|s| {
                     format!(
                         "{} {} {}",
                         s["taskId"].as_str().unwrap_or_default(),
@@ -321,7 +337,7 @@ impl RunwayMcp {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        let mut value = json!({"runs": page.into_iter().map(|(_, s)| s).collect::<Vec<_>>()});
+        let mut value = json!({ "runs": page });
         if let Some(n) = next {
             value["nextCursor"] = json!(n);
         }
@@ -457,7 +473,7 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_refuse_anything_else() {
         let p = Position {
-            created: "2026-12-01T10:00:00Z".into(),
+            created: "2026-12-01T10:00:00Z".parse().unwrap(),
             name: "deploy-abc".into(),
         };
         assert_eq!(Position::decode(&p.encode()), Some(p));

@@ -203,7 +203,7 @@ mod tests {
             panic!("no change")
         };
         assert_eq!(changed.metadata.name.as_deref(), Some("lost"));
-        let cancel = changed.spec.cancel.unwrap();
+        let cancel = changed.spec.cancel.clone().unwrap();
         assert_eq!(
             cancel.reason.as_deref(),
             Some(reasons::MCP_REQUEST_CANCELLED)

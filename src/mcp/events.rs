@@ -59,17 +59,17 @@ impl RunEvents {
             self.resync(&*store).await;
             let mut watch = store.watch(Some(rv));
             while let Some(Ok(ev)) = watch.next().await {
-                let (run, change) = match ev {
-                    WatchEvent::Applied(r) => (r.clone(), Change::Updated(Box::new(r))),
-                    WatchEvent::Deleted(r) => (r, Change::Deleted),
-                };
-                let Some(key) = Key::of(&run.metadata) else {
+                let Some(key) = Key::of(&ev.run().metadata) else {
                     continue;
                 };
                 let mut subs = self.subs.lock().expect("subs lock");
-                if let Some(tx) = subs.get(&key)
-                    && tx.send(change).is_err()
-                {
+                // Copied only for a Run someone waits on.
+                let Some(tx) = subs.get(&key) else { continue };
+                let change = match ev {
+                    WatchEvent::Applied(r) => Change::Updated(Box::new((*r).clone())),
+                    WatchEvent::Deleted(_) => Change::Deleted,
+                };
+                if tx.send(change).is_err() {
                     subs.remove(&key);
                 }
             }

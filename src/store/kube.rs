@@ -235,26 +235,30 @@ impl RunStore for KubeStore {
         &self,
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<Run>, StoreError> {
-        let mut all: BTreeMap<Key, Run> = BTreeMap::new();
-        for r in self.runs.state() {
-            all.insert(key_of(&r)?, (*r).clone());
+    ) -> Result<Vec<Arc<Run>>, StoreError> {
+        let wanted = |r: &Run| {
+            namespace.is_none_or(|n| r.metadata.namespace.as_deref() == Some(n))
+                && labels_match(r.metadata.labels.as_ref(), labels)
+        };
+        let mut all: HashMap<Key, Arc<Run>> = HashMap::new();
+        for r in self.runs.state().into_iter().filter(|r| wanted(r)) {
+            all.insert(key_of(&r)?, r);
         }
         // Own writes the reflector has not caught up with yet (newer resourceVersion wins).
         for r in self.own_writes() {
             let k = key_of(&r)?;
-            let newer = all
-                .get(&k)
-                .is_none_or(|c| rv_num(c).zip(rv_num(&r)).is_some_and(|(a, b)| b > a));
+            let cached = self.runs.get(&ObjectRef::new(&k.name).within(&k.namespace));
+            let newer =
+                cached.is_none_or(|c| rv_num(&c).zip(rv_num(&r)).is_some_and(|(a, b)| b > a));
             if newer {
-                all.insert(k, r);
+                // The write may have changed the labels: it replaces the cached version either way.
+                all.remove(&k);
+                if wanted(&r) {
+                    all.insert(k, Arc::new(r));
+                }
             }
         }
-        let mut out: Vec<Run> = all
-            .into_values()
-            .filter(|r| namespace.is_none_or(|n| r.metadata.namespace.as_deref() == Some(n)))
-            .filter(|r| labels_match(r.metadata.labels.as_ref(), labels))
-            .collect();
+        let mut out: Vec<Arc<Run>> = all.into_values().collect();
         out.sort_by(|a, b| {
             (&a.metadata.namespace, &a.metadata.name)
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
@@ -371,14 +375,14 @@ impl RunStore for KubeStore {
                                     KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
                                         rv = r.metadata.resource_version.clone().unwrap_or(rv);
                                         remember_newer(&recent, &r);
-                                        WatchEvent::Applied(r)
+                                        WatchEvent::Applied(Arc::new(r))
                                     }
                                     KubeWatchEvent::Deleted(r) => {
                                         rv = r.metadata.resource_version.clone().unwrap_or(rv);
                                         if let Some(k) = Key::of(&r.metadata) {
                                             recent.lock().expect("own lock").remove(&k);
                                         }
-                                        WatchEvent::Deleted(r)
+                                        WatchEvent::Deleted(Arc::new(r))
                                     }
                                     KubeWatchEvent::Bookmark(b) => {
                                         rv = b.metadata.resource_version;

@@ -37,13 +37,13 @@ pub enum StoreError {
     Backend(String),
 }
 
-/// A change seen by a watch.
+/// A change seen by a watch. The Run is shared: every watcher of the store gets the same one.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// Created or modified.
-    Applied(Run),
+    Applied(std::sync::Arc<Run>),
     /// Deleted (the last state).
-    Deleted(Run),
+    Deleted(std::sync::Arc<Run>),
 }
 
 impl WatchEvent {
@@ -71,12 +71,14 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Option<std::sync::Arc<Run>>, StoreError> {
         Ok(self.get(namespace, name).await?.map(std::sync::Arc::new))
     }
-    /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`.
+    /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`,
+    /// ordered by namespace and name. Shared, not copied: a namespace may hold a hundred
+    /// thousand Runs, and listers read a few fields of each.
     async fn list(
         &self,
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<Run>, StoreError>;
+    ) -> Result<Vec<std::sync::Arc<Run>>, StoreError>;
     /// How many Runs are in each phase (for metrics), without copying them.
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError>;
     /// Replace metadata labels/annotations and spec, conditional on `metadata.resourceVersion`.

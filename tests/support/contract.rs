@@ -48,9 +48,9 @@ pub async fn create_get_list<S: RunStore>(store: &S) {
     assert!(store.get("a", "missing").await.unwrap().is_none());
     assert!(store.get("c", "r1").await.unwrap().is_none());
 
-    let names = |v: Vec<Run>| {
+    let names = |v: Vec<std::sync::Arc<Run>>| {
         v.into_iter()
-            .map(|r| r.metadata.name.unwrap())
+            .map(|r| r.metadata.name.clone().unwrap())
             .collect::<Vec<_>>()
     };
     assert_eq!(
