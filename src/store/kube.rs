@@ -258,12 +258,7 @@ impl RunStore for KubeStore {
                 }
             }
         }
-        let mut out: Vec<Arc<Run>> = all.into_values().collect();
-        out.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        Ok(out)
+        Ok(all.into_values().collect())
     }
 
     async fn update(&self, run: Run) -> Result<Run, StoreError> {

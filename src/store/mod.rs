@@ -71,9 +71,9 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Option<std::sync::Arc<Run>>, StoreError> {
         Ok(self.get(namespace, name).await?.map(std::sync::Arc::new))
     }
-    /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`,
-    /// ordered by namespace and name. Shared, not copied: a namespace may hold a hundred
-    /// thousand Runs, and listers read a few fields of each.
+    /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`, in
+    /// no particular order. Shared, not copied: a namespace may hold a hundred thousand Runs,
+    /// listers read a few fields of each, and those that need an order sort what they kept.
     async fn list(
         &self,
         namespace: Option<&str>,

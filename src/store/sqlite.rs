@@ -327,17 +327,12 @@ impl RunStore for SqliteStore {
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<Arc<Run>>, StoreError> {
         let cache = self.inner.cache.read().expect("cache lock");
-        let mut out: Vec<Arc<Run>> = cache
+        Ok(cache
             .iter()
             .filter(|(k, _)| namespace.is_none_or(|n| n == k.namespace))
             .filter(|(_, r)| labels_match(r.metadata.labels.as_ref(), labels))
             .map(|(_, r)| Arc::clone(r))
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        Ok(out)
+            .collect())
     }
 
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {

@@ -49,9 +49,12 @@ pub async fn create_get_list<S: RunStore>(store: &S) {
     assert!(store.get("c", "r1").await.unwrap().is_none());
 
     let names = |v: Vec<std::sync::Arc<Run>>| {
-        v.into_iter()
+        let mut names: Vec<String> = v
+            .into_iter()
             .map(|r| r.metadata.name.clone().unwrap())
-            .collect::<Vec<_>>()
+            .collect();
+        names.sort();
+        names
     };
     assert_eq!(
         names(store.list(Some("a"), &BTreeMap::new()).await.unwrap()),
