@@ -396,6 +396,27 @@ pub fn get_op(task: &str) -> Op {
     })
 }
 
+/// `tools/call` of a tool answered at once with `structuredContent`, checked for `n` entries
+/// under `field`.
+pub fn listing_op(rpc: Rpc, field: &'static str, n: usize) -> Op {
+    Arc::new(move |mut c: Conn| {
+        let rpc = rpc.clone();
+        Box::pin(async move {
+            let res = match c.send(&rpc).await {
+                Ok(b) => {
+                    let v: Value = serde_json::from_slice(&b).unwrap_or_default();
+                    match v["result"]["structuredContent"][field].as_array() {
+                        Some(items) if items.len() == n => Ok(0),
+                        _ => Err(format!("unexpected answer: {v}")),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            (c, res)
+        })
+    })
+}
+
 /// A plain POST of a fixed request, for the HTTP baseline (any 200 answer counts).
 pub fn post_op(rpc: Rpc) -> Op {
     Arc::new(move |mut c: Conn| {

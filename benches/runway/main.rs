@@ -68,6 +68,10 @@ const POLL: Duration = Duration::from_millis(5);
 const RECOVERY_RUNS: usize = 1_000;
 /// Their delay: long enough that all are parked before the crash.
 const RECOVERY_PARK_MS: u64 = 4_000;
+/// Runway's list tool, and the page it is asked for next to the memory scenario's Runs (the
+/// console's first page).
+const LIST_TOOL: &str = "runway_list_runs";
+const LIST_PAGE: u64 = 20;
 /// Finished and active Runs in the memory scenario.
 const MEMORY_FINISHED: usize = 10_000;
 const MEMORY_ACTIVE: usize = 1_000;
@@ -271,6 +275,8 @@ struct Memory {
     /// (rss − idle) / Runs.
     bytes_per_run: f64,
     db_mib: f64,
+    /// `runway_list_runs` for a page of the newest, one client, with every Run above stored.
+    list: Stats,
 }
 
 async fn bench(plan: Plan) {
@@ -771,6 +777,9 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
     await_all(addr, &active, 16, parked).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss, peak) = p.memory();
+    let page = load::call(LIST_TOOL, json!({"limit": LIST_PAGE}));
+    let op = load::listing_op(page, "runs", LIST_PAGE as usize);
+    let list = closed_loop(addr, 1, plan.warmup, plan.measure, op).await;
     p.kill();
     let db: u64 = ["runs.db", "runs.db-wal"]
         .iter()
@@ -787,6 +796,7 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
         peak_rss_mib: mib(peak),
         bytes_per_run: rss.saturating_sub(idle) as f64 / runs,
         db_mib: mib(db),
+        list,
     }
 }
 
@@ -935,6 +945,14 @@ impl Report {
                 m.bytes_per_run / 1024.0,
                 m.db_mib
             ),
+        );
+        row(
+            "runway_list_runs, newest 20",
+            "1".into(),
+            format!("{}/s", rate(m.list.per_sec)),
+            ms(m.list.p50_ms),
+            ms(m.list.p99_ms),
+            format!("{} Runs stored", m.finished + m.active),
         );
         let mut t = String::new();
         t.push_str("| Scenario | Clients | Runway | p50 ms | p99 ms | Baseline ratio |\n");
