@@ -40,21 +40,21 @@ static PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static(HEADER_PROT
 static METHOD_HEADER: HeaderName = HeaderName::from_static(HEADER_METHOD);
 static NAME_HEADER: HeaderName = HeaderName::from_static(HEADER_NAME);
 
-/// A `tasks/get` exactly as the protocol shapes it: these fields and no others (serde refuses
-/// unknown and repeated ones), which is what makes it safe to answer without rmcp.
+/// A JSON-RPC request with exactly these fields (serde refuses unknown and repeated ones), its
+/// `params` as shaped by the method: what makes it safe to answer without rmcp.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct GetEnvelope<'a> {
+struct Envelope<'a, P> {
     #[serde(borrow)]
     jsonrpc: Cow<'a, str>,
     #[serde(borrow)]
     id: &'a RawValue,
     #[serde(borrow)]
     method: Cow<'a, str>,
-    #[serde(borrow)]
-    params: GetParams<'a>,
+    params: P,
 }
 
+/// The params of a `tasks/get` exactly as the protocol shapes them.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GetParams<'a> {
@@ -85,7 +85,7 @@ pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
     if only(headers, &METHOD_HEADER) != Some(METHOD_GET_TASK) {
         return None;
     }
-    let get: GetEnvelope = serde_json::from_slice(body).ok()?;
+    let get: Envelope<GetParams> = serde_json::from_slice(body).ok()?;
     let id = request_id(get.id)?;
     let task_id = get.params.task_id;
     let meta = get.params.meta;
@@ -192,21 +192,8 @@ fn reply<T>(id: RequestId, result: Result<T, ErrorData>, wrap: fn(T) -> ServerRe
     answer(&message)
 }
 
-/// A `tools/call` as the protocol shapes it, with nothing that would make it more than "start
-/// this tool's Run": no `inputResponses`, no `requestState`, no other field.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CallEnvelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    #[serde(borrow)]
-    id: &'a RawValue,
-    #[serde(borrow)]
-    method: Cow<'a, str>,
-    #[serde(borrow)]
-    params: CallParams<'a>,
-}
-
+/// The params of a `tools/call` as the protocol shapes them, with nothing that would make it
+/// more than "start this tool's Run": no `inputResponses`, no `requestState`, no other field.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CallParams<'a> {
@@ -232,7 +219,7 @@ pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall
     if only(headers, &METHOD_HEADER) != Some(METHOD_CALL_TOOL) {
         return None;
     }
-    let call: CallEnvelope = serde_json::from_slice(body).ok()?;
+    let call: Envelope<CallParams> = serde_json::from_slice(body).ok()?;
     let id = request_id(call.id)?;
     let meta = call.params.meta;
     // rmcp reads the capabilities as this type; a value it would refuse is left to it.
