@@ -60,11 +60,19 @@ impl Access {
 
 /// Whether an open input request of `run` names `me` among its approvers.
 pub(super) fn awaits_answer_from(run: &Run, me: &crate::api::Principal) -> bool {
+    let Some(open) = run
+        .status
+        .as_ref()
+        .map(|s| &s.input_requests)
+        .filter(|open| !open.is_empty())
+    else {
+        return false;
+    };
+    // Every read of a task asks this: the snapshot is only worth decoding when questions wait.
     let Some(snapshot) = run.workflow_snapshot() else {
         return false;
     };
-    let open = run.status.as_ref().map(|s| &s.input_requests);
-    open.into_iter().flatten().any(|(_, req)| {
+    open.iter().any(|(_, req)| {
         snapshot
             .input_request(&req.step, &req.name)
             .is_some_and(|spec| {
