@@ -111,9 +111,7 @@ fn access(opts: &Options) -> Result<Access, StartError> {
             if !opts.listen.ip().is_loopback() {
                 return Err(StartError::NoAuthNotLoopback(opts.listen));
             }
-            let a = Arc::new(NoAuth {
-                namespace: namespace.clone(),
-            });
+            let a = Arc::new(NoAuth::new(namespace.clone()));
             (a.clone(), a, StaticSecrets::default())
         }
         AuthMode::File(path) => {

@@ -107,7 +107,7 @@ async fn token_and_access_reviews_are_sent_and_cached() {
     auth.allowed(&scoped, Verb::Get, Resource::Runs, "team-a")
         .await
         .unwrap();
-    let mut unscoped = scoped.clone();
+    let mut unscoped = (*scoped).clone();
     unscoped.extra.clear();
     auth.allowed(&unscoped, Verb::Get, Resource::Runs, "team-a")
         .await

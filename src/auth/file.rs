@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -39,6 +40,9 @@ pub(crate) struct AuthFile {
     /// Secrets by `namespace/name` (or `name` for every namespace): key → value.
     #[serde(default)]
     pub secrets: BTreeMap<String, BTreeMap<String, String>>,
+    /// The identity of each entry of `tokens`, built once by `parse`.
+    #[serde(skip)]
+    identities: Vec<Arc<Identity>>,
 }
 
 /// A token and who it is.
@@ -99,7 +103,7 @@ impl AuthFile {
 
     /// Parse and check the text of a file called `name` (for messages).
     pub fn parse(text: &str, name: &str) -> Result<Self, FileError> {
-        let file: AuthFile = serde_saphyr::from_str(text)
+        let mut file: AuthFile = serde_saphyr::from_str(text)
             .map_err(|e| FileError::Parse(name.to_owned(), e.to_string()))?;
         let bad = |m: String| FileError::Parse(name.to_owned(), m);
         for t in &file.tokens {
@@ -129,6 +133,21 @@ impl AuthFile {
                 return Err(bad(format!("rules[{i}]: names no users and no groups")));
             }
         }
+        file.identities = file
+            .tokens
+            .iter()
+            .map(|entry| {
+                Arc::new(Identity {
+                    principal: Principal {
+                        username: entry.user.clone(),
+                        uid: entry.uid.clone(),
+                        groups: entry.groups.clone(),
+                    },
+                    namespace: entry.namespace.clone(),
+                    extra: Default::default(),
+                })
+            })
+            .collect();
         Ok(file)
     }
 }
@@ -139,23 +158,15 @@ fn matches(list: &[String], value: &str) -> bool {
 
 #[async_trait]
 impl Authenticator for AuthFile {
-    async fn authenticate(&self, token: Option<&str>) -> Result<Identity, AuthError> {
+    async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
-        let entry = self
+        let at = self
             .tokens
             .iter()
-            .find(|t| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
+            .position(|t| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
             .ok_or_else(|| AuthError::Unauthenticated("unknown bearer token".into()))?;
-        Ok(Identity {
-            principal: Principal {
-                username: entry.user.clone(),
-                uid: entry.uid.clone(),
-                groups: entry.groups.clone(),
-            },
-            namespace: entry.namespace.clone(),
-            extra: Default::default(),
-        })
+        Ok(Arc::clone(&self.identities[at]))
     }
 }
 
@@ -219,7 +230,7 @@ mod tests {
     }
 
     fn file() -> AuthFile {
-        serde_saphyr::from_str(
+        AuthFile::parse(
             r#"
 tokens:
   - { token: a, user: alice, groups: [dev], namespace: team-a }
@@ -228,6 +239,7 @@ rules:
   - { users: [alice], namespaces: [team-a], resources: [runs], verbs: [get, create] }
   - { groups: [ops], namespaces: ["*"], resources: ["*"], verbs: ["*"] }
 "#,
+            "f",
         )
         .unwrap()
     }

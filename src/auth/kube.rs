@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -114,7 +114,7 @@ pub fn service_account_namespace(username: &str) -> Option<&str> {
 pub struct KubeAuth {
     client: Client,
     audiences: Vec<String>,
-    tokens: Cache<[u8; 32], Option<Identity>>,
+    tokens: Cache<[u8; 32], Option<Arc<Identity>>>,
     decisions: Cache<[u8; 32], bool>,
     metrics: Metrics,
 }
@@ -134,7 +134,7 @@ impl KubeAuth {
 
 #[async_trait]
 impl Authenticator for KubeAuth {
-    async fn authenticate(&self, token: Option<&str>) -> Result<Identity, AuthError> {
+    async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -169,7 +169,7 @@ impl Authenticator for KubeAuth {
                     {
                         let username = user.username.unwrap_or_default();
                         let namespace = service_account_namespace(&username).map(str::to_owned);
-                        Some(Identity {
+                        Some(Arc::new(Identity {
                             principal: Principal {
                                 username,
                                 uid: user.uid,
@@ -177,7 +177,7 @@ impl Authenticator for KubeAuth {
                             },
                             namespace,
                             extra: user.extra.unwrap_or_default().into_iter().collect(),
-                        })
+                        }))
                     }
                     _ => None,
                 };

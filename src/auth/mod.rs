@@ -6,6 +6,8 @@
 pub mod file;
 pub mod kube;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::api::Principal;
@@ -83,8 +85,9 @@ pub enum AuthError {
 /// Bearer token → identity.
 #[async_trait]
 pub trait Authenticator: Send + Sync + 'static {
-    /// Authenticate a request's bearer token (`None` when the header is missing).
-    async fn authenticate(&self, token: Option<&str>) -> Result<Identity, AuthError>;
+    /// Authenticate a request's bearer token (`None` when the header is missing). Shared: a
+    /// known caller's identity is built once, not per request.
+    async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError>;
 }
 
 /// Access decisions.
@@ -105,22 +108,30 @@ pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// `--no-auth`: everyone is `anonymous` in the configured namespace, and may do anything.
 pub(crate) struct NoAuth {
-    /// Namespace of `POST /mcp`.
-    pub namespace: String,
+    anonymous: Arc<Identity>,
+}
+
+impl NoAuth {
+    /// Everyone is `anonymous` in `namespace`.
+    pub fn new(namespace: String) -> Self {
+        Self {
+            anonymous: Arc::new(Identity {
+                principal: Principal {
+                    username: ANONYMOUS.into(),
+                    uid: None,
+                    groups: vec![],
+                },
+                namespace: Some(namespace),
+                extra: Default::default(),
+            }),
+        }
+    }
 }
 
 #[async_trait]
 impl Authenticator for NoAuth {
-    async fn authenticate(&self, _token: Option<&str>) -> Result<Identity, AuthError> {
-        Ok(Identity {
-            principal: Principal {
-                username: ANONYMOUS.into(),
-                uid: None,
-                groups: vec![],
-            },
-            namespace: Some(self.namespace.clone()),
-            extra: Default::default(),
-        })
+    async fn authenticate(&self, _token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
+        Ok(Arc::clone(&self.anonymous))
     }
 }
 

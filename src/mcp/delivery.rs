@@ -159,9 +159,7 @@ mod tests {
     async fn an_answer_that_never_left_gives_up_its_run_and_one_handed_over_keeps_it() {
         let dir = scratch();
         let store = Arc::new(SqliteStore::open(&dir.join("runs.db")).unwrap());
-        let auth = Arc::new(NoAuth {
-            namespace: "default".into(),
-        });
+        let auth = Arc::new(NoAuth::new("default".into()));
         let state = McpState::new(
             store.clone(),
             Arc::new(ManifestWorkflows::load(&dir, Capabilities { jobs: false })),
@@ -174,7 +172,7 @@ mod tests {
         .unwrap();
         let tenant = Tenant {
             namespace: "default".into(),
-            identity: Identity {
+            identity: Arc::new(Identity {
                 principal: Principal {
                     username: "alice".into(),
                     uid: None,
@@ -182,7 +180,7 @@ mod tests {
                 },
                 namespace: None,
                 extra: BTreeMap::new(),
-            },
+            }),
         };
         store.create(run("kept")).await.unwrap();
         store.create(run("lost")).await.unwrap();

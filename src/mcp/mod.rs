@@ -222,7 +222,7 @@ pub struct Tenant {
     /// Namespace.
     pub namespace: String,
     /// Caller.
-    pub identity: Identity,
+    pub identity: Arc<Identity>,
 }
 
 impl Config {
@@ -603,7 +603,7 @@ async fn caller(
     state: &McpState,
     headers: &HeaderMap,
     path: &str,
-) -> Result<(Option<String>, Identity), Response> {
+) -> Result<(Option<String>, Arc<Identity>), Response> {
     if !host_and_origin_allowed(headers, &state.hosts, &state.origins) {
         return Err(rpc_error(
             StatusCode::FORBIDDEN,
