@@ -898,9 +898,18 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
     let waiting = task_id(&alice.call("signoff", json!({})).await);
     s.wait(&waiting, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
+    let working = task_id(&alice.call("nap", json!({})).await);
+    let failed = task_id(&alice.call("proto-error", json!({})).await);
+    alice.await_status(&failed, "failed").await;
+    let cancelled = task_id(&alice.call("nap", json!({})).await);
+    alice.cancel(&cancelled).await;
+    alice.await_status(&cancelled, "cancelled").await;
     let cases = [
         (&alice, done.as_str(), "completed"),
         (&alice, waiting.as_str(), "input_required"),
+        (&alice, working.as_str(), "working"),
+        (&alice, failed.as_str(), "failed"),
+        (&alice, cancelled.as_str(), "cancelled"),
         // Read through the approver rule, with the questions that wait for her.
         (&paula, waiting.as_str(), "input_required"),
         // The owner rule's "no" and a missing task are the same answer.
