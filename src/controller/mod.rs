@@ -373,6 +373,14 @@ impl Controller {
     ) -> Option<()> {
         let spec = live.filter(|s| s.execution.concurrency.is_some())?;
         let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
+        // In line before the peers are read: a peer that ends after the read must find this Run
+        // to wake, or a Run queued behind it would wait for nothing.
+        self.queued
+            .lock()
+            .expect("queued lock")
+            .entry(group)
+            .or_default()
+            .insert(k.clone());
         let peers = match self.store.list(Some(&k.namespace), &BTreeMap::new()).await {
             Ok(p) => p,
             Err(e) => {
@@ -385,20 +393,13 @@ impl Controller {
             self.forget_queued(run, k);
             return None;
         };
-        // Ended in the queue (cancelled, or past its deadline), or still waiting.
+        // Ended in the queue (cancelled, or past its deadline); otherwise it stays in line.
         if decision
             .status
             .as_ref()
             .is_some_and(|s| s.phase.is_terminal())
         {
             self.forget_queued(run, k);
-        } else {
-            self.queued
-                .lock()
-                .expect("queued lock")
-                .entry(group)
-                .or_default()
-                .insert(k.clone());
         }
         if let Some(status) = decision.status {
             match self.write(run, status, &decision.events).await {
