@@ -393,7 +393,7 @@ async fn settle(addr: SocketAddr) {
 }
 
 /// The storage limit, measured next to the Runway scenarios that write (commit latency on a
-/// shared virtual disk swings by orders of magnitude with other I/O on the machine).
+/// shared virtual disk moves several-fold with other I/O on the machine).
 async fn storage_limit(work: &Path, plan: Plan) -> baselines::Storage {
     let dir = work.to_owned();
     let measure = plan.storage;
@@ -413,8 +413,8 @@ struct Compared {
 /// Runway, the HTTP limit and the rmcp peer run side by side (an idle server costs nothing),
 /// and each scenario is measured on each of them back to back, so a change in what else the
 /// machine is doing moves both sides of a ratio. The storage limit is sampled before the first
-/// and after the last scenario that writes (commit latency on a shared virtual disk swings by
-/// orders of magnitude with other I/O).
+/// and after the last scenario that writes (commit latency on a shared virtual disk moves
+/// several-fold with other I/O).
 async fn compare(work: &Path, plan: Plan) -> Compared {
     let (mut rw, dir) = start_runway(work, "runway").await;
     let (rw_task, body) = one_run(rw.addr, "trivial", json!({})).await;
