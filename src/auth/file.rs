@@ -161,12 +161,14 @@ impl Authenticator for AuthFile {
     async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
-        let at = self
-            .tokens
+        // Zipped, not indexed: a file whose identities were not built denies every token
+        // instead of panicking.
+        self.tokens
             .iter()
-            .position(|t| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
-            .ok_or_else(|| AuthError::Unauthenticated("unknown bearer token".into()))?;
-        Ok(Arc::clone(&self.identities[at]))
+            .zip(&self.identities)
+            .find(|(t, _)| constant_time_eq(t.token.as_bytes(), token.as_bytes()))
+            .map(|(_, identity)| Arc::clone(identity))
+            .ok_or_else(|| AuthError::Unauthenticated("unknown bearer token".into()))
     }
 }
 
