@@ -1,5 +1,6 @@
 //! Concurrency limits on the embedded store, over MCP: Runs past a Workflow's limit wait in
-//! phase `Queued` and start in request order as others finish, per key, across a restart.
+//! phase `Queued` and start in request order as others finish or the limit rises, per key,
+//! across a restart.
 
 mod support;
 
@@ -128,6 +129,26 @@ async fn runs_past_the_limit_queue_and_start_in_request_order() {
     go(&alice, &second).await;
     mcp.wait(&second, "second done", |r| r.phase() == RunPhase::Succeeded)
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_limit_starts_queued_runs_though_no_run_ends() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let first = holding_prod(&mcp, &alice).await;
+    let second = deploy(&alice, "prod").await;
+    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    // From here no Run of the group ends, so no end wakes the queued one: it starts because it
+    // is looked at again while it waits.
+    let raised = WORKFLOWS
+        .replace("limit: 1, key", "limit: 2, key")
+        .replace("namespace: NS", "namespace: team-a");
+    std::fs::write(mcp.dir.path().join("workflows/wf.yaml"), raised).unwrap();
+    mcp.wait(&second, "second starts under the raised limit", |r| {
+        r.phase() == RunPhase::Waiting
+    })
+    .await;
+    assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,11 @@ use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
 /// endpoint: it orders Runs created within the same second, which `creationTimestamp` cannot.
 pub const REQUESTED_AT: &str = "runway.dev/requested-at";
 
+/// How often a queued Run is looked at again. A peer's end wakes the Runs behind it at once;
+/// this bounds how long one stays held back when that wake-up met a cache that had not caught up
+/// with the end yet (the verdict is then "wait", and no later event of the group may come).
+pub const RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+
 /// Where a Run stands in its group's line: when it was created, then requested, then its name.
 fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
     let created = run
@@ -120,8 +125,10 @@ pub fn hold<P: Borrow<Run>>(
         observed_generation: run.metadata.generation,
         ..status.clone()
     };
-    // Woken by a peer finishing (the controller watches for that), or by the deadline.
-    let next = Next::WaitUntil(deadline);
+    // Woken by a peer finishing (the controller watches for that), by the deadline, or by the
+    // recheck.
+    let recheck = now + RECHECK;
+    let next = Next::WaitUntil(Some(deadline.map_or(recheck, |d| d.min(recheck))));
     Some(Decision {
         status: (queued != status).then_some(queued),
         events: Vec::new(),
@@ -224,7 +231,7 @@ mod tests {
             st.status_message.as_deref(),
             Some("queued behind 2 run(s): at most 2 at once")
         );
-        assert_eq!(c.next, Next::WaitUntil(None));
+        assert_eq!(c.next, Next::WaitUntil(Some(now() + RECHECK)));
         // Finished Runs free their slot; c is now second in line.
         let mut peers = peers;
         peers[0] = with_phase(run("a", 1, "x"), RunPhase::Succeeded);
@@ -279,13 +286,14 @@ mod tests {
         let peers = vec![first.clone(), run("b", 2, "x")];
         // Started already (its status has the snapshot): the limit is not its concern.
         assert!(hold(&first, Some(&s), &peers, now()).is_none());
-        // Queued until its deadline (created + 60 s), which wakes it and ends it, unstarted.
+        // Queued until its deadline (created + 60 s), which wakes it and ends it, unstarted;
+        // looked at again every RECHECK meanwhile, and at the deadline itself when it is nearer.
         let created = Timestamp::from_second(1_800_000_002).unwrap();
         let waiting = hold(&peers[1], Some(&s), &peers, created).unwrap();
-        assert_eq!(
-            waiting.next,
-            Next::WaitUntil(Some(created + jiff::SignedDuration::from_secs(60)))
-        );
+        assert_eq!(waiting.next, Next::WaitUntil(Some(created + RECHECK)));
+        let deadline = created + jiff::SignedDuration::from_secs(60);
+        let near = hold(&peers[1], Some(&s), &peers, deadline - RECHECK / 2).unwrap();
+        assert_eq!(near.next, Next::WaitUntil(Some(deadline)));
         let mut queued = peers[1].clone();
         queued.status = waiting.status;
         let expired = hold(&queued, Some(&s), &peers, now())
