@@ -116,6 +116,31 @@ impl KubeStore {
     }
 }
 
+/// Drop the remembered version of a Run if `stale` says so of what is remembered *now*. A reader
+/// decides to forget after looking, and between its look and the forget a watch event or a
+/// write's answer may have remembered a newer version; removing that one unchecked sent reads
+/// back to a cache that had not seen it (a concurrency verdict made on such a read held a queued
+/// Run behind a peer that had already finished).
+fn forget_if(recent: &Recent, key: Key, stale: impl FnOnce(&Instant, &Run) -> bool) {
+    let mut recent = recent.lock().expect("own lock");
+    if recent.get(&key).is_some_and(|(at, r)| stale(at, r)) {
+        recent.remove(&key);
+    }
+}
+
+/// The cache holds version `cached` of the Run: forget a remembered version no newer than that.
+fn forget_caught_up(recent: &Recent, key: Key, cached: u64) {
+    forget_if(recent, key, |_, r| {
+        rv_num(r).is_none_or(|now| now <= cached)
+    });
+}
+
+/// Neither the cache nor the API server has the Run: forget a remembered version only if it had
+/// expired (one remembered since the read looked is a create the cache has not seen yet).
+fn forget_expired(recent: &Recent, key: Key) {
+    forget_if(recent, key, |at, _| at.elapsed() >= OWN_WRITES_TTL);
+}
+
 type Recent = Arc<Mutex<HashMap<Key, (Instant, Run)>>>;
 
 /// Keep `run` as the newest known version of its object unless a newer one is known already.
@@ -185,7 +210,8 @@ impl RunStore for KubeStore {
             (Some(c), None) => Ok(Some(c)),
             (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
                 (Some(a), Some(b)) if a >= b => {
-                    self.forget(namespace, name);
+                    // The cache has caught up with what was remembered when this read looked.
+                    forget_caught_up(&self.own, Key::new(namespace, name), a);
                     Ok(Some(c))
                 }
                 (Some(_), Some(_)) => Ok(Some(Arc::new(o))),
@@ -202,7 +228,7 @@ impl RunStore for KubeStore {
             (None, None) => {
                 let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
                 if got.is_none() {
-                    self.forget(namespace, name);
+                    forget_expired(&self.own, Key::new(namespace, name));
                 }
                 Ok(got.map(Arc::new))
             }
@@ -530,5 +556,60 @@ impl SecretSource for KubeSecrets {
             .ok_or(StoreError::NotFound)?;
         String::from_utf8(bytes.0)
             .map_err(|_| StoreError::Invalid(format!("secret {name}/{key} is not UTF-8")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{RunSpec, WorkflowRef};
+
+    fn version(rv: u64) -> Run {
+        let mut r = Run::new(
+            "r",
+            RunSpec {
+                workflow_ref: WorkflowRef { name: "w".into() },
+                arguments: None,
+                requested_by: None,
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.resource_version = Some(rv.to_string());
+        r
+    }
+
+    fn remembered(recent: &Recent) -> Option<u64> {
+        let recent = recent.lock().unwrap();
+        recent
+            .get(&Key::new("ns", "r"))
+            .and_then(|(_, r)| rv_num(r))
+    }
+
+    #[test]
+    fn a_reader_forgets_only_what_the_cache_has_caught_up_with() {
+        let recent = Recent::default();
+        remember_newer(&recent, &version(717));
+        // A reader saw 717 remembered and 717 cached; before it forgets, the watch delivers 718.
+        remember_newer(&recent, &version(718));
+        forget_caught_up(&recent, Key::new("ns", "r"), 717);
+        assert_eq!(remembered(&recent), Some(718), "the newer version stays");
+        // Once the cache holds 718 it is forgotten.
+        forget_caught_up(&recent, Key::new("ns", "r"), 718);
+        assert_eq!(remembered(&recent), None);
+        // An older version never replaces a newer one.
+        remember_newer(&recent, &version(720));
+        remember_newer(&recent, &version(719));
+        assert_eq!(remembered(&recent), Some(720));
+    }
+
+    #[test]
+    fn a_missing_run_forgets_only_an_expired_entry() {
+        let recent = Recent::default();
+        // Created and remembered after the read that found nothing asked the API server.
+        remember_newer(&recent, &version(5));
+        forget_expired(&recent, Key::new("ns", "r"));
+        assert_eq!(remembered(&recent), Some(5));
     }
 }
