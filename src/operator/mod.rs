@@ -61,6 +61,10 @@ pub struct Options {
 
 /// How long the controller's in-flight work may take to finish once told to stop.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How soon a Workflow held back by another one's tool name is validated again. The event that
+/// should free it (the other one changing or going) may reach this controller before the
+/// Workflow cache it decides from, and a verdict made on that cache would otherwise stand.
+const NEIGHBOUR_RECHECK: Duration = Duration::from_secs(5);
 
 /// Key of the state keys within their Secret (the chart's `stateKey.key` default).
 pub(crate) const STATE_KEY_FIELD: &str = "state-key";
@@ -263,6 +267,9 @@ async fn reconcile_workflow(
         )
         .await?;
         tracing::info!(namespace = ?wf.namespace(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
+    }
+    if status.conditions[0].reason == reasons::DUPLICATE_TOOL {
+        return Ok(ControllerAction::requeue(NEIGHBOUR_RECHECK));
     }
     Ok(ControllerAction::await_change())
 }
