@@ -80,6 +80,14 @@ async fn holding_prod(mcp: &Mcp, alice: &Client) -> String {
     first
 }
 
+/// A prod deploy holding the slot and a second one queued behind it.
+async fn prod_line(mcp: &Mcp, alice: &Client) -> (String, String) {
+    let first = holding_prod(mcp, alice).await;
+    let second = deploy(alice, "prod").await;
+    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    (first, second)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_past_the_limit_queue_and_start_in_request_order() {
     let mcp = server().await;
@@ -135,9 +143,7 @@ async fn runs_past_the_limit_queue_and_start_in_request_order() {
 async fn a_raised_limit_starts_queued_runs_though_no_run_ends() {
     let mcp = server().await;
     let alice = mcp.client("alice-token");
-    let first = holding_prod(&mcp, &alice).await;
-    let second = deploy(&alice, "prod").await;
-    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    let (first, second) = prod_line(&mcp, &alice).await;
     // From here no Run of the group ends, so no end wakes the queued one: it starts because it
     // is looked at again while it waits.
     let raised = WORKFLOWS
@@ -155,9 +161,7 @@ async fn a_raised_limit_starts_queued_runs_though_no_run_ends() {
 async fn a_queue_survives_a_restart() {
     let mcp = server().await;
     let alice = mcp.client("alice-token");
-    let first = holding_prod(&mcp, &alice).await;
-    let second = deploy(&alice, "prod").await;
-    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    let (first, second) = prod_line(&mcp, &alice).await;
     let dir = mcp.stop().await;
 
     let mcp = Mcp::start_in(dir).await;
