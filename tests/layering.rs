@@ -197,3 +197,216 @@ fn the_checks_see_a_wrong_import() {
     );
     assert_eq!(found["store"], 2);
 }
+
+/// Every production file of `src/` with its module path (`mcp/era2025/held.rs` is
+/// `["mcp", "era2025", "held"]`; a `mod.rs` is its folder), unit tests cut off.
+fn module_files() -> Vec<(Vec<String>, PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    sources(&root, &mut files);
+    let mut out = vec![];
+    for path in files {
+        let rel = path.strip_prefix(&root).unwrap();
+        let is_test_file = rel.components().any(|c| c.as_os_str() == "tests")
+            || rel.file_name().is_some_and(|f| f == "tests.rs");
+        if is_test_file {
+            continue;
+        }
+        let mut module: Vec<String> = rel
+            .components()
+            .map(|c| {
+                c.as_os_str()
+                    .to_str()
+                    .unwrap()
+                    .trim_end_matches(".rs")
+                    .to_owned()
+            })
+            .collect();
+        if module
+            .last()
+            .is_some_and(|m| m == "mod" || m == "lib" || m == "main")
+        {
+            module.pop();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = match text.find("#[cfg(test)]") {
+            Some(i) => text[..i].to_owned(),
+            None => text,
+        };
+        out.push((module, Path::new("src").join(rel), text));
+    }
+    out
+}
+
+/// The module paths a text names through `crate::`, `super::` and `self::`, resolved from
+/// the module `at` (grouped imports `use super::{a, b}` name each member).
+fn named_paths(at: &[String], text: &str) -> BTreeSet<Vec<String>> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or_default();
+        for (prefix, base) in [
+            ("crate::", vec![]),
+            ("super::", at[..at.len().saturating_sub(1)].to_vec()),
+            ("self::", at.to_vec()),
+        ] {
+            let mut rest = code;
+            while let Some(i) = rest.find(prefix) {
+                let before = rest[..i].chars().last();
+                rest = &rest[i + prefix.len()..];
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let mut base = base.clone();
+                // `super::super::x`
+                let mut tail = rest;
+                while let Some(t) = tail.strip_prefix("super::") {
+                    base.pop();
+                    tail = t;
+                }
+                loop {
+                    if let Some(group) = tail.strip_prefix('{') {
+                        let mut depth = 0;
+                        let mut start = true;
+                        for (j, c) in group.char_indices() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => break,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => start = true,
+                                c if start && !c.is_whitespace() => {
+                                    start = false;
+                                    let name = ident(&group[j..]);
+                                    if !name.is_empty() && name != "self" {
+                                        let mut p = base.clone();
+                                        p.push(name);
+                                        found.insert(p);
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                        break;
+                    }
+                    let name = ident(tail);
+                    if name.is_empty() {
+                        break;
+                    }
+                    tail = &tail[name.len()..];
+                    base.push(name);
+                    match tail.strip_prefix("::") {
+                        Some(t) => tail = t,
+                        None => {
+                            found.insert(base.clone());
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Import loops between the members of each folder (a member is a file or a sub-folder).
+fn folder_loops(files: &[(Vec<String>, PathBuf, String)]) -> Vec<String> {
+    // folder → member → members it names
+    let mut graph: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (module, _, text) in files {
+        for named in named_paths(module, text) {
+            // Each folder that holds both the file and the named module, below the folder
+            // face itself (a face declares and re-exports; it is no member).
+            for depth in 0..module.len() {
+                let folder = &module[..depth];
+                if named.len() <= depth || named[..depth] != *folder {
+                    break;
+                }
+                let (from, to) = (&module[depth], &named[depth]);
+                if from != to {
+                    graph
+                        .entry(folder.to_vec())
+                        .or_default()
+                        .entry(from.clone())
+                        .or_default()
+                        .insert(to.clone());
+                }
+            }
+        }
+    }
+    let mut loops = vec![];
+    for (folder, edges) in &graph {
+        if folder.is_empty() {
+            // The top level has its own graph (ALLOWED above).
+            continue;
+        }
+        for start in edges.keys() {
+            // Depth-first from `start`: a path back to it is a loop.
+            let mut stack = vec![(start.clone(), vec![start.clone()])];
+            let mut seen = BTreeSet::new();
+            while let Some((at, path)) = stack.pop() {
+                for next in edges.get(&at).into_iter().flatten() {
+                    if next == start {
+                        let mut l = path.clone();
+                        l.push(next.clone());
+                        loops.push(format!("{}: {}", folder.join("/"), l.join(" -> ")));
+                    } else if seen.insert(next.clone()) {
+                        let mut p = path.clone();
+                        p.push(next.clone());
+                        stack.push((next.clone(), p));
+                    }
+                }
+            }
+        }
+    }
+    loops.sort();
+    loops.dedup();
+    loops
+}
+
+/// Folders whose members may still import each other in a loop, each with what remains.
+const LOOPS_LEFT: &[&str] = &[
+    // `Machine` has impl blocks in the files it imports helpers back from.
+    "engine",
+];
+
+#[test]
+fn no_folder_has_an_import_loop() {
+    let loops: Vec<String> = folder_loops(&module_files())
+        .into_iter()
+        .filter(|l| !LOOPS_LEFT.iter().any(|f| l.starts_with(&format!("{f}:"))))
+        .collect();
+    assert!(
+        loops.is_empty(),
+        "import loops inside a folder:\n{}",
+        loops.join("\n")
+    );
+}
+
+#[test]
+fn the_loop_check_sees_a_loop() {
+    let file = |m: &[&str], text: &str| {
+        (
+            m.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            PathBuf::new(),
+            text.to_owned(),
+        )
+    };
+    let files = vec![
+        file(&["mcp", "a"], "use super::{b, c::X};\n"),
+        file(&["mcp", "b"], "use crate::mcp::a::Y;\n"),
+        file(&["mcp", "c"], "use super::super::api::Run;\n"),
+    ];
+    assert_eq!(
+        folder_loops(&files),
+        ["mcp: a -> b -> a", "mcp: b -> a -> b"]
+    );
+    let fixed = vec![
+        files[0].clone(),
+        file(&["mcp", "b"], "use crate::api::Run;\n"),
+    ];
+    assert!(folder_loops(&fixed).is_empty());
+}

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use rmcp::model::ErrorData;
 
-use super::handler::{err, internal};
-use super::{McpState, TaskAccess, Tenant};
+use super::config::TaskAccess;
+use super::errors::internal;
+use super::state::{McpState, Tenant};
 use crate::api::Run;
 use crate::auth::{Resource, Verb};
 use crate::engine::input::{is_named_approver, may_answer};
-use crate::protocol::codes;
 
 pub(super) async fn allowed(
     state: &McpState,
@@ -22,20 +22,6 @@ pub(super) async fn allowed(
         .allowed(&t.identity, verb, resource, &t.namespace)
         .await
         .map_err(internal)
-}
-
-pub(super) fn forbidden(t: &Tenant, verb: Verb, resource: Resource) -> ErrorData {
-    err(
-        codes::FORBIDDEN,
-        format!(
-            "forbidden: {} may not {} {} in namespace {}",
-            t.identity.principal.username,
-            verb.as_str(),
-            resource.as_str(),
-            t.namespace
-        ),
-        None,
-    )
 }
 
 /// What a caller wants to do with a task; each needs its RBAC verb and the owner rule.

@@ -7,9 +7,10 @@ use jiff::Timestamp;
 use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 
-use super::Tenant;
 use super::access::{acts_for_anyone, may_answer_question};
-use super::handler::{RunwayMcp, err, internal, unknown_task};
+use super::errors::{err, internal, unknown_task};
+use super::handler::RunwayMcp;
+use super::state::Tenant;
 use crate::api::{InputAction, InputResponse, Run};
 use crate::engine::budget;
 use crate::engine::input::answer_schema_error;

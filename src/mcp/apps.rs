@@ -3,33 +3,14 @@
 //! document; the console's code drives it through the host's bridge. Clients without the
 //! extension see plain tools and text results.
 
-use rmcp::RoleServer;
 use rmcp::model::{MetaObject, ReadResourceResult, Resource, ResourceContents, Tool};
-use rmcp::service::RequestContext;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::console;
-use super::tools::raw_caps;
-use crate::protocol::{META_UI, UI_EXTENSION, UI_MIME_TYPE};
+use crate::protocol::{META_UI, UI_MIME_TYPE};
 
 /// The run view's resource.
 pub(crate) const VIEW_URI: &str = "ui://runway/run";
-
-/// Whether the client declared MCP Apps for HTML views.
-pub(super) fn declares_ui(ctx: &RequestContext<RoleServer>) -> bool {
-    let caps = raw_caps(ctx);
-    let Some(ui) = caps
-        .get("extensions")
-        .and_then(|e| e.get(UI_EXTENSION))
-        .filter(|u| u.is_object())
-    else {
-        return false;
-    };
-    match ui.get("mimeTypes").and_then(Value::as_array) {
-        Some(types) => types.iter().any(|t| t.as_str() == Some(UI_MIME_TYPE)),
-        None => true,
-    }
-}
 
 /// `tool` showing its results in the run view; app tools are hidden from the model.
 pub(super) fn with_view(mut tool: Tool, app_only: bool) -> Tool {

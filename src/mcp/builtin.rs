@@ -10,12 +10,12 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData, Too
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::access::{
-    Access, acts_for_anyone, allowed, awaiting_keys, forbidden, is_owner, task_run,
-};
-use super::handler::{RunwayMcp, internal, invalid, unknown_task};
+use super::access::{Access, acts_for_anyone, allowed, awaiting_keys, is_owner, task_run};
+use super::config::TaskAccess;
+use super::errors::{forbidden, internal, invalid, unknown_task};
+use super::handler::RunwayMcp;
+use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
-use super::{McpState, Tenant};
 use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{BUILTIN_TOOL_PREFIX, METHOD_ELICITATION};
@@ -163,13 +163,13 @@ fn parse<T: for<'de> Deserialize<'de>>(
 
 /// Where a page starts: after the Run created at `created` named `name` (newest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Position {
+pub(super) struct Position {
     created: jiff::Timestamp,
     name: String,
 }
 
 /// A Run's place in the list, borrowed: newest first means the greatest of these first.
-fn place(run: &Run) -> (jiff::Timestamp, &str) {
+pub(super) fn place(run: &Run) -> (jiff::Timestamp, &str) {
     let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
     (
         created.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
@@ -178,7 +178,7 @@ fn place(run: &Run) -> (jiff::Timestamp, &str) {
 }
 
 impl Position {
-    fn of(run: &Run) -> Self {
+    pub(super) fn of(run: &Run) -> Self {
         let (created, name) = place(run);
         Self {
             created,
@@ -186,15 +186,15 @@ impl Position {
         }
     }
 
-    fn place(&self) -> (jiff::Timestamp, &str) {
+    pub(super) fn place(&self) -> (jiff::Timestamp, &str) {
         (self.created, &self.name)
     }
 
-    fn encode(&self) -> String {
+    pub(super) fn encode(&self) -> String {
         data_encoding::BASE64URL_NOPAD.encode(format!("{}\n{}", self.created, self.name).as_bytes())
     }
 
-    fn decode(cursor: &str) -> Option<Self> {
+    pub(super) fn decode(cursor: &str) -> Option<Self> {
         let bytes = data_encoding::BASE64URL_NOPAD
             .decode(cursor.as_bytes())
             .ok()?;
@@ -278,7 +278,7 @@ impl RunwayMcp {
             Some(None) => return Err(invalid("invalid cursor")),
         };
         let sees_all = allowed(&self.state, t, Verb::List, Resource::Runs).await?;
-        let lax = self.state.config.task_access == super::TaskAccess::Namespace;
+        let lax = self.state.config.task_access == TaskAccess::Namespace;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
         // By the Run's Workflow, not its label: Runs created with kubectl may carry none.
         let runs = self

@@ -10,7 +10,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::json;
 
-use super::{McpState, caller};
+use super::caller::caller;
+use super::state::McpState;
 use crate::auth::{Resource, Verb};
 
 const SCRIPT: &str = include_str!("../../ui/runway.js");

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 
 use super::handler::RunwayMcp;
-use super::{McpState, Tenant};
+use super::state::{McpState, Tenant};
 use crate::api::reasons;
 
 /// The Run a `tools/call` created, announced by the handler, watched by the gate.
@@ -166,7 +166,7 @@ mod tests {
             auth.clone(),
             auth,
             Arc::new(crate::controller::history::MemoryEvents::default()),
-            super::super::Config::new(),
+            super::super::config::Config::new(),
             CancellationToken::new(),
         )
         .unwrap();

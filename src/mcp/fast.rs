@@ -27,8 +27,10 @@ use super::access::allowed;
 use super::builtin::is_builtin;
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
+use super::headers::check_param_headers;
+use super::state::{McpState, Tenant};
 use super::tools::answer_mode;
-use super::{McpState, Tenant, task, tasks};
+use super::{projection, tasks};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{
     HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
@@ -230,7 +232,7 @@ impl<'a> TaskWire<'a> {
 fn answer(message: &impl Serialize) -> Response {
     match serde_json::to_vec(message) {
         Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response(),
-        Err(e) => super::rpc_error(
+        Err(e) => super::errors::rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             Value::Null,
             crate::protocol::codes::INTERNAL_ERROR,
@@ -323,7 +325,7 @@ pub(super) async fn call_tool(
         return None;
     }
     if let Some(schema) = &wf.spec.tool.input_schema
-        && super::check_param_headers(schema, &arguments, headers).is_err()
+        && check_param_headers(schema, &arguments, headers).is_err()
     {
         return None;
     }
@@ -350,7 +352,7 @@ pub(super) async fn call_tool(
             true,
         )
         .await
-        .map(|run| CreateTaskResult::new(task::task(&run, Some(&wf.spec))));
+        .map(|run| CreateTaskResult::new(projection::task(&run, Some(&wf.spec))));
     Some(reply(id, started, ServerResult::CreateTaskResult).map(|body| guard.watch(body)))
 }
 

@@ -6,32 +6,25 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CustomRequest,
-    CustomResult, DiscoverResult, ErrorCode, ErrorData, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool, UpdateTaskParams,
+    CustomResult, DiscoverResult, ErrorData, GetTaskParams, GetTaskResult, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use super::access::{allowed, forbidden};
-use super::apps::{declares_ui, read as read_view, view_resource, with_view};
-use super::builtin::{app_tools, list_tool, list_tool_on};
-use super::tools::tool_of;
-use super::{McpState, Tenant};
-use crate::auth::{Resource, Verb};
+use super::apps::{read as read_view, view_resource};
+use super::caller::tenant;
+use super::caps::declares_ui;
+use super::errors::{err, invalid};
+use super::state::McpState;
 use crate::protocol::codes;
 
 /// How long clients may cache `server/discover` (and the empty prompt and resource lists): an
 /// hour, as the specification's example does. What it says — versions, capabilities,
 /// instructions — changes only with a new release, and is the same for every caller (public).
 pub(super) const DISCOVER_TTL_MS: u64 = 3_600_000;
-/// How long a caller may cache `tools/list`: Workflows change with `kubectl apply`, and the
-/// list depends on the caller's rights (private).
-pub(super) const LIST_TTL_MS: u64 = 5_000;
-/// Message of every "no such task" answer, whatever the real reason.
-pub(super) const UNKNOWN_TASK: &str = "unknown task";
 
 /// One request's handler (rmcp builds one per POST).
 pub(crate) struct RunwayMcp {
@@ -42,45 +35,6 @@ impl RunwayMcp {
     pub(super) fn new(state: Arc<McpState>) -> Self {
         Self { state }
     }
-}
-
-pub(super) fn err(
-    code: i64,
-    message: impl Into<Cow<'static, str>>,
-    data: Option<Value>,
-) -> ErrorData {
-    ErrorData::new(ErrorCode(code as i32), message, data)
-}
-
-pub(super) fn invalid(message: impl Into<Cow<'static, str>>) -> ErrorData {
-    err(codes::INVALID_PARAMS, message, None)
-}
-
-pub(super) fn unknown_task() -> ErrorData {
-    invalid(UNKNOWN_TASK)
-}
-
-/// A failure of this server's own: logged here, and answered without its text, which may carry
-/// what a backend said about objects the caller may not see.
-pub(super) fn internal(e: impl std::fmt::Display) -> ErrorData {
-    tracing::warn!(error = %e, "request failed");
-    err(codes::INTERNAL_ERROR, "internal error; retry later", None)
-}
-
-pub(super) fn missing_capability(what: &str, caps: Value) -> ErrorData {
-    err(
-        codes::MISSING_CAPABILITY,
-        format!("this tool needs the client capability {what}"),
-        Some(json!({ "requiredCapabilities": caps })),
-    )
-}
-
-pub(super) fn tenant(ctx: &RequestContext<RoleServer>) -> Result<Tenant, ErrorData> {
-    ctx.extensions
-        .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Tenant>())
-        .cloned()
-        .ok_or_else(|| err(codes::UNAUTHENTICATED, "unauthenticated", None))
 }
 
 impl ServerHandler for RunwayMcp {
@@ -121,32 +75,7 @@ impl ServerHandler for RunwayMcp {
         _request: Option<PaginatedRequestParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let t = tenant(&ctx)?;
-        if !allowed(&self.state, &t, Verb::List, Resource::Workflows).await? {
-            return Err(forbidden(&t, Verb::List, Resource::Workflows));
-        }
-        let ui = declares_ui(&ctx);
-        let view = |tool: Tool, app_only: bool| if ui { with_view(tool, app_only) } else { tool };
-        let mut tools: Vec<Tool> = self
-            .state
-            .workflows
-            .list(&t.namespace)
-            .await
-            .iter()
-            .filter(|w| w.is_ready())
-            .map(|w| view(tool_of(w), false))
-            .collect();
-        if list_tool_on(&self.state, &t.namespace) {
-            tools.push(view(list_tool(), false));
-        }
-        // App tools only for hosts that keep them from the model (MCP Apps' `visibility`).
-        if ui {
-            tools.extend(app_tools().into_iter().map(|tool| view(tool, true)));
-        }
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(ListToolsResult::with_all_items(tools)
-            .with_ttl_ms(LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
+        self.tools(&tenant(&ctx)?, declares_ui(&ctx)).await
     }
 
     async fn list_prompts(

@@ -12,10 +12,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::access::{allowed, forbidden, readable_run};
+use super::access::{allowed, readable_run};
+use super::caps::declares_tasks_in;
+use super::errors::{forbidden, rpc_error};
 use super::events::Change;
+use super::projection;
+use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
-use super::{McpState, Tenant, declares_tasks, rpc_error, task};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{
     HEADER_METHOD, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
@@ -60,7 +63,7 @@ pub async fn serve(
         Ok(ids) => ids,
         Err(why) => return rpc_error(StatusCode::OK, id, codes::INVALID_PARAMS, why),
     };
-    if !task_ids.is_empty() && !declares_tasks(Some(&params)) {
+    if !task_ids.is_empty() && !declares_tasks_in(Some(&params)) {
         return error_data(
             StatusCode::BAD_REQUEST,
             id,
@@ -234,7 +237,7 @@ async fn follow(
     mut rx: tokio::sync::broadcast::Receiver<Change>,
     out: mpsc::Sender<Value>,
 ) {
-    let mut last = task::project(&current, live.as_ref());
+    let mut last = projection::project(&current, live.as_ref());
     let _ = out
         .send(serde_json::to_value(&last).unwrap_or(Value::Null))
         .await;
@@ -244,7 +247,7 @@ async fn follow(
     loop {
         match rx.recv().await {
             Ok(Change::Updated(run)) => {
-                let next = task::project(&run, live.as_ref());
+                let next = projection::project(&run, live.as_ref());
                 if next != last {
                     last = next;
                     if out

@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
-use super::handler::{RunwayMcp, internal, invalid};
-use super::{Tenant, task};
+use super::errors::{internal, invalid};
+use super::handler::RunwayMcp;
+use super::projection;
+use super::state::Tenant;
 use crate::api::{Run, Workflow};
 
 /// What a `requestState` lets a retry resume.
@@ -53,7 +55,7 @@ pub(super) fn idempotent_name(state_key: &[u8], t: &Tenant, wf: &Workflow, key: 
     let digest = mac.finalize().into_bytes();
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
-    task::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
+    projection::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
 }
 
 impl RunwayMcp {

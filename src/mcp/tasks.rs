@@ -9,8 +9,11 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
 use super::access::{Access, awaiting_answer_from, readable_run, task_run};
-use super::handler::{RunwayMcp, internal, tenant, unknown_task};
-use super::{McpState, Tenant, task};
+use super::caller::tenant;
+use super::errors::{internal, unknown_task};
+use super::handler::RunwayMcp;
+use super::projection;
+use super::state::{McpState, Tenant};
 use crate::api::{CancelRequest, Run};
 use crate::protocol::META_AWAITING_YOU;
 use crate::store::StoreError;
@@ -149,7 +152,7 @@ pub(super) async fn get_task(
         .await
         .ok_or_else(unknown_task)?;
     let live = live_spec(state, &run).await;
-    let mut result = GetTaskResult::new(task::project(&run, live.as_ref()));
+    let mut result = GetTaskResult::new(projection::project(&run, live.as_ref()));
     // Present (possibly empty) whenever questions are open, so a client can tell "none of
     // them is yours" from a server that does not say.
     if let Some(awaiting) = awaiting_answer_from(state, t, &run).await {

@@ -6,86 +6,38 @@ use std::sync::Arc;
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, ErrorData,
-    InputRequest, InputRequests, InputRequiredResult, ProgressNotificationParam, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult,
+    ErrorData, InputRequest, InputRequests, InputRequiredResult, ListToolsResult,
+    ProgressNotificationParam, Tool,
 };
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
-use super::access::{allowed, forbidden, readable_run};
-use super::builtin::is_builtin;
+use super::access::{allowed, readable_run};
+use super::apps::with_view;
+use super::builtin::{app_tools, is_builtin, list_tool, list_tool_on};
+use super::caller::tenant;
+use super::caps::{
+    declares_forms, declares_sampling, declares_tasks, declares_urls, missing_caps, raw_caps,
+};
 use super::delivery::Delivery;
+use super::errors::{err, forbidden, internal, invalid, missing_capability, unknown_task};
 use super::events::Change;
-use super::handler::{RunwayMcp, err, internal, invalid, missing_capability, tenant, unknown_task};
+use super::handler::RunwayMcp;
+use super::projection;
 use super::sealing::{Resume, same_call};
+use super::state::Tenant;
 use super::tasks::step_progress;
-use super::{Tenant, task};
 use crate::api::{ExecutionMode, Run, RunPhase, RunSpec, Workflow, WorkflowRef, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
 use crate::engine::input::answer_schema_error;
-use crate::protocol::{
-    META_CLIENT_CAPABILITIES, META_IDEMPOTENCY_KEY, METHOD_SAMPLING, TASKS_EXTENSION, codes,
-};
+use crate::protocol::{META_IDEMPOTENCY_KEY, METHOD_SAMPLING, TASKS_EXTENSION, codes};
 use crate::store::StoreError;
-
-pub(super) fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
-    ctx.meta
-        .get(META_CLIENT_CAPABILITIES)
-        .cloned()
-        .unwrap_or_else(|| json!({}))
-}
-
-pub(super) fn declares_tasks(caps: &Value) -> bool {
-    caps.get("extensions")
-        .and_then(|e| e.get(TASKS_EXTENSION))
-        .is_some()
-}
-
-/// Whether the client can show forms: `elicitation: {form: {}}`, or an empty `elicitation: {}`
-/// (which means form mode alone). A client that declares only `url` mode cannot.
-pub(super) fn declares_forms(caps: &Value) -> bool {
-    match caps.get("elicitation") {
-        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
-        _ => false,
-    }
-}
-
-/// Whether the client can send a person to a URL (`elicitation: {url: {}}`).
-pub(super) fn declares_urls(caps: &Value) -> bool {
-    caps.get("elicitation")
-        .and_then(|e| e.get("url"))
-        .is_some_and(|v| !v.is_null())
-}
-
-/// Whether the client lets the server ask its model (`sampling: {}`).
-pub(super) fn declares_sampling(caps: &Value) -> bool {
-    caps.get("sampling").is_some_and(Value::is_object)
-}
 
 /// Whether `wf` asks the caller's model anywhere.
 fn has_sample_steps(wf: &Workflow) -> bool {
     wf.spec.all_steps().any(|s| s.sample.is_some())
-}
-
-/// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
-pub(super) fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
-    let req = required.as_object()?;
-    let mut missing = Map::new();
-    for (k, v) in req {
-        match caps.get(k) {
-            None | Some(Value::Null) => {
-                missing.insert(k.clone(), v.clone());
-            }
-            Some(have) if k == "extensions" => {
-                if let Some(m) = missing_caps(v, have) {
-                    missing.insert(k.clone(), m);
-                }
-            }
-            Some(_) => {}
-        }
-    }
-    (!missing.is_empty()).then_some(Value::Object(missing))
 }
 
 pub(super) fn has_input_steps(wf: &Workflow) -> bool {
@@ -207,7 +159,40 @@ fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, ErrorData> {
     }
 }
 
+/// How long a caller may cache `tools/list`: Workflows change with `kubectl apply`, and the
+/// list depends on the caller's rights (private).
+pub(super) const LIST_TTL_MS: u64 = 5_000;
+
 impl RunwayMcp {
+    /// `tools/list`: the namespace's Ready Workflows, the list tool where it is on, and the
+    /// app tools for hosts that declared MCP Apps (`ui`), in name order.
+    pub(super) async fn tools(&self, t: &Tenant, ui: bool) -> Result<ListToolsResult, ErrorData> {
+        if !allowed(&self.state, t, Verb::List, Resource::Workflows).await? {
+            return Err(forbidden(t, Verb::List, Resource::Workflows));
+        }
+        let view = |tool: Tool, app_only: bool| if ui { with_view(tool, app_only) } else { tool };
+        let mut tools: Vec<Tool> = self
+            .state
+            .workflows
+            .list(&t.namespace)
+            .await
+            .iter()
+            .filter(|w| w.is_ready())
+            .map(|w| view(tool_of(w), false))
+            .collect();
+        if list_tool_on(&self.state, &t.namespace) {
+            tools.push(view(list_tool(), false));
+        }
+        // App tools only for hosts that keep them from the model (MCP Apps' `visibility`).
+        if ui {
+            tools.extend(app_tools().into_iter().map(|tool| view(tool, true)));
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
     pub(super) async fn tool(&self, t: &Tenant, name: &str) -> Option<Arc<Workflow>> {
         self.state.workflows.tool(&t.namespace, name).await
     }
@@ -315,7 +300,7 @@ impl RunwayMcp {
                 }
                 names[0].clone()
             }
-            None => task::new_task_id(&wf_name),
+            None => projection::new_task_id(&wf_name),
         };
         let mut run = Run::new(
             &name,
@@ -429,7 +414,7 @@ impl RunwayMcp {
             }
             if run.phase() == RunPhase::Waiting && (forms || urls || sampling) {
                 // Only the requests this client can answer; others wait for someone else.
-                let mut open = task::open_requests(&run);
+                let mut open = projection::open_requests(&run);
                 let asked = run.status.as_ref().map(|s| &s.input_requests);
                 open.retain(|key, _| match asked.and_then(|a| a.get(key)) {
                     Some(r) if r.method == METHOD_SAMPLING => sampling,
@@ -531,7 +516,7 @@ impl RunwayMcp {
         let idem = ctx.meta.get(META_IDEMPOTENCY_KEY);
         let run = self.start(&t, &wf, args, idem, delivery, as_task).await?;
         if as_task {
-            return Ok(CreateTaskResult::new(task::task(&run, Some(&wf.spec))).into());
+            return Ok(CreateTaskResult::new(projection::task(&run, Some(&wf.spec))).into());
         }
         let name = run.metadata.name.clone().unwrap_or_default();
         self.await_run(&t, &name, &ctx).await

@@ -113,6 +113,26 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
+/// The one mapping of a Run's phase onto a task status. A Run that waits only for questions
+/// nobody can be shown yet is `working`; a Run that failed with a tool error (a result with
+/// `isError`) is `completed`, one that failed with a protocol error is `failed`.
+pub(crate) fn status(run: &Run) -> TaskStatus {
+    match run.phase() {
+        RunPhase::Waiting if !open_requests(run).is_empty() => TaskStatus::InputRequired,
+        RunPhase::Pending
+        | RunPhase::Queued
+        | RunPhase::Running
+        | RunPhase::Cancelling
+        | RunPhase::Waiting => TaskStatus::Working,
+        RunPhase::Succeeded => TaskStatus::Completed,
+        RunPhase::Failed if run.status.as_ref().is_some_and(|s| s.error.is_some()) => {
+            TaskStatus::Failed
+        }
+        RunPhase::Failed => TaskStatus::Completed,
+        RunPhase::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
 /// The base task fields of a Run. `live` is the Workflow to read settings from while the Run
 /// has no snapshot yet (it was just created).
 pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
@@ -124,18 +144,9 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
         .and_then(|w| w.get("execution"))
         .and_then(|e| ExecutionSpec::deserialize(e).ok())
         .or_else(|| live.map(|w| w.execution.clone()));
-    let status = match run.phase() {
-        RunPhase::Pending
-        | RunPhase::Queued
-        | RunPhase::Running
-        | RunPhase::Cancelling
-        | RunPhase::Waiting => TaskStatus::Working,
-        RunPhase::Succeeded | RunPhase::Failed => TaskStatus::Completed,
-        RunPhase::Cancelled => TaskStatus::Cancelled,
-    };
     let mut t = Task::new(
         run.metadata.name.clone().unwrap_or_default(),
-        status,
+        status(run),
         created(run).to_string(),
         last_updated(run).to_string(),
     )
@@ -169,36 +180,20 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
 /// Project a Run onto the MCP task it is.
 pub(crate) fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
     let base = task(run, live);
-    let Some(st) = run.status.as_ref() else {
-        return DetailedTask::new(base, TaskPayload::Working);
-    };
-    let payload = match st.phase {
-        RunPhase::Waiting => {
-            let open = open_requests(run);
-            if open.is_empty() {
-                TaskPayload::Working
-            } else {
-                TaskPayload::InputRequired {
-                    input_requests: open,
-                }
-            }
-        }
-        RunPhase::Succeeded => TaskPayload::Completed {
-            result: object(st.result.clone().unwrap_or_else(|| json!({"content": []}))),
+    let st = run.status.clone().unwrap_or_default();
+    let payload = match base.status {
+        TaskStatus::InputRequired => TaskPayload::InputRequired {
+            input_requests: open_requests(run),
         },
-        RunPhase::Failed => match (&st.error, &st.result) {
-            (Some(e), _) => TaskPayload::Failed {
-                error: object(serde_json::to_value(e).unwrap_or(Value::Null)),
-            },
-            (None, result) => TaskPayload::Completed {
-                result: object(
-                    result
-                        .clone()
-                        .unwrap_or_else(|| json!({"content": [], "isError": true})),
-                ),
-            },
+        TaskStatus::Completed => TaskPayload::Completed {
+            result: object(st.result.unwrap_or_else(
+                || json!({"content": [], "isError": run.phase() == RunPhase::Failed}),
+            )),
         },
-        RunPhase::Cancelled => TaskPayload::Cancelled,
+        TaskStatus::Failed => TaskPayload::Failed {
+            error: object(serde_json::to_value(st.error).unwrap_or(Value::Null)),
+        },
+        TaskStatus::Cancelled => TaskPayload::Cancelled,
         _ => TaskPayload::Working,
     };
     DetailedTask::new(base, payload)
@@ -221,5 +216,42 @@ mod tests {
         );
         assert_ne!(new_task_id("x"), new_task_id("x"));
         assert!(new_task_id(&"w".repeat(100)).len() <= 63);
+    }
+
+    fn run_in(phase: RunPhase, error: Option<crate::api::RunError>) -> Run {
+        let mut run = Run::new(
+            "deploy-abc",
+            serde_json::from_value(json!({"workflowRef": {"name": "deploy"}})).unwrap(),
+        );
+        run.status = Some(crate::api::RunStatus {
+            phase,
+            error,
+            ..Default::default()
+        });
+        run
+    }
+
+    #[test]
+    fn the_task_handle_and_the_full_task_say_the_same_status() {
+        let protocol_error = crate::api::RunError {
+            code: -32603,
+            message: "template failed".into(),
+            data: None,
+        };
+        let cases = [
+            (run_in(RunPhase::Pending, None), TaskStatus::Working),
+            (run_in(RunPhase::Waiting, None), TaskStatus::Working),
+            (run_in(RunPhase::Succeeded, None), TaskStatus::Completed),
+            (run_in(RunPhase::Failed, None), TaskStatus::Completed),
+            (
+                run_in(RunPhase::Failed, Some(protocol_error)),
+                TaskStatus::Failed,
+            ),
+            (run_in(RunPhase::Cancelled, None), TaskStatus::Cancelled),
+        ];
+        for (run, want) in cases {
+            assert_eq!(task(&run, None).status, want, "{:?}", run.phase());
+            assert_eq!(project(&run, None).task.status, want, "{:?}", run.phase());
+        }
     }
 }

@@ -1,0 +1,90 @@
+//! Who is calling and in which namespace: Host and Origin, the path's namespace, the bearer
+//! token; and the tenant the gate attached, as rmcp's handler reads it back.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use rmcp::RoleServer;
+use rmcp::model::ErrorData;
+use rmcp::service::RequestContext;
+use serde_json::Value;
+
+use super::errors::{err, rpc_error};
+use super::headers::host_and_origin_allowed;
+use super::state::{McpState, Tenant};
+use crate::auth::{AuthError, Identity};
+use crate::protocol::codes;
+
+/// The tenant the gate attached to a request handed to rmcp.
+pub(super) fn tenant(ctx: &RequestContext<RoleServer>) -> Result<Tenant, ErrorData> {
+    ctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Tenant>())
+        .cloned()
+        .ok_or_else(|| err(codes::UNAUTHENTICATED, "unauthenticated", None))
+}
+
+pub(super) fn path_namespace(path: &str) -> Option<&str> {
+    path.strip_prefix("/namespaces/")?.strip_suffix("/mcp")
+}
+
+pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Who is calling, and which namespace the path names, from headers and path alone: Host and
+/// Origin allowed, the path's namespace a DNS label, the bearer token accepted.
+pub(super) async fn caller(
+    state: &McpState,
+    headers: &HeaderMap,
+    path: &str,
+) -> Result<(Option<String>, Arc<Identity>), Response> {
+    if !host_and_origin_allowed(headers, &state.hosts, &state.origins) {
+        return Err(rpc_error(
+            StatusCode::FORBIDDEN,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            "Forbidden: Host or Origin header is not allowed",
+        ));
+    }
+    let path_ns = match path_namespace(path) {
+        Some(ns) if crate::api::is_dns_label(ns) => Some(ns.to_owned()),
+        Some(_) => {
+            return Err(rpc_error(
+                StatusCode::NOT_FOUND,
+                Value::Null,
+                codes::INVALID_REQUEST,
+                "the path's namespace is not a valid namespace name",
+            ));
+        }
+        None => None,
+    };
+    match state.authn.authenticate(bearer(headers)).await {
+        Ok(identity) => Ok((path_ns, identity)),
+        Err(AuthError::Unauthenticated(why)) => {
+            let mut resp = rpc_error(
+                StatusCode::UNAUTHORIZED,
+                Value::Null,
+                codes::UNAUTHENTICATED,
+                &format!("unauthenticated: {why}"),
+            );
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"runway\""),
+            );
+            Err(resp)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "authentication failed");
+            Err(rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Value::Null,
+                codes::INTERNAL_ERROR,
+                "authentication is unavailable; retry later",
+            ))
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! What a client declared it can do (the `clientCapabilities` of a request's `_meta`), read
+//! in one place: the Tasks extension, forms, URLs, sampling, MCP Apps.
+
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
+use serde_json::{Map, Value, json};
+
+use crate::protocol::{META_CLIENT_CAPABILITIES, TASKS_EXTENSION, UI_EXTENSION, UI_MIME_TYPE};
+
+/// The client capabilities a request's `_meta` declares (`{}` when none).
+pub(super) fn raw_caps(ctx: &RequestContext<RoleServer>) -> Value {
+    ctx.meta
+        .get(META_CLIENT_CAPABILITIES)
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+/// Whether `caps` declare the Tasks extension.
+pub(super) fn declares_tasks(caps: &Value) -> bool {
+    caps.get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some()
+}
+
+/// Whether the client can show forms: `elicitation: {form: {}}`, or an empty `elicitation: {}`
+/// (which means form mode alone). A client that declares only `url` mode cannot.
+pub(super) fn declares_forms(caps: &Value) -> bool {
+    match caps.get("elicitation") {
+        Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
+        _ => false,
+    }
+}
+
+/// Whether the client can send a person to a URL (`elicitation: {url: {}}`).
+pub(super) fn declares_urls(caps: &Value) -> bool {
+    caps.get("elicitation")
+        .and_then(|e| e.get("url"))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// Whether the client lets the server ask its model (`sampling: {}`).
+pub(super) fn declares_sampling(caps: &Value) -> bool {
+    caps.get("sampling").is_some_and(Value::is_object)
+}
+
+/// Whether a request's `params._meta` declares the Tasks extension.
+pub(super) fn declares_tasks_in(params: Option<&Value>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+        .is_some_and(declares_tasks)
+}
+
+/// Capabilities in `required` that `caps` lacks (objects nest, e.g. `extensions`).
+pub(super) fn missing_caps(required: &Value, caps: &Value) -> Option<Value> {
+    let req = required.as_object()?;
+    let mut missing = Map::new();
+    for (k, v) in req {
+        match caps.get(k) {
+            None | Some(Value::Null) => {
+                missing.insert(k.clone(), v.clone());
+            }
+            Some(have) if k == "extensions" => {
+                if let Some(m) = missing_caps(v, have) {
+                    missing.insert(k.clone(), m);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    (!missing.is_empty()).then_some(Value::Object(missing))
+}
+
+/// Whether the client declared MCP Apps for HTML views.
+pub(super) fn declares_ui(ctx: &RequestContext<RoleServer>) -> bool {
+    declares_ui_in(&raw_caps(ctx))
+}
+
+/// Whether `caps` declare MCP Apps for HTML views.
+pub(super) fn declares_ui_in(caps: &Value) -> bool {
+    let Some(ui) = caps
+        .get("extensions")
+        .and_then(|e| e.get(UI_EXTENSION))
+        .filter(|u| u.is_object())
+    else {
+        return false;
+    };
+    match ui.get("mimeTypes").and_then(Value::as_array) {
+        Some(types) => types.iter().any(|t| t.as_str() == Some(UI_MIME_TYPE)),
+        None => true,
+    }
+}

@@ -1,0 +1,246 @@
+//! The gate every MCP request meets first: limits, the caller, the body, then the fast paths,
+//! Runway's own `subscriptions/listen`, or rmcp.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::caller::caller;
+use super::config::MAX_BODY_BYTES;
+use super::errors::{busy, rpc_error};
+use super::handler::RunwayMcp;
+use super::headers::{check_param_headers, protocol_headers, task_headers_agree};
+use super::state::{McpState, Tenant};
+use super::{console, delivery, fast, listen};
+use crate::protocol::{METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, codes};
+
+/// rmcp's Streamable HTTP service, as the gate hands requests on to it.
+type Rmcp = StreamableHttpService<RunwayMcp, NeverSessionManager>;
+
+/// The gate's state: the endpoint's, and rmcp behind it.
+struct Gate {
+    state: Arc<McpState>,
+    rmcp: Rmcp,
+}
+
+impl Gate {
+    /// Hand a request on to rmcp.
+    async fn rmcp(&self, req: Request) -> Response {
+        match self.rmcp.clone().oneshot(req).await {
+            Ok(resp) => resp.into_response(),
+            Err(never) => match never {},
+        }
+    }
+}
+
+/// The MCP routes: `POST /mcp` and `POST /namespaces/{namespace}/mcp`. Every request meets the
+/// gate first; rmcp is called only for what the gate does not answer itself, so the requests it
+/// answers (`subscriptions/listen`, the fast `tasks/get`) cost nothing of rmcp's.
+pub(crate) fn router(state: Arc<McpState>) -> Router {
+    let hosts = state.config.hosts();
+    let origins = state.config.origins();
+    let cfg = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_stateless_protocol_metadata_required(true)
+        .with_sse_keep_alive(Some(state.config.keep_alive))
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_cancellation_token(state.shutdown.child_token());
+    let s = state.clone();
+    let rmcp = StreamableHttpService::new(
+        move || Ok(RunwayMcp::new(s.clone())),
+        Arc::new(NeverSessionManager::default()),
+        cfg,
+    );
+    let console = state.config.console.then(|| console::router(state.clone()));
+    let gate = Arc::new(Gate { state, rmcp });
+    let mcp = Router::new()
+        .route("/mcp", axum::routing::any(gate_handler))
+        .route(
+            "/namespaces/{namespace}/mcp",
+            axum::routing::any(gate_handler),
+        )
+        .with_state(gate);
+    match console {
+        Some(console) => mcp.merge(console),
+        None => mcp,
+    }
+}
+
+/// Check Host/Origin and the path, authenticate from the headers, then read the body (bounded
+/// in size and time), resolve the tenant and hand the request to rmcp or the listen handler.
+///
+/// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
+/// their `taskId`, go to rmcp without a tenant: it refuses them (`-32021`, `-32020`) before any
+/// lookup, which is the order the protocol prescribes.
+async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
+    if req.method() != Method::POST {
+        return gate.rmcp(req).await;
+    }
+    let state = gate.state.clone();
+    let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
+        return busy();
+    };
+    let (mut parts, body) = req.into_parts();
+    // Nothing but headers is read before the caller is known.
+    let (path_ns, identity) = match caller(&state, &parts.headers, parts.uri.path()).await {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    // Host and Origin passed the gate's check, which also knows the server's own pages; rmcp's
+    // copy of the check (for what reaches it directly) would not.
+    parts.headers.remove(header::ORIGIN);
+    let bytes = match read_body(&state, body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
+    };
+    // Without a namespace the general path gives the error (after the ones that come first).
+    let tenant = path_ns
+        .or_else(|| identity.namespace.clone())
+        .map(|namespace| Tenant {
+            namespace,
+            identity,
+        });
+    if let Some(tenant) = &tenant {
+        if let Some(get) = fast::eligible(&parts.headers, &bytes) {
+            let resp = fast::get_task(&state, tenant, get).await;
+            state
+                .config
+                .metrics
+                .request(METHOD_GET_TASK, resp.status().as_u16());
+            return resp;
+        }
+        if let Some(call) = fast::eligible_call(&parts.headers, &bytes)
+            && let Some(resp) = fast::call_tool(&state, tenant, &parts.headers, call).await
+        {
+            state
+                .config
+                .metrics
+                .request(METHOD_CALL_TOOL, resp.status().as_u16());
+            return resp;
+        }
+    }
+    let msg = match parse_message(&bytes) {
+        Ok(m) => m,
+        Err((code, why)) => {
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, &why);
+        }
+    };
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let params = msg.get("params");
+    if let Err(why) = protocol_headers(&parts.headers) {
+        return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, why);
+    }
+    if method.starts_with("tasks/") && !task_headers_agree(&parts.headers, params) {
+        // rmcp answers these malformed requests with the protocol's own errors.
+        return gate
+            .rmcp(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    }
+    let Some(tenant) = tenant else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::INVALID_REQUEST,
+            "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
+        );
+    };
+    if method == METHOD_CALL_TOOL
+        && let Err(why) = tool_param_headers(&state, &tenant, params, &parts.headers).await
+    {
+        return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
+    }
+    let metrics = state.config.metrics.clone();
+    let resp = if method == METHOD_LISTEN {
+        listen::serve(state, tenant, &parts.headers, msg).await
+    } else if method == METHOD_CALL_TOOL {
+        // Dropped with this future (the client went away) or with an unread body: either way
+        // the Run the call created was never handed over.
+        let delivery = delivery::Delivery::default();
+        let guard = delivery::Guard::new(delivery.clone(), state);
+        parts.extensions.insert(tenant);
+        parts.extensions.insert(delivery);
+        let resp = gate
+            .rmcp(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+        resp.map(|body| guard.watch(body))
+    } else {
+        parts.extensions.insert(tenant);
+        gate.rmcp(Request::from_parts(parts, Body::from(bytes)))
+            .await
+    };
+    metrics.request(&method, resp.status().as_u16());
+    resp
+}
+
+/// The request body, within the size limit and the read timeout.
+async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Response> {
+    let refuse =
+        |status, message: &str| rpc_error(status, Value::Null, codes::INVALID_REQUEST, message);
+    let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
+    match tokio::time::timeout(state.config.body_read_timeout, collect).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(_)) => Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+        )),
+        Err(_) => Err(refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time",
+        )),
+    }
+}
+
+/// The request body as one JSON-RPC object, or the JSON-RPC code and message refusing it.
+fn parse_message(bytes: &[u8]) -> Result<Value, (i64, String)> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(msg) if msg.is_object() => Ok(msg),
+        Ok(_) => Err((
+            codes::INVALID_REQUEST,
+            "one JSON-RPC object per request (batches are not supported)".into(),
+        )),
+        Err(e) => Err((codes::PARSE_ERROR, format!("parse error: {e}"))),
+    }
+}
+
+/// The `Mcp-Param-*` headers of a `tools/call` agree with the arguments its tool's schema marks
+/// with `x-mcp-header`. Calls of unknown tools pass: the handler answers those.
+async fn tool_param_headers(
+    state: &McpState,
+    tenant: &Tenant,
+    params: Option<&Value>,
+    headers: &HeaderMap,
+) -> Result<(), String> {
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let Some(wf) = state.workflows.tool(&tenant.namespace, name).await else {
+        return Ok(());
+    };
+    let Some(schema) = wf.spec.tool.input_schema.as_ref() else {
+        return Ok(());
+    };
+    // Arguments that are not an object are refused by rmcp, after this check.
+    let none = serde_json::Map::new();
+    let args = params
+        .and_then(|p| p.get("arguments"))
+        .and_then(Value::as_object)
+        .unwrap_or(&none);
+    check_param_headers(schema, args, headers)
+}
