@@ -8,6 +8,8 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`Config::max_streams_per_principal`].
 pub(crate) const MAX_STREAMS_PER_PRINCIPAL: usize = 16;
+/// Default of [`Config::hold_limit`]: under the 60 s most clients wait for an answer.
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_secs(50);
 /// Default of [`Config::max_concurrent_requests`].
 pub(crate) const MAX_CONCURRENT_REQUESTS: usize = 1024;
 
@@ -54,6 +56,9 @@ pub struct Config {
     pub list_tool_off_in: std::collections::BTreeSet<String>,
     /// Whether the web console (`/ui/`) is served.
     pub console: bool,
+    /// How long a 2025-era blocking call without a progress token is held before it is
+    /// answered with a result naming its Run (which goes on).
+    pub hold_limit: Duration,
 }
 
 impl Config {
@@ -74,6 +79,7 @@ impl Config {
             list_tool: true,
             list_tool_off_in: Default::default(),
             console: true,
+            hold_limit: HOLD_LIMIT,
         }
     }
 }

@@ -20,7 +20,7 @@ use super::errors::{busy, rpc_error};
 use super::handler::RunwayMcp;
 use super::headers::{check_param_headers, protocol_headers, task_headers_agree};
 use super::state::{McpState, Tenant};
-use super::{console, delivery, fast, listen};
+use super::{console, delivery, era2025, fast, listen};
 use crate::protocol::{METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, codes};
 
 /// rmcp's Streamable HTTP service, as the gate hands requests on to it.
@@ -105,6 +105,7 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         Ok(b) => b,
         Err(refused) => return refused,
     };
+    let caller_identity = identity.clone();
     // Without a namespace the general path gives the error (after the ones that come first).
     let tenant = path_ns
         .or_else(|| identity.namespace.clone())
@@ -143,6 +144,14 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    if era2025::recognise(&parts.headers, &msg) {
+        let caller = era2025::Caller {
+            identity: caller_identity,
+            path: parts.uri.path().to_owned(),
+            tenant,
+        };
+        return era2025::serve(state, caller, &parts.headers, msg).await;
+    }
     let params = msg.get("params");
     if let Err(why) = protocol_headers(&parts.headers) {
         return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, why);

@@ -17,6 +17,7 @@ mod caps;
 mod config;
 mod console;
 mod delivery;
+mod era2025;
 mod errors;
 mod events;
 mod fast;

@@ -18,6 +18,10 @@ pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub const META_IDEMPOTENCY_KEY: &str = "dev.runway/idempotencyKey";
 /// `_meta` key of a `tasks/get` result: the open input keys the caller may answer.
 pub const META_AWAITING_YOU: &str = "dev.runway/awaitingYou";
+/// Header carrying a 2025-era client's (sealed) session.
+pub const HEADER_SESSION_ID: &str = "mcp-session-id";
+/// `_meta` key tying a 2025-11-25 `tasks/result` answer (and its questions) to its task.
+pub const META_RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 /// Header naming the JSON-RPC method.
 pub const HEADER_METHOD: &str = "mcp-method";
 /// Header naming the tool or task.

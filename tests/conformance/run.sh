@@ -38,6 +38,9 @@ status=0
 echo "== requirements 2026-07-28"
 "$node" "$suite" server --url "$url" --requirements 2026-07-28 \
   --expected-failures "$here/expected-failures.yml" -o "$out/requirements" || status=1
+echo "== requirements 2025-11-25 (clients that open with initialize)"
+"$node" "$suite" server --url "$url" --requirements 2025-11-25 \
+  --expected-failures "$here/expected-failures-2025.yml" -o "$out/requirements-2025" || status=1
 for s in tasks-lifecycle tasks-capability-negotiation tasks-wire-fields tasks-request-state-removal \
          tasks-mrtr-input tasks-request-headers tasks-dispatch-and-envelope tasks-status-notifications \
          tasks-required-task-error tasks-mrtr-composition; do

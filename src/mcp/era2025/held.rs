@@ -1,0 +1,402 @@
+//! A 2025-era `tools/call`: as this revision's task when the client asks for one, else held on
+//! the POST's SSE stream until the Run ends — with `notifications/progress` when the client
+//! sent a progress token, and the Run's questions sent as `elicitation/create` and
+//! `sampling/createMessage` requests the client answers in a separate POST (to any replica).
+//!
+//! Until the final answer is written, the Run belongs to the request: a client that goes away
+//! cancels it. A client that sent neither a task nor a progress token is not held past the
+//! endpoint's hold limit (most clients give up after 60 s, and their disconnect would cancel
+//! the Run): it gets a result naming the Run, which goes on.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{CallToolResult, ContentBlock, ErrorData, ServerResult};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::session::{Question, Session};
+use super::wire::{self, created, json_response, meta, older};
+use crate::api::{ExecutionMode, Run, RunPhase, Workflow, reasons};
+use crate::auth::{Resource, Verb};
+use crate::mcp::access::allowed;
+use crate::mcp::builtin::is_builtin;
+use crate::mcp::caps::missing_caps;
+use crate::mcp::delivery::{Delivery, Guard};
+use crate::mcp::errors::{err, forbidden, invalid, missing_capability, unknown_task};
+use crate::mcp::events::Change;
+use crate::mcp::handler::RunwayMcp;
+use crate::mcp::projection;
+use crate::mcp::state::Tenant;
+use crate::mcp::tasks::step_progress;
+use crate::mcp::tools::run_result;
+use crate::protocol::{META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_SAMPLING, codes};
+
+/// `execution.taskSupport` of a Workflow's tool.
+pub(crate) fn task_support(wf: &Workflow) -> &'static str {
+    match wf.spec.execution.mode {
+        ExecutionMode::Sync => "forbidden",
+        ExecutionMode::Auto => "optional",
+        ExecutionMode::Task => "required",
+    }
+}
+
+/// What the call asks for, once checked.
+enum Answer {
+    /// A whole JSON-RPC message, now.
+    Now(Value),
+    /// A task of this revision for the Run.
+    Task(Run),
+    /// Hold the request until the Run ends.
+    Hold(Run),
+}
+
+/// `tools/call` of a 2025-era client.
+pub(crate) async fn call(
+    mcp: RunwayMcp,
+    t: Tenant,
+    session: Session,
+    bound: String,
+    id: Value,
+    params: Value,
+) -> Response {
+    let progress = meta(&params).and_then(|m| m.get("progressToken")).cloned();
+    let delivery = Delivery::default();
+    let guard = Guard::new(delivery.clone(), mcp.state.clone());
+    let outcome = start(&mcp, &t, &session, &params, &delivery).await;
+    mcp.state.config.metrics.request("tools/call", 200);
+    match outcome {
+        Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
+        Ok(Answer::Now(result)) => json_response(StatusCode::OK, &wire::result(&id, result)),
+        Ok(Answer::Task(run)) => {
+            let live = crate::mcp::tasks::live_spec(&mcp.state, &run).await;
+            let body = wire::result(&id, created(&run, live.as_ref()));
+            json_response(StatusCode::OK, &body).map(|b| guard.watch(b))
+        }
+        Ok(Answer::Hold(run)) => {
+            // The stream owns the Run from here: its end, not its first frame, is the delivery.
+            let name = run.metadata.name.clone().unwrap_or_default();
+            let limit = progress.is_none().then_some(mcp.state.config.hold_limit);
+            let (tx, rx) = mpsc::channel(16);
+            let held = Held {
+                mcp,
+                t,
+                session,
+                bound,
+                name,
+                progress,
+                owns: true,
+                limit,
+                tx,
+            };
+            held.spawn(id, None, rx)
+        }
+    }
+}
+
+/// Check the call and start its Run.
+async fn start(
+    mcp: &RunwayMcp,
+    t: &Tenant,
+    session: &Session,
+    params: &Value,
+    delivery: &Delivery,
+) -> Result<Answer, ErrorData> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("tools/call: params.name must be a string"))?;
+    let args: Map<String, Value> = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(invalid("tools/call: params.arguments must be an object")),
+    };
+    if is_builtin(name) {
+        return match mcp.builtin(t, name, args).await {
+            Some(answer) => answer.map(|r| Answer::Now(older(ServerResult::from(r)))),
+            None => Err(invalid(format!("unknown tool: {name}"))),
+        };
+    }
+    if !allowed(&mcp.state, t, Verb::Create, Resource::Runs).await? {
+        return Err(forbidden(t, Verb::Create, Resource::Runs));
+    }
+    let wf = mcp
+        .tool(t, name)
+        .await
+        .ok_or_else(|| invalid(format!("unknown tool: {name}")))?;
+    if let Some(req) = &wf.spec.execution.required_client_capabilities
+        && let Some(missing) = missing_caps(req, &session.capabilities)
+    {
+        let names = missing
+            .as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>().join(", "))
+            .unwrap_or_default();
+        return Err(missing_capability(&names, missing));
+    }
+    if wf.spec.all_steps().any(|s| s.sample.is_some()) && !session.samples() {
+        return Err(missing_capability("sampling", json!({"sampling": {}})));
+    }
+    let mode = wf.spec.execution.mode;
+    // `params.task` asks for a task; a tool that never runs as one answers in full instead.
+    let as_task =
+        session.has_tasks() && params.get("task").is_some() && mode != ExecutionMode::Sync;
+    if mode == ExecutionMode::Task && !as_task {
+        return Err(err(
+            codes::METHOD_NOT_FOUND,
+            format!("tool {name} runs only as a task: call it with params.task"),
+            None,
+        ));
+    }
+    let idem = meta(params).and_then(|m| m.get(META_IDEMPOTENCY_KEY));
+    let run = mcp
+        .start(t, &wf, args, idem, as_task.then_some(delivery), as_task)
+        .await?;
+    Ok(if as_task {
+        Answer::Task(run)
+    } else {
+        Answer::Hold(run)
+    })
+}
+
+/// A held request: a call waiting for its Run, or a `tasks/result` waiting for its task.
+pub(crate) struct Held {
+    mcp: RunwayMcp,
+    t: Tenant,
+    session: Session,
+    bound: String,
+    name: String,
+    progress: Option<Value>,
+    /// Whether the Run belongs to this request (a call), so that the client's going away
+    /// cancels it; a `tasks/result` only watches.
+    owns: bool,
+    /// How long to hold at most.
+    limit: Option<std::time::Duration>,
+    tx: mpsc::Sender<Result<Event, Infallible>>,
+}
+
+impl Held {
+    /// `tasks/result` of this revision: held until the task ends, its questions asked on the
+    /// stream; the answer is the call's own, tagged with the task it belongs to.
+    pub(crate) fn result(
+        mcp: RunwayMcp,
+        t: Tenant,
+        session: Session,
+        bound: String,
+        id: Value,
+        name: String,
+    ) -> Response {
+        let (tx, rx) = mpsc::channel(16);
+        let related = json!({ META_RELATED_TASK: { "taskId": name } });
+        let held = Held {
+            mcp,
+            t,
+            session,
+            bound,
+            name,
+            progress: None,
+            owns: false,
+            limit: None,
+            tx,
+        };
+        held.spawn(id, Some(related), rx)
+    }
+
+    /// Run the held request on its own task and answer with its stream.
+    fn spawn(
+        self,
+        id: Value,
+        meta: Option<Value>,
+        rx: mpsc::Receiver<Result<Event, Infallible>>,
+    ) -> Response {
+        let keep_alive = self.mcp.state.config.keep_alive;
+        tokio::spawn(async move {
+            let last = tokio::select! {
+                last = self.follow() => last,
+                () = self.tx.closed() => None,
+            };
+            match last {
+                Some(outcome) => {
+                    let message = match outcome {
+                        Ok(mut result) => {
+                            if let (Some(meta), Value::Object(r)) = (&meta, &mut result) {
+                                r.insert("_meta".into(), meta.clone());
+                            }
+                            wire::result(&id, result)
+                        }
+                        Err(e) => wire::error(&id, &e),
+                    };
+                    let _ = self.tx.send(Ok(wire::event(&message))).await;
+                }
+                None if self.owns && !self.mcp.state.shutdown.is_cancelled() => {
+                    // The client went away before its answer: the Run was never handed over.
+                    let _ = self
+                        .mcp
+                        .cancel(&self.t, &self.name, reasons::MCP_REQUEST_CANCELLED)
+                        .await;
+                }
+                None => {}
+            }
+        });
+        Sse::new(ReceiverStream::new(rx))
+            .keep_alive(KeepAlive::new().interval(keep_alive))
+            .into_response()
+    }
+    /// Send one message on the stream; `false` when the client is gone.
+    async fn send(&self, message: &Value) -> bool {
+        self.tx.send(Ok(wire::event(message))).await.is_ok()
+    }
+
+    /// Follow the Run to the call's answer; `None` when the client went away.
+    async fn follow(&self) -> Option<Result<Value, ErrorData>> {
+        let state = &self.mcp.state;
+        let mut changes = state.events.subscribe(&self.t.namespace, &self.name);
+        let deadline = self.limit.map(|l| tokio::time::Instant::now() + l);
+        let mut sent: Option<(f64, String)> = None;
+        let mut asked: BTreeSet<String> = BTreeSet::new();
+        let mut run = match self.mcp.stored_run(&self.t, &self.name).await {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        loop {
+            if let Some(token) = &self.progress {
+                let (done, total) = step_progress(&run);
+                let msg = run
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.status_message.clone())
+                    .unwrap_or_else(|| "queued".into());
+                if sent.as_ref() != Some(&(done, msg.clone()))
+                    && sent.as_ref().is_none_or(|(d, _)| *d <= done)
+                {
+                    let params = json!({"progressToken": token, "progress": done, "total": total, "message": msg});
+                    if !self
+                        .send(&wire::notification("notifications/progress", params))
+                        .await
+                    {
+                        return None;
+                    }
+                    sent = Some((done, msg));
+                }
+            }
+            if run.phase().is_terminal() {
+                return Some(run_result(&run).map(|r| older(ServerResult::from(r))));
+            }
+            if run.phase() == RunPhase::Waiting {
+                match self.ask(&run, &mut asked).await {
+                    Asked::Gone => return None,
+                    Asked::NobodyHere => return Some(Ok(cannot_answer(&run))),
+                    Asked::Waiting => {}
+                }
+            }
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(Change::Updated(r)) => run = *r,
+                    Ok(Change::Deleted) => return Some(Err(unknown_task())),
+                    Err(_) => {
+                        changes = state.events.subscribe(&self.t.namespace, &self.name);
+                        run = match self.mcp.stored_run(&self.t, &self.name).await {
+                            Ok(r) => r,
+                            Err(e) => return Some(Err(e)),
+                        };
+                    }
+                },
+                () = timeout => return Some(Ok(still_running(&run))),
+            }
+        }
+    }
+
+    /// Ask the client the Run's open questions it can answer and has not been asked yet.
+    async fn ask(&self, run: &Run, asked: &mut BTreeSet<String>) -> Asked {
+        let open = projection::open_requests(run);
+        let requests = run.status.as_ref().map(|s| &s.input_requests);
+        let mut answerable = 0;
+        for (key, req) in open {
+            let stored = requests.and_then(|r| r.get(&key));
+            let can = match stored {
+                Some(r) if r.method == METHOD_SAMPLING => self.session.samples(),
+                Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => {
+                    self.session.elicits_urls()
+                }
+                _ => self.session.elicits_forms(),
+            };
+            if !can {
+                continue;
+            }
+            answerable += 1;
+            if !asked.insert(key.clone()) {
+                continue;
+            }
+            let question = Question {
+                run: self.name.clone(),
+                key: key.clone(),
+            };
+            let Ok(id) = question.seal(&self.mcp.state, &self.bound) else {
+                continue;
+            };
+            let wire_req = serde_json::to_value(&req).unwrap_or_else(|_| json!({}));
+            let method = wire_req["method"].as_str().unwrap_or_default().to_owned();
+            let mut params = wire_req.get("params").cloned().unwrap_or_else(|| json!({}));
+            if !self.session.has_tasks()
+                && let Value::Object(p) = &mut params
+            {
+                // `mode` came with 2025-11-25; older clients know forms only.
+                p.remove("mode");
+            }
+            if !self.send(&wire::request(&id, &method, params)).await {
+                return Asked::Gone;
+            }
+        }
+        if answerable == 0 {
+            Asked::NobodyHere
+        } else {
+            Asked::Waiting
+        }
+    }
+}
+
+/// What asking came to.
+enum Asked {
+    /// The client went away.
+    Gone,
+    /// Nothing open is for this client to answer.
+    NobodyHere,
+    /// Questions are with the client; wait for its answers.
+    Waiting,
+}
+
+/// The result of a call whose Run waits for answers this client cannot give: a tool error
+/// that says where they can be given. The Run goes on.
+fn cannot_answer(run: &Run) -> Value {
+    let name = run.metadata.name.clone().unwrap_or_default();
+    let text = format!(
+        "Run {name} waits for input that this client cannot give. Answer it in the Runway \
+         console (/ui/), with `runway tasks answer {name}`, or with the runway_answer_run tool; \
+         follow it with runway_get_run."
+    );
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(json!({"taskId": name, "status": "input_required"}));
+    older(result)
+}
+
+/// The result of a call held as long as the endpoint holds calls without progress: the Run
+/// goes on; the result names it.
+fn still_running(run: &Run) -> Value {
+    let name = run.metadata.name.clone().unwrap_or_default();
+    let text = format!(
+        "Run {name} is still running. Follow it with the runway_get_run tool, in the Runway \
+         console (/ui/), or with `runway tasks get {name}`."
+    );
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(json!({"taskId": name, "status": "working"}));
+    older(result)
+}

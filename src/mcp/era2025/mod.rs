@@ -1,0 +1,14 @@
+//! The 2025 era beside 2026-07-28 on the same paths: clients that open with `initialize`
+//! (revisions 2025-11-25, 2025-06-18, 2025-03-26) are served here, in front of rmcp, without
+//! server-side sessions: what spans requests travels sealed in `Mcp-Session-Id`, and the
+//! questions a held call asks carry sealed ids, so any replica serves any request.
+//!
+//! `session` and `wire` are leaves; `tasks` and `held` serve the methods `serve` dispatches.
+
+mod held;
+mod serve;
+mod session;
+mod tasks;
+mod wire;
+
+pub(crate) use serve::{Caller, recognise, serve};

@@ -1,0 +1,282 @@
+//! One 2025-era request: the `initialize` handshake, the session check, then the method —
+//! `ping`, `logging/setLevel`, `tools/list`, `tools/call` (held, or as a task), this revision's
+//! `tasks/*`, the client's answers to questions asked on a held call, and notifications.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use rmcp::model::ErrorData;
+use serde_json::{Value, json};
+
+use super::held;
+use super::session::{Question, Session, binding};
+use super::tasks as old_tasks;
+use super::wire::{self, accepted, json_response, older, with_session};
+use crate::auth::Identity;
+use crate::mcp::apps::read as read_view;
+use crate::mcp::errors::{err, internal, invalid, rpc_error};
+use crate::mcp::handler::RunwayMcp;
+use crate::mcp::state::{McpState, Tenant};
+use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, codes};
+
+/// Log levels of `logging/setLevel` (RFC 5424 names).
+const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// How this server introduces itself to 2025-era clients.
+const INSTRUCTIONS: &str = "Each tool is a Runway Workflow. Calls run durably as Runs; a held \
+     call streams progress and asks its questions as elicitation requests.";
+
+/// Whether a message belongs to the 2025 era: an `initialize`, or anything carrying a session
+/// id and no per-request protocol version (which only 2026-07-28 requests have).
+pub(crate) fn recognise(headers: &HeaderMap, msg: &Value) -> bool {
+    let per_request_version = msg
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(crate::protocol::META_PROTOCOL_VERSION))
+        .is_some();
+    if per_request_version {
+        return false;
+    }
+    msg.get("method").and_then(Value::as_str) == Some("initialize")
+        || headers.contains_key(HEADER_SESSION_ID)
+}
+
+/// Who is asking, where: the caller, the path (sessions are bound to both) and the tenant,
+/// when the path or the caller names a namespace.
+pub(crate) struct Caller {
+    /// The authenticated caller.
+    pub identity: Arc<Identity>,
+    /// The request path.
+    pub path: String,
+    /// The namespace served.
+    pub tenant: Option<Tenant>,
+}
+
+/// Serve one 2025-era message.
+pub(crate) async fn serve(
+    state: Arc<McpState>,
+    caller: Caller,
+    headers: &HeaderMap,
+    msg: Value,
+) -> Response {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+    let bound = binding(&caller.identity.principal.username, &caller.path);
+    if method.as_deref() == Some("initialize") {
+        return initialize(&state, &bound, &id, msg.get("params"));
+    }
+    let sealed = headers
+        .get(HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let Some(session) = Session::open(&state, sealed, &bound) else {
+        // A session this server did not issue to this caller on this path: the client starts
+        // a new one, as the transport prescribes for ended sessions.
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            codes::INVALID_REQUEST,
+            "unknown session: send initialize again",
+        );
+    };
+    let version = headers
+        .get(HEADER_PROTOCOL_VERSION)
+        .map(|v| v.to_str().unwrap_or_default().trim());
+    if let Some(v) = version
+        && v != session.version
+    {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::INVALID_REQUEST,
+            &format!(
+                "MCP-Protocol-Version {v:?} is not the session's {}",
+                session.version
+            ),
+        );
+    }
+    let Some(method) = method else {
+        return answer(&state, &caller, &bound, &msg).await;
+    };
+    if msg.get("id").is_none() {
+        // Notifications (`initialized`, `cancelled`, `progress`, …) need nothing from a server
+        // that keeps no session.
+        return accepted();
+    }
+    let Some(tenant) = caller.tenant else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::INVALID_REQUEST,
+            "no default namespace for this caller: use POST /namespaces/{namespace}/mcp",
+        );
+    };
+    let mcp = RunwayMcp::new(state.clone());
+    let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
+    let outcome = match method.as_str() {
+        "ping" => Ok(json!({})),
+        "logging/setLevel" => set_level(&params),
+        "tools/list" => list_tools(&mcp, &tenant, &session).await,
+        "tools/call" => {
+            return held::call(mcp, tenant, session, bound, id, params).await;
+        }
+        "resources/list" => Ok(json!({"resources": []})),
+        "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
+        "prompts/list" => Ok(json!({"prompts": []})),
+        "resources/read" => read_resource(&params),
+        m if m.starts_with("tasks/") && session.has_tasks() => {
+            return old_tasks::serve(mcp, tenant, session, bound, id, m, params).await;
+        }
+        other => Err(err(
+            codes::METHOD_NOT_FOUND,
+            format!("method not found: {other}"),
+            None,
+        )),
+    };
+    state.config.metrics.request(&method, 200);
+    let message = match outcome {
+        Ok(result) => wire::result(&id, result),
+        Err(e) => wire::error(&id, &e),
+    };
+    json_response(StatusCode::OK, &message)
+}
+
+/// `initialize`: negotiate the revision and hand out the sealed session.
+fn initialize(state: &McpState, bound: &str, id: &Value, params: Option<&Value>) -> Response {
+    let Some(requested) = params
+        .and_then(|p| p.get("protocolVersion"))
+        .and_then(Value::as_str)
+    else {
+        let e = invalid("initialize: params.protocolVersion must be a string");
+        return json_response(StatusCode::OK, &wire::error(id, &e));
+    };
+    let capabilities = params
+        .and_then(|p| p.get("capabilities"))
+        .filter(|c| c.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let session = Session::negotiate(requested, capabilities);
+    let sealed = match session.seal(state, bound) {
+        Ok(s) => s,
+        Err(e) => return json_response(StatusCode::OK, &wire::error(id, &internal(e))),
+    };
+    let mut server_caps = json!({
+        "tools": {"listChanged": false},
+        "logging": {},
+        "prompts": {"listChanged": false},
+        "resources": {"subscribe": false, "listChanged": false},
+    });
+    if session.has_tasks() {
+        server_caps["tasks"] =
+            json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    }
+    let result = json!({
+        "protocolVersion": session.version,
+        "capabilities": server_caps,
+        "serverInfo": {"name": "runway", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": INSTRUCTIONS,
+    });
+    state.config.metrics.request("initialize", 200);
+    with_session(
+        json_response(StatusCode::OK, &wire::result(id, result)),
+        &sealed,
+    )
+}
+
+/// `logging/setLevel`: the level must be one of the protocol's. Runway sends no log
+/// notifications, so there is nothing to keep.
+fn set_level(params: &Value) -> Result<Value, ErrorData> {
+    match params.get("level").and_then(Value::as_str) {
+        Some(l) if LOG_LEVELS.contains(&l) => Ok(json!({})),
+        _ => Err(invalid(format!(
+            "level must be one of {}",
+            LOG_LEVELS.join(", ")
+        ))),
+    }
+}
+
+/// `resources/read`: the run view is the only resource.
+fn read_resource(params: &Value) -> Result<Value, ErrorData> {
+    let uri = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    read_view(uri).map(older).ok_or_else(|| {
+        err(
+            codes::INVALID_PARAMS,
+            "resource not found",
+            Some(json!({"uri": uri})),
+        )
+    })
+}
+
+/// `tools/list`: the same tools as 2026-07-28 clients see, each with the task support its
+/// Workflow's `execution.mode` gives (from 2025-11-25 on).
+async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Value, ErrorData> {
+    let listed = mcp.tools(t, false).await?;
+    let mut tools = Vec::with_capacity(listed.tools.len());
+    for tool in listed.tools {
+        let support = match mcp.tool(t, &tool.name).await {
+            Some(wf) => held::task_support(&wf),
+            None => "forbidden",
+        };
+        let mut tool = serde_json::to_value(tool).map_err(internal)?;
+        if session.has_tasks() {
+            tool["execution"] = json!({"taskSupport": support});
+        }
+        tools.push(tool);
+    }
+    Ok(json!({"tools": tools}))
+}
+
+/// A JSON-RPC response of the client: its answer to a question a held call (on any replica)
+/// asked. Recorded on the Run under the rules of `tasks/update`; the held call sees the Run
+/// change and goes on.
+async fn answer(state: &Arc<McpState>, caller: &Caller, bound: &str, msg: &Value) -> Response {
+    let refuse = |why: &str| {
+        rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            codes::INVALID_REQUEST,
+            why,
+        )
+    };
+    let Some(tenant) = caller.tenant.as_ref() else {
+        return refuse("no default namespace for this caller");
+    };
+    let Some(question) = msg
+        .get("id")
+        .and_then(Value::as_str)
+        .and_then(|id| Question::open(state, id, bound))
+    else {
+        return refuse("a response to no question this server asked you");
+    };
+    let answer = match (msg.get("result"), msg.get("error")) {
+        (Some(result), None) => result.clone(),
+        // A client that could not ask (or whose user dismissed the dialog) declines.
+        (None, Some(_)) => json!({"action": "decline"}),
+        _ => return refuse("a response carries exactly one of result and error"),
+    };
+    let responses = BTreeMap::from([(question.key.clone(), answer)]);
+    let mcp = RunwayMcp::new(state.clone());
+    match mcp.update_task_of(tenant, &question.run, &responses).await {
+        Ok(()) => accepted(),
+        Err(e) => rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            e.code.0.into(),
+            &e.message,
+        ),
+    }
+}
