@@ -214,9 +214,12 @@ impl Held {
     ) -> Response {
         let keep_alive = self.mcp.state.config.keep_alive;
         tokio::spawn(async move {
+            let shutdown = self.mcp.state.shutdown.clone();
             let last = tokio::select! {
                 last = self.follow() => last,
                 () = self.tx.closed() => None,
+                // A server going down ends its streams without touching their Runs.
+                () = shutdown.cancelled() => None,
             };
             match last {
                 Some(outcome) => {
@@ -318,6 +321,10 @@ impl Held {
     /// Ask the client the Run's open questions it can answer and has not been asked yet.
     async fn ask(&self, run: &Run, asked: &mut BTreeSet<String>) -> Asked {
         let open = projection::open_requests(run);
+        if open.is_empty() {
+            // Every question has its answer; the Run goes on shortly.
+            return Asked::Waiting;
+        }
         let requests = run.status.as_ref().map(|s| &s.input_requests);
         let mut answerable = 0;
         for (key, req) in open {

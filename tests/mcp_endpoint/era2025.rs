@@ -1,0 +1,660 @@
+//! Clients of the 2025 era (they open with `initialize`) on the same endpoint: the sealed
+//! session, tools, held calls with progress and questions answered in separate POSTs (also
+//! to a restarted server), the hold limit, and the 2025-11-25 tasks on the same Runs.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use reqwest::StatusCode;
+use runway::api::RunPhase;
+use serde_json::{Value, json};
+
+use super::support::mcp::{Mcp, TASK_WORKFLOWS, parse_body};
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: steps, namespace: NS }
+spec:
+  tool: { description: Three short steps., inputSchema: { type: object, properties: {} } }
+  execution: { mode: sync }
+  steps:
+    - { name: one, delay: { duration: 20ms } }
+    - { name: two, delay: { duration: 20ms } }
+    - { name: three, delay: { duration: 20ms } }
+  result: { content: [ { type: text, text: "done" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ask-name, namespace: NS }
+spec:
+  tool: { description: Asks for a name. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: who, message: "Your name?", requestedSchema: { type: object, properties: { name: { type: string } }, required: [name] } }
+  result: { content: [ { type: text, text: "hello {{ inputs.who.name }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: only-task, namespace: NS }
+spec:
+  tool: { description: Task only. }
+  execution: { mode: task }
+  steps: [ { name: w, delay: { duration: 10ms } } ]
+"#;
+
+async fn server() -> Mcp {
+    Mcp::start(&[("era.yaml", WORKFLOWS), ("tasks.yaml", TASK_WORKFLOWS)]).await
+}
+
+/// A 2025-era client: it has sent `initialize` and holds the session id it got.
+struct Old {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    session: String,
+    version: String,
+}
+
+/// An SSE response read event by event.
+struct Events {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Events {
+    /// The next JSON-RPC message, `None` at the end of the stream.
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                if let Some(m) = parse_body("text/event-stream", &event).into_iter().next() {
+                    return Some(m);
+                }
+                continue;
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+async fn initialize(
+    s: &Mcp,
+    token: &str,
+    version: &str,
+    caps: Value,
+) -> (reqwest::Response, Value) {
+    runway::install_crypto_provider();
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/namespaces/team-a/mcp", s.addr))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .bearer_auth(token)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": caps,
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let headers = resp.headers().clone();
+    let body: Value = resp.json().await.unwrap();
+    let mut fake = http::Response::new("");
+    *fake.headers_mut() = headers;
+    (reqwest::Response::from(fake), body)
+}
+
+impl Old {
+    async fn connect(s: &Mcp, token: &str, caps: Value) -> Self {
+        let (resp, body) = initialize(s, token, "2025-11-25", caps).await;
+        assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+        let session = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        Self {
+            http: reqwest::Client::new(),
+            url: format!("http://{}/namespaces/team-a/mcp", s.addr),
+            token: token.into(),
+            session,
+            version: "2025-11-25".into(),
+        }
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", &self.version)
+            .bearer_auth(&self.token)
+            .json(body)
+    }
+
+    /// Send a request; the status and every message of the answer.
+    async fn rpc(&self, method: &str, params: Value) -> (StatusCode, Vec<Value>) {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let resp = self.post(&body).send().await.unwrap();
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, parse_body(&ct, &resp.text().await.unwrap()))
+    }
+
+    async fn result(&self, method: &str, params: Value) -> Value {
+        let (status, messages) = self.rpc(method, params).await;
+        assert_eq!(status, StatusCode::OK, "{messages:?}");
+        let last = messages.last().unwrap().clone();
+        assert!(last.get("error").is_none(), "{last}");
+        last["result"].clone()
+    }
+
+    async fn error(&self, method: &str, params: Value) -> Value {
+        let (_, messages) = self.rpc(method, params).await;
+        messages.last().unwrap()["error"].clone()
+    }
+
+    /// Send a request whose answer is a stream, and read it as it comes.
+    async fn open(&self, method: &str, params: Value) -> Events {
+        let body = json!({"jsonrpc": "2.0", "id": "held", "method": method, "params": params});
+        let resp = self.post(&body).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Events {
+            body: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// POST the client's answer to a server request.
+    async fn answer(&self, id: &Value, result: Value) -> StatusCode {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        self.post(&body).send().await.unwrap().status()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_negotiates_a_revision_and_seals_the_session() {
+    let s = server().await;
+    for (asked, got, tasks) in [
+        ("2025-11-25", "2025-11-25", true),
+        ("2025-06-18", "2025-06-18", false),
+        ("2025-03-26", "2025-03-26", false),
+        ("2024-11-05", "2025-11-25", true),
+        ("1999-01-01", "2025-11-25", true),
+    ] {
+        let (resp, body) = initialize(&s, "alice-token", asked, json!({})).await;
+        let result = &body["result"];
+        assert_eq!(result["protocolVersion"], got, "{asked}: {body}");
+        assert_eq!(result["serverInfo"]["name"], "runway");
+        assert!(result["capabilities"]["tools"].is_object());
+        assert_eq!(
+            result["capabilities"]["tasks"].is_object(),
+            tasks,
+            "{asked}"
+        );
+        assert!(
+            result.get("resultType").is_none(),
+            "no 2026 fields: {result}"
+        );
+        let id = resp.headers()["mcp-session-id"].to_str().unwrap();
+        assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{id}");
+    }
+    let (_, body) = initialize(&s, "alice-token", "", json!({})).await;
+    assert!(body["result"]["protocolVersion"].is_string());
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/namespaces/team-a/mcp", s.addr))
+        .header("content-type", "application/json")
+        .bearer_auth("alice-token")
+        .json(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_foreign_or_misplaced_session_is_refused() {
+    let s = server().await;
+    let alice = Old::connect(&s, "alice-token", json!({})).await;
+    assert_eq!(alice.result("ping", json!({})).await, json!({}));
+
+    let mut forged = Old::connect(&s, "alice-token", json!({})).await;
+    forged.session.push('x');
+    assert_eq!(forged.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
+
+    // Bob presents alice's session: it was not issued to him.
+    let mut stolen = Old::connect(&s, "bob-token", json!({})).await;
+    stolen.session = alice.session.clone();
+    assert_eq!(stolen.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
+
+    // The same session on another path.
+    let mut moved = Old::connect(&s, "alice-token", json!({})).await;
+    moved.url = moved.url.replace("/namespaces/team-a/mcp", "/mcp");
+    assert_eq!(moved.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
+
+    // A version header that is not the session's.
+    let mut other = Old::connect(&s, "alice-token", json!({})).await;
+    other.version = "2025-06-18".into();
+    assert_eq!(
+        other.rpc("ping", json!({})).await.0,
+        StatusCode::BAD_REQUEST
+    );
+
+    // The token is checked on every request, session or not.
+    let mut anonymous = Old::connect(&s, "alice-token", json!({})).await;
+    anonymous.token = "nobody".into();
+    assert_eq!(
+        anonymous.rpc("ping", json!({})).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // The session outlives the server that issued it.
+    let s2 = Mcp::start_in(s.stop().await).await;
+    let mut again = Old::connect(&s2, "alice-token", json!({})).await;
+    again.session = alice.session.clone();
+    assert_eq!(again.result("ping", json!({})).await, json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_ping_logging_and_notifications() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let tools = c.result("tools/list", json!({})).await;
+    assert!(tools.get("resultType").is_none() && tools.get("ttlMs").is_none());
+    let support = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {tools}"))["execution"]["taskSupport"]
+            .clone()
+    };
+    assert_eq!(support("steps"), "forbidden");
+    assert_eq!(support("ask-name"), "optional");
+    assert_eq!(support("only-task"), "required");
+    assert_eq!(support("runway_list_runs"), "forbidden");
+
+    assert_eq!(
+        c.result("logging/setLevel", json!({"level": "debug"}))
+            .await,
+        json!({})
+    );
+    assert_eq!(
+        c.error("logging/setLevel", json!({"level": "loud"})).await["code"],
+        -32602
+    );
+    assert_eq!(
+        c.error("completion/complete", json!({})).await["code"],
+        -32601
+    );
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        c.post(&note).send().await.unwrap().status(),
+        StatusCode::ACCEPTED
+    );
+
+    // Older revisions get no task support field.
+    let (resp, _) = initialize(&s, "alice-token", "2025-06-18", json!({})).await;
+    let mut old = Old::connect(&s, "alice-token", json!({})).await;
+    old.session = resp.headers()["mcp-session-id"].to_str().unwrap().into();
+    old.version = "2025-06-18".into();
+    let tools = old.result("tools/list", json!({})).await;
+    assert!(tools["tools"][0].get("execution").is_none(), "{tools}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_streams_progress_and_the_result() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let (status, messages) = c
+        .rpc(
+            "tools/call",
+            json!({"name": "steps", "arguments": {}, "_meta": {"progressToken": "p-1"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let progress: Vec<f64> = messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .inspect(|m| assert_eq!(m["params"]["progressToken"], "p-1"))
+        .map(|m| m["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert!(progress.len() >= 3, "{messages:?}");
+    assert!(progress.windows(2).all(|w| w[0] <= w[1]), "{progress:?}");
+    let result = &messages.last().unwrap()["result"];
+    assert_eq!(result["content"][0]["text"], "done");
+    assert!(result.get("resultType").is_none());
+    // A task-only tool cannot be held.
+    let e = c
+        .error("tools/call", json!({"name": "only-task", "arguments": {}}))
+        .await;
+    assert_eq!(e["code"], -32601, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({"elicitation": {}})).await;
+    let mut events = c
+        .open("tools/call", json!({"name": "ask-name", "arguments": {}}))
+        .await;
+    let ask = events.next().await.unwrap();
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["message"], "Your name?");
+    assert!(ask["params"]["requestedSchema"]["properties"]["name"].is_object());
+    let id = ask["id"].clone();
+    assert!(id.is_string());
+
+    // Another caller cannot answer alice's question with her question's id.
+    let bob = Old::connect(&s, "bob-token", json!({"elicitation": {}})).await;
+    assert_eq!(
+        bob.answer(
+            &id,
+            json!({"action": "accept", "content": {"name": "mallory"}})
+        )
+        .await,
+        StatusCode::BAD_REQUEST
+    );
+    // An answer that does not fit the form is refused; the question stays open.
+    assert_eq!(
+        c.answer(&id, json!({"action": "accept", "content": {"name": 5}}))
+            .await,
+        StatusCode::BAD_REQUEST
+    );
+
+    // The server goes away (a shutdown does not cancel the Run); the answer reaches the next.
+    let name = {
+        let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+            .await
+            .unwrap();
+        runs[0].metadata.name.clone().unwrap()
+    };
+    let dir = s.stop().await;
+    drop(events);
+    let s2 = Mcp::start_in(dir).await;
+    let mut c2 = Old::connect(&s2, "alice-token", json!({"elicitation": {}})).await;
+    c2.session = c.session.clone();
+    assert_eq!(
+        c2.answer(&id, json!({"action": "accept", "content": {"name": "Ada"}}))
+            .await,
+        StatusCode::ACCEPTED
+    );
+    let run = s2
+        .wait(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(run.phase(), RunPhase::Succeeded);
+    let answer = &run.spec.input_responses.values().next().unwrap();
+    assert_eq!(answer.answered_by.as_deref(), Some("alice"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_call_goes_on_once_its_answer_arrives() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({"elicitation": {}})).await;
+    let mut events = c
+        .open("tools/call", json!({"name": "ask-name", "arguments": {}}))
+        .await;
+    let ask = events.next().await.unwrap();
+    assert_eq!(
+        c.answer(
+            &ask["id"],
+            json!({"action": "accept", "content": {"name": "Ada"}})
+        )
+        .await,
+        StatusCode::ACCEPTED
+    );
+    let last = events.next().await.unwrap();
+    assert_eq!(last["id"], "held");
+    assert_eq!(last["result"]["content"][0]["text"], "hello Ada", "{last}");
+    // Answering again changes nothing and is no error.
+    assert_eq!(
+        c.answer(
+            &ask["id"],
+            json!({"action": "accept", "content": {"name": "Bo"}})
+        )
+        .await,
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_cannot_answer_is_told_where_to_and_the_run_waits() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let (_, messages) = c
+        .rpc("tools/call", json!({"name": "ask-name", "arguments": {}}))
+        .await;
+    let result = &messages.last().unwrap()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let task = result["structuredContent"]["taskId"].as_str().unwrap();
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(task)
+    );
+    let run = s
+        .wait(task, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    assert!(run.spec.cancel.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_held_call_cancels_its_run_and_one_past_the_hold_limit_does_not() {
+    let s = Mcp::start_with(
+        &[("era.yaml", WORKFLOWS), ("tasks.yaml", TASK_WORKFLOWS)],
+        |c| c.hold_limit = Duration::from_millis(300),
+    )
+    .await;
+    let c = Old::connect(&s, "alice-token", json!({})).await;
+    // With a progress token the call is held as long as the Run runs.
+    let mut events = c
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    let first = events.next().await.unwrap();
+    assert_eq!(first["method"], "notifications/progress");
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    let held = runs[0].metadata.name.clone().unwrap();
+    drop(events);
+    let run = s
+        .wait(&held, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(run.phase(), RunPhase::Cancelled);
+    assert_eq!(
+        run.spec.cancel.unwrap().reason.as_deref(),
+        Some("mcp-request-cancelled")
+    );
+
+    // Without one, the answer names the Run after the hold limit, and the Run goes on.
+    let result = c
+        .result("tools/call", json!({"name": "nap", "arguments": {}}))
+        .await;
+    assert!(result.get("isError").is_none_or(|e| e == false), "{result}");
+    let task = result["structuredContent"]["taskId"].as_str().unwrap();
+    assert_eq!(result["structuredContent"]["status"], "working");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let run = runway::store::RunStore::get(s.store(), "team-a", task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.spec.cancel.is_none());
+    assert!(!run.phase().is_terminal());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_of_2025_11_25_on_the_same_runs() {
+    let s = server().await;
+    let alice = Old::connect(&s, "alice-token", json!({"tasks": {}, "elicitation": {}})).await;
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "quick", "arguments": {}, "task": {"ttl": 60000}}),
+        )
+        .await;
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(created["task"]["status"], "working");
+    assert!(created["task"]["ttl"].is_null());
+    assert_eq!(created["task"]["pollInterval"], 250);
+    assert!(created["task"]["createdAt"].is_string());
+
+    let result = alice.result("tasks/result", json!({"taskId": task})).await;
+    assert_eq!(result["content"][0]["text"], "quick done");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    let got = alice.result("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(got["status"], "completed");
+    assert!(got["ttl"].as_u64().is_some(), "ttl once finished: {got}");
+    // A finished task cannot be cancelled.
+    assert_eq!(
+        alice.error("tasks/cancel", json!({"taskId": task})).await["code"],
+        -32602
+    );
+
+    // A protocol error is the task's result too.
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "proto-error", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let failing = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let e = alice
+        .error("tasks/result", json!({"taskId": failing}))
+        .await;
+    assert_eq!(e["code"], -32042, "{e}");
+    assert_eq!(
+        alice.result("tasks/get", json!({"taskId": failing})).await["status"],
+        "failed"
+    );
+
+    // Cancel a running one.
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let napping = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let cancelled = alice
+        .result("tasks/cancel", json!({"taskId": napping}))
+        .await;
+    assert_eq!(cancelled["taskId"], napping.as_str());
+    let run = s
+        .wait(&napping, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(run.phase(), RunPhase::Cancelled);
+
+    // Listing: alice sees her three; dave (same group, no list right) sees none of them;
+    // bob (may list runs) sees all.
+    let listed = alice.result("tasks/list", json!({})).await;
+    let ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["taskId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{listed}");
+    for mine in [&task, &failing, &napping] {
+        assert!(ids.contains(&mine.as_str()), "{mine} in {listed}");
+    }
+    let dave = Old::connect(&s, "dave-token", json!({"tasks": {}})).await;
+    assert_eq!(
+        dave.result("tasks/list", json!({})).await["tasks"],
+        json!([])
+    );
+    let bob = Old::connect(&s, "bob-token", json!({"tasks": {}})).await;
+    assert_eq!(
+        bob.result("tasks/list", json!({})).await["tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        dave.error("tasks/list", json!({"cursor": "garbage"})).await["code"],
+        -32602
+    );
+
+    // Someone else's task and no task at all look the same.
+    let foreign = dave.error("tasks/get", json!({"taskId": task})).await;
+    let unknown = dave
+        .error("tasks/get", json!({"taskId": "quick-nothing"}))
+        .await;
+    assert_eq!(foreign, unknown);
+    assert_eq!(foreign["code"], -32602);
+    assert_eq!(
+        dave.error("tasks/cancel", json!({"taskId": task})).await,
+        unknown
+    );
+    assert_eq!(
+        dave.error("tasks/result", json!({"taskId": task})).await,
+        unknown
+    );
+
+    // A task-only tool as a task.
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "only-task", "arguments": {}, "task": {}}),
+        )
+        .await;
+    assert!(created["task"]["taskId"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({"tasks": {}, "elicitation": {}})).await;
+    let created = c
+        .result(
+            "tools/call",
+            json!({"name": "ask-name", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    s.wait(&task, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    assert_eq!(
+        c.result("tasks/get", json!({"taskId": task})).await["status"],
+        "input_required"
+    );
+    let mut events = c.open("tasks/result", json!({"taskId": task})).await;
+    let ask = events.next().await.unwrap();
+    assert_eq!(ask["method"], "elicitation/create");
+    // Going away from tasks/result does not cancel the task (it is not the call).
+    drop(events);
+    assert_eq!(
+        c.answer(
+            &ask["id"],
+            json!({"action": "accept", "content": {"name": "Ada"}})
+        )
+        .await,
+        StatusCode::ACCEPTED
+    );
+    let result = c.result("tasks/result", json!({"taskId": task})).await;
+    assert_eq!(result["content"][0]["text"], "hello Ada");
+}
