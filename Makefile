@@ -57,6 +57,12 @@ $(CHART_VENV)/.installed: tests/chart/requirements.txt
 conformance: build
 	tests/conformance/run.sh
 
+## The official MCP SDKs as clients (TypeScript 1.x, Python 1.x and 2.x, pinned) against
+## `runway serve`: both protocol eras, progress, questions, sampling, disconnects, tasks.
+.PHONY: sdk
+sdk: build
+	tests/sdk/run.sh
+
 ## The web console and the MCP Apps view in headless Chromium (installs Node, playwright-core,
 ## the MCP Apps SDK and Debian's chromium when missing); screenshots in target/console/.
 .PHONY: console

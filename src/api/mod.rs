@@ -120,6 +120,10 @@ pub mod labels {
     pub const SCHEDULE: &str = "runway.dev/schedule";
     /// Name of the Run whose `workflow` step started this one.
     pub const PARENT: &str = "runway.dev/parent";
+    /// The held 2025-era call a Run belongs to (a keyed hash of the client's session and its
+    /// request id), so that the client's `notifications/cancelled`, on whichever replica it
+    /// arrives, finds the Run.
+    pub const CALL: &str = "runway.dev/call";
 }
 
 /// Annotations on Runs.

@@ -281,6 +281,7 @@ impl RunwayMcp {
         wf: &Workflow,
         args: Map<String, Value>,
         idem: Option<&str>,
+        labels: &BTreeMap<String, String>,
     ) -> Result<Run, ErrorData> {
         let wf_name = wf.metadata.name.clone().unwrap_or_default();
         let name = match idem {
@@ -315,7 +316,9 @@ impl RunwayMcp {
             },
         );
         run.metadata.namespace = Some(t.namespace.clone());
-        run.metadata.labels = Some(BTreeMap::from([(labels::WORKFLOW.to_owned(), wf_name)]));
+        let mut all = labels.clone();
+        all.insert(labels::WORKFLOW.to_owned(), wf_name);
+        run.metadata.labels = Some(all);
         // Orders Runs requested within one second for concurrency limits.
         run.metadata.annotations = Some(BTreeMap::from([(
             crate::engine::concurrency::REQUESTED_AT.to_owned(),
@@ -359,9 +362,27 @@ impl RunwayMcp {
         delivery: Option<&Delivery>,
         as_task: bool,
     ) -> Result<Run, ErrorData> {
+        self.start_labelled(t, wf, args, idem, delivery, as_task, &BTreeMap::new())
+            .await
+    }
+
+    /// [`Self::start`], the Run carrying `labels` besides its Workflow's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn start_labelled(
+        &self,
+        t: &Tenant,
+        wf: &Workflow,
+        args: Map<String, Value>,
+        idem: Option<&Value>,
+        delivery: Option<&Delivery>,
+        as_task: bool,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Run, ErrorData> {
         validate_args(wf, &args)?;
         let idem = idempotency_key(idem)?;
-        let run = self.create_run(t, wf, args, idem.as_deref()).await?;
+        let run = self
+            .create_run(t, wf, args, idem.as_deref(), labels)
+            .await?;
         let name = run.metadata.name.as_deref().unwrap_or_default();
         // Until the answer naming it is delivered, the Run belongs to this request (a retry
         // with the same idempotency key finds it, so only calls without one give it up).

@@ -8,7 +8,7 @@
 //! endpoint's hold limit (most clients give up after 60 s, and their disconnect would cancel
 //! the Run): it gets a result naming the Run, which goes on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 
 use axum::http::StatusCode;
@@ -21,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::session::{Question, Session};
 use super::wire::{self, created, json_response, meta, older};
-use crate::api::{ExecutionMode, Run, RunPhase, Workflow, reasons};
+use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::mcp::access::allowed;
 use crate::mcp::builtin::is_builtin;
@@ -63,11 +63,12 @@ pub(crate) async fn call(
     bound: String,
     id: Value,
     params: Value,
+    call_label: String,
 ) -> Response {
     let progress = meta(&params).and_then(|m| m.get("progressToken")).cloned();
     let delivery = Delivery::default();
     let guard = Guard::new(delivery.clone(), mcp.state.clone());
-    let outcome = start(&mcp, &t, &session, &params, &delivery).await;
+    let outcome = start(&mcp, &t, &session, &params, &delivery, call_label).await;
     mcp.state.config.metrics.request("tools/call", 200);
     match outcome {
         Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
@@ -105,6 +106,7 @@ async fn start(
     session: &Session,
     params: &Value,
     delivery: &Delivery,
+    call_label: String,
 ) -> Result<Answer, ErrorData> {
     let name = params
         .get("name")
@@ -152,8 +154,20 @@ async fn start(
         ));
     }
     let idem = meta(params).and_then(|m| m.get(META_IDEMPOTENCY_KEY));
+    let labels = match as_task {
+        true => BTreeMap::new(),
+        false => BTreeMap::from([(labels::CALL.to_owned(), call_label)]),
+    };
     let run = mcp
-        .start(t, &wf, args, idem, as_task.then_some(delivery), as_task)
+        .start_labelled(
+            t,
+            &wf,
+            args,
+            idem,
+            as_task.then_some(delivery),
+            as_task,
+            &labels,
+        )
         .await?;
     Ok(if as_task {
         Answer::Task(run)

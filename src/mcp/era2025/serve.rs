@@ -11,9 +11,10 @@ use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 
 use super::held;
-use super::session::{Question, Session, binding};
+use super::session::{Question, Session, binding, call_label};
 use super::tasks as old_tasks;
 use super::wire::{self, accepted, json_response, older, with_session};
+use crate::api::{labels, reasons};
 use crate::auth::Identity;
 use crate::mcp::apps::read as read_view;
 use crate::mcp::errors::{err, internal, invalid, rpc_error};
@@ -110,8 +111,16 @@ pub(crate) async fn serve(
         return answer(&state, &caller, &bound, &msg).await;
     };
     if msg.get("id").is_none() {
-        // Notifications (`initialized`, `cancelled`, `progress`, …) need nothing from a server
-        // that keeps no session.
+        if method == "notifications/cancelled"
+            && let (Some(t), Some(request)) = (
+                &caller.tenant,
+                msg.get("params").and_then(|p| p.get("requestId")),
+            )
+        {
+            cancel_call(&state, t, &call_label(&state, sealed, request)).await;
+        }
+        // Other notifications (`initialized`, `progress`, …) need nothing from a server that
+        // keeps no session.
         return accepted();
     }
     let Some(tenant) = caller.tenant else {
@@ -129,7 +138,8 @@ pub(crate) async fn serve(
         "logging/setLevel" => set_level(&params),
         "tools/list" => list_tools(&mcp, &tenant, &session).await,
         "tools/call" => {
-            return held::call(mcp, tenant, session, bound, id, params).await;
+            let label = call_label(&state, sealed, &id);
+            return held::call(mcp, tenant, session, bound, id, params, label).await;
         }
         "resources/list" => Ok(json!({"resources": []})),
         "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
@@ -238,6 +248,21 @@ async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Va
         tools.push(tool);
     }
     Ok(json!({"tools": tools}))
+}
+
+/// `notifications/cancelled` of a held call: its Run is cancelled, as when the client goes
+/// away. Only the caller's own call can be named (the label is keyed with its session).
+async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
+    let selector = BTreeMap::from([(labels::CALL.to_owned(), label.to_owned())]);
+    let Ok(runs) = state.store.list(Some(&t.namespace), &selector).await else {
+        return;
+    };
+    let mcp = RunwayMcp::new(state.clone());
+    for run in runs {
+        if let Some(name) = run.metadata.name.as_deref() {
+            let _ = mcp.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
+        }
+    }
 }
 
 /// A JSON-RPC response of the client: its answer to a question a held call (on any replica)

@@ -88,6 +88,23 @@ impl Session {
     }
 }
 
+/// The label value that ties a held call's Run to the call: a keyed hash of the session id
+/// and the request id, so that `notifications/cancelled` finds the Run on any replica and
+/// nobody can name another client's call.
+pub(crate) fn call_label(state: &McpState, session_id: &str, request_id: &Value) -> String {
+    use hmac::{KeyInit, Mac};
+    let key = &state.config.state_keys[0];
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(b"mcp-call\0");
+    mac.update(session_id.as_bytes());
+    mac.update(b"\0");
+    mac.update(request_id.to_string().as_bytes());
+    let digest = mac.finalize().into_bytes();
+    data_encoding::BASE32_NOPAD
+        .encode(&digest[..20])
+        .to_ascii_lowercase()
+}
+
 /// What a session id is bound to: the caller and the path it was issued on.
 pub(crate) fn binding(username: &str, path: &str) -> String {
     format!("mcp-session\0{username}\0{path}")

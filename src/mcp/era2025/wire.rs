@@ -83,15 +83,21 @@ pub(crate) fn with_session(mut resp: Response, session_id: &str) -> Response {
 /// `ttl` and `pollInterval` under their older names.
 pub(crate) fn task(run: &Run, live: Option<&WorkflowSpec>) -> Value {
     let t = projection::task(run, live);
-    json!({
+    // `ttl` is always there (null: no expiry yet); the optional fields only when known.
+    let mut task = json!({
         "taskId": t.task_id,
         "status": t.status,
-        "statusMessage": t.status_message,
         "createdAt": t.created_at,
         "lastUpdatedAt": t.last_updated_at,
         "ttl": t.ttl_ms,
-        "pollInterval": t.poll_interval_ms,
-    })
+    });
+    if let Some(m) = t.status_message {
+        task["statusMessage"] = json!(m);
+    }
+    if let Some(p) = t.poll_interval_ms {
+        task["pollInterval"] = json!(p);
+    }
+    task
 }
 
 /// The `CreateTaskResult` of a task-augmented `tools/call`.
