@@ -658,3 +658,50 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
     let result = c.result("tasks/result", json!({"taskId": task})).await;
     assert_eq!(result["content"][0]["text"], "hello Ada");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
+    let s = server().await;
+    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let mut events = c
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    events.next().await.unwrap();
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    let name = runs[0].metadata.name.clone().unwrap();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "held", "reason": "user pressed stop"}});
+    // Another session of the same caller names the same request id: not its call.
+    let other = Old::connect(&s, "alice-token", json!({})).await;
+    assert_eq!(
+        other.post(&cancel).send().await.unwrap().status(),
+        StatusCode::ACCEPTED
+    );
+    // The notification is handled before its 202, so the Run would show it by now.
+    let run = runway::store::RunStore::get(s.store(), "team-a", &name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(run.spec.cancel.is_none(), "{:?}", run.spec.cancel);
+    assert_eq!(
+        c.post(&cancel).send().await.unwrap().status(),
+        StatusCode::ACCEPTED
+    );
+    let run = s.wait(&name, "cancelled", |r| r.phase().is_terminal()).await;
+    assert_eq!(run.phase(), RunPhase::Cancelled);
+    let by = run.spec.cancel.unwrap();
+    assert_eq!(by.reason.as_deref(), Some("mcp-request-cancelled"));
+    assert_eq!(by.requested_by.as_deref(), Some("alice"));
+    // The held call ends with the Run.
+    while let Some(m) = events.next().await {
+        if m.get("id").is_some() {
+            assert_eq!(m["id"], "held");
+            break;
+        }
+    }
+}
