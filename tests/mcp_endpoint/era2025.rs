@@ -692,7 +692,9 @@ async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
         c.post(&cancel).send().await.unwrap().status(),
         StatusCode::ACCEPTED
     );
-    let run = s.wait(&name, "cancelled", |r| r.phase().is_terminal()).await;
+    let run = s
+        .wait(&name, "cancelled", |r| r.phase().is_terminal())
+        .await;
     assert_eq!(run.phase(), RunPhase::Cancelled);
     let by = run.spec.cancel.unwrap();
     assert_eq!(by.reason.as_deref(), Some("mcp-request-cancelled"));

@@ -24,6 +24,9 @@ pub(crate) struct Session {
     /// The capabilities the client declared in `initialize`.
     #[serde(rename = "c", default)]
     pub capabilities: Value,
+    /// Random: two handshakes of one caller are two sessions (their calls are told apart).
+    #[serde(rename = "n", default)]
+    pub nonce: String,
 }
 
 impl Session {
@@ -34,9 +37,12 @@ impl Session {
             .iter()
             .find(|v| **v == requested)
             .unwrap_or(&VERSIONS[0]);
+        let mut nonce = [0u8; 12];
+        getrandom::fill(&mut nonce).expect("the OS random source works");
         Self {
             version: (*version).to_owned(),
             capabilities,
+            nonce: data_encoding::BASE32_NOPAD.encode(&nonce),
         }
     }
 
