@@ -209,6 +209,11 @@ struct McpFlags {
     /// Do not serve the web console (`/ui/`).
     #[arg(long)]
     no_console: bool,
+    /// How long a blocking call of a 2025-era client (one that opened with `initialize`) that
+    /// sent no progress token is held before it is answered with a result naming its Run,
+    /// which goes on (most clients give up after 60 s).
+    #[arg(long, default_value = "50s", value_parser = parse_positive_duration)]
+    hold_limit: std::time::Duration,
 }
 
 fn parse_namespace(s: &str) -> Result<String, String> {
@@ -256,6 +261,7 @@ impl McpFlags {
         c.list_tool = !self.no_list_tool;
         c.list_tool_off_in = self.no_list_tool_in.iter().cloned().collect();
         c.console = !self.no_console;
+        c.hold_limit = self.hold_limit;
         // Empty: the server supplies its durable key (database or Secret).
         c.state_keys.clear();
         if let Some(f) = &self.state_key_file {

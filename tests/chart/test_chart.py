@@ -202,6 +202,7 @@ def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> No
         f"--allowed-host=runway.{NAMESPACE}.svc.cluster.local",
         "--task-access=owner",
         "--request-state-ttl=1h",
+        "--hold-limit=50s",
         "--state-key-file=/etc/runway/state/state-key",
         "--token-audience=runway",
         "--auth-cache-ttl=10s",
@@ -235,6 +236,7 @@ def test_every_option_reaches_the_operator() -> None:
         "--allowed-origin=https://console.example.com",
         "--task-access=namespace",
         "--request-state-ttl=15m",
+        "--hold-limit=40s",
         "--state-key-file=/etc/runway/state/hmac",
         "--token-audience=runway",
         "--token-audience=https://kubernetes.default.svc",
@@ -369,6 +371,7 @@ def test_all_options_sets_every_value() -> None:
     [
         {"mcp": {"taskAccess": "everyone"}},
         {"mcp": {"requestStateTTL": "an hour"}},
+        {"mcp": {"holdLimit": "50 seconds"}},
         {"logFormat": "xml"},
         {"replicaCount": 0},
         {"unknownValue": True},
