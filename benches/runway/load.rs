@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 
 /// Protocol revision spoken.
 pub const VERSION: &str = "2026-07-28";
+/// The revision of clients that open with `initialize` (their own tasks, no `_meta`).
+pub const VERSION_2025: &str = "2025-11-25";
 /// The Tasks extension.
 pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 
@@ -82,8 +84,14 @@ impl Conn {
             .header("host", &self.host)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", VERSION)
             .header("mcp-method", rpc.method);
+        b = match &rpc.session {
+            Some(s) => b
+                .header("mcp-protocol-version", VERSION_2025)
+                .header("mcp-session-id", &**s),
+            None if rpc.method == "initialize" => b,
+            None => b.header("mcp-protocol-version", VERSION),
+        };
         if let Some(n) = &rpc.name {
             b = b.header("mcp-name", n.as_str());
         }
@@ -162,6 +170,8 @@ pub struct Rpc {
     method: &'static str,
     name: Option<String>,
     body: Bytes,
+    /// The `Mcp-Session-Id` of a 2025-era client (none: a 2026-07-28 request).
+    session: Option<Arc<str>>,
 }
 
 fn meta() -> Value {
@@ -178,7 +188,64 @@ fn rpc(method: &'static str, name: Option<&str>, mut params: Value) -> Rpc {
         method,
         name: name.map(str::to_owned),
         body: Bytes::from(body.to_string()),
+        session: None,
     }
+}
+
+/// A request of a 2025-era client in `session`: no `_meta`, the session header instead.
+fn rpc_2025(session: &Arc<str>, method: &'static str, params: Value) -> Rpc {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    Rpc {
+        method,
+        name: None,
+        body: Bytes::from(body.to_string()),
+        session: Some(session.clone()),
+    }
+}
+
+/// The 2025-era handshake: `initialize` declaring the revision's tasks; the session id.
+pub async fn initialize(c: &mut Conn) -> Result<Arc<str>, Error> {
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": VERSION_2025, "capabilities": {"tasks": {}},
+        "clientInfo": {"name": "runway-bench", "version": "1"}}});
+    let rpc = Rpc {
+        method: "initialize",
+        name: None,
+        body: Bytes::from(body.to_string()),
+        session: None,
+    };
+    let resp = c.start(&rpc).await?;
+    let session = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(Arc::from)
+        .ok_or("initialize gave no session")?;
+    read_all(resp).await?;
+    Ok(session)
+}
+
+/// 2025-11-25 `tasks/get` of `task`.
+pub fn get_2025(session: &Arc<str>, task: &str) -> Rpc {
+    rpc_2025(session, "tasks/get", json!({"taskId": task}))
+}
+
+/// 2025-11-25 task-augmented `tools/call` of `tool`.
+pub fn call_2025(session: &Arc<str>, tool: &str) -> Rpc {
+    rpc_2025(
+        session,
+        "tools/call",
+        json!({"name": tool, "arguments": {}, "task": {"ttl": 60000}}),
+    )
+}
+
+/// The `taskId` of a 2025-11-25 `CreateTaskResult` (`{task: {taskId, …}}`).
+pub fn task_id_2025(body: &[u8]) -> Result<String, Error> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    v["result"]["task"]["taskId"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no task in {v}"))
 }
 
 /// `tools/call` of `tool` with `args`, declaring the Tasks extension.
@@ -423,6 +490,20 @@ pub fn post_op(rpc: Rpc) -> Op {
         let rpc = rpc.clone();
         Box::pin(async move {
             let res = c.send(&rpc).await.map(|_| 0);
+            (c, res)
+        })
+    })
+}
+
+/// A fixed request of a 2025-era client, its answer checked by `ok`.
+pub fn checked_op(rpc: Rpc, ok: fn(&[u8]) -> Result<(), Error>) -> Op {
+    Arc::new(move |mut c: Conn| {
+        let rpc = rpc.clone();
+        Box::pin(async move {
+            let res = match c.send(&rpc).await {
+                Ok(b) => ok(&b).map(|()| 0),
+                Err(e) => Err(e),
+            };
             (c, res)
         })
     })

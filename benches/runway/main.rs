@@ -224,6 +224,10 @@ fn step(what: &str) {
 struct RunwayMain {
     get: Vec<Stats>,
     create: Vec<Stats>,
+    /// `tasks/get` of a 2025-era client (2025-11-25 tasks, sealed session), 64 clients.
+    get_2025: Stats,
+    /// Task-augmented `tools/call` of a 2025-era client, 1 client.
+    create_2025: Stats,
     e2e: Vec<Stats>,
     listen: Listen,
     /// Status and spec writes per Run (creation included), from the database.
@@ -473,6 +477,23 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
         );
     }
     http.kill();
+    step("tasks/get of a 2025-era client, 64 clients");
+    let session = {
+        let mut c = Conn::open(rw.addr).await.expect("a connection");
+        load::initialize(&mut c).await.expect("initialize")
+    };
+    let completed_2025 = |b: &[u8]| match load::status_of(b) {
+        Some("completed") => Ok(()),
+        _ => Err(format!("unexpected answer: {}", String::from_utf8_lossy(b))),
+    };
+    out.runway.get_2025 = closed_loop(
+        rw.addr,
+        64,
+        plan.warmup,
+        plan.measure,
+        load::checked_op(load::get_2025(&session, &rw_task), completed_2025),
+    )
+    .await;
     out.storage.push(storage_limit(work, plan).await);
     for n in [1, 16] {
         step(&format!("tools/call, {n} clients"));
@@ -482,6 +503,18 @@ async fn compare(work: &Path, plan: Plan) -> Compared {
             .push(closed_loop(rw.addr, n, plan.warmup, plan.measure, op).await);
         settle(rw.addr).await;
     }
+    step("tools/call of a 2025-era client, 1 client");
+    out.runway.create_2025 = closed_loop(
+        rw.addr,
+        1,
+        plan.warmup,
+        plan.measure,
+        load::checked_op(load::call_2025(&session, "trivial"), |b| {
+            load::task_id_2025(b).map(|_| ())
+        }),
+    )
+    .await;
+    settle(rw.addr).await;
     for n in [16, 64] {
         step(&format!("end to end, {n} callers"));
         out.runway.e2e.push(
@@ -880,6 +913,34 @@ impl Report {
                 ),
             );
         }
+        let r = &self.runway.get_2025;
+        let (g, h) = (at(&self.runway.get, 64), at(&self.http, 64));
+        row(
+            "tasks/get, 2025-11-25 client",
+            "64".into(),
+            format!("{}/s", rate(r.per_sec)),
+            ms(r.p50_ms),
+            ms(r.p99_ms),
+            format!(
+                "{:.2}× the 2026 tasks/get, {:.2}× http-limit",
+                ratio(r.per_sec, g.per_sec),
+                ratio(r.per_sec, h.per_sec)
+            ),
+        );
+        let r = &self.runway.create_2025;
+        let c = at(&self.runway.create, 1);
+        row(
+            "tools/call → task, 2025-11-25 client",
+            "1".into(),
+            format!("{}/s", rate(r.per_sec)),
+            ms(r.p50_ms),
+            ms(r.p99_ms),
+            format!(
+                "p50 {:.2}× the 2026 tools/call ({} ms)",
+                ratio(r.p50_ms, c.p50_ms),
+                ms(c.p50_ms)
+            ),
+        );
         for n in [16, 64] {
             let r = at(&self.runway.e2e, n);
             let p = at(&self.peer.e2e, n);

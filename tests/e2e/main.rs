@@ -1079,3 +1079,108 @@ spec:
     let done = alice.await_status(&id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "granite");
 }
+
+const ASK_NAME: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ask-name }
+spec:
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: who
+            message: "Your name?"
+            requestedSchema: { type: object, properties: { name: { type: string } }, required: [name] }
+  result:
+    content: [ { type: text, text: "hello {{ inputs.who.name }}" } ]
+"#;
+
+/// A 2025-era client of `user` whose session was opened on replica `at`, and the same session
+/// pointed at replica `other`.
+async fn old_pair(
+    c: &Cluster,
+    ns: &str,
+    user: &str,
+    caps: Value,
+) -> (support::mcp::Old, support::mcp::Old) {
+    let url = |i: usize| format!("{}/namespaces/{ns}/mcp", c.base(i));
+    let first = support::mcp::Old::connect(&url(0), &token(user), caps.clone()).await;
+    let mut second = support::mcp::Old::connect(&url(1), &token(user), caps).await;
+    second.session = first.session.clone();
+    (first, second)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_of_the_2025_era_are_served_by_any_replica() {
+    let c = up();
+    let ns = c.namespace("era2025");
+    apply_ok(c, &ns, ASK_NAME);
+    apply_ok(c, &ns, NAP);
+
+    // A held call on one replica, its question answered through the other.
+    let (on0, on1) = old_pair(c, &ns, "alice", json!({"elicitation": {}})).await;
+    let mut held = on0
+        .open("tools/call", json!({"name": "ask-name", "arguments": {}}))
+        .await;
+    let ask = held.next().await.expect("a question on the held call");
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let status = on1
+        .answer(
+            &ask["id"],
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED);
+    let last = held.next().await.expect("the call's result");
+    assert_eq!(last["result"]["content"][0]["text"], "hello Ada", "{last}");
+
+    // notifications/cancelled sent to the other replica ends a held call.
+    let mut napping = on0
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {"wait": "1h"}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    napping.next().await.expect("progress");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "held"}});
+    assert_eq!(
+        on1.post(&cancel).send().await.unwrap().status(),
+        reqwest::StatusCode::ACCEPTED
+    );
+    let runs = get_json(c, &ns, "runs");
+    let nap = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["spec"]["workflowRef"]["name"] == "nap")
+        .expect("the nap Run")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.wait_jsonpath(&ns, &format!("run/{nap}"), "{.status.phase}", "Cancelled");
+
+    // 2025-11-25 tasks: created on one replica, followed on the other; bob sees nothing of it.
+    let (t0, t1) = old_pair(c, &ns, "alice", json!({"tasks": {}})).await;
+    let created = t0
+        .result(
+            "tools/call",
+            json!({"name": "nap", "arguments": {"wait": "1s"}, "task": {}}),
+        )
+        .await;
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let result = t1.result("tasks/result", json!({"taskId": task})).await;
+    assert_eq!(result["content"][0]["text"], "slept 1s");
+    let listed = t1.result("tasks/list", json!({})).await;
+    assert!(listed.to_string().contains(&task), "{listed}");
+    let (b0, _) = old_pair(c, &ns, "bob", json!({"tasks": {}})).await;
+    let foreign = b0.error("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(foreign["code"], -32602);
+    assert!(
+        !b0.result("tasks/list", json!({}))
+            .await
+            .to_string()
+            .contains(&task)
+    );
+}

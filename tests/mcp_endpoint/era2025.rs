@@ -2,15 +2,13 @@
 //! session, tools, held calls with progress and questions answered in separate POSTs (also
 //! to a restarted server), the hold limit, and the 2025-11-25 tasks on the same Runs.
 
-use std::pin::Pin;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
 use reqwest::StatusCode;
 use runway::api::RunPhase;
 use serde_json::{Value, json};
 
-use super::support::mcp::{Mcp, TASK_WORKFLOWS, parse_body};
+use super::support::mcp::{Mcp, Old, TASK_WORKFLOWS, initialize};
 
 const WORKFLOWS: &str = r#"
 apiVersion: runway.dev/v1alpha1
@@ -50,143 +48,6 @@ async fn server() -> Mcp {
     Mcp::start(&[("era.yaml", WORKFLOWS), ("tasks.yaml", TASK_WORKFLOWS)]).await
 }
 
-/// A 2025-era client: it has sent `initialize` and holds the session id it got.
-struct Old {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-    session: String,
-    version: String,
-}
-
-/// An SSE response read event by event.
-struct Events {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buf: String,
-}
-
-impl Events {
-    /// The next JSON-RPC message, `None` at the end of the stream.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
-                if let Some(m) = parse_body("text/event-stream", &event).into_iter().next() {
-                    return Some(m);
-                }
-                continue;
-            }
-            let chunk = self.body.next().await?.ok()?;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-}
-
-async fn initialize(
-    s: &Mcp,
-    token: &str,
-    version: &str,
-    caps: Value,
-) -> (reqwest::Response, Value) {
-    runway::install_crypto_provider();
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}/namespaces/team-a/mcp", s.addr))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .bearer_auth(token)
-        .json(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": version, "capabilities": caps,
-            "clientInfo": {"name": "test", "version": "1"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    let headers = resp.headers().clone();
-    let body: Value = resp.json().await.unwrap();
-    let mut fake = http::Response::new("");
-    *fake.headers_mut() = headers;
-    (reqwest::Response::from(fake), body)
-}
-
-impl Old {
-    async fn connect(s: &Mcp, token: &str, caps: Value) -> Self {
-        let (resp, body) = initialize(s, token, "2025-11-25", caps).await;
-        assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
-        let session = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
-        Self {
-            http: reqwest::Client::new(),
-            url: format!("http://{}/namespaces/team-a/mcp", s.addr),
-            token: token.into(),
-            session,
-            version: "2025-11-25".into(),
-        }
-    }
-
-    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
-        self.http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", &self.version)
-            .bearer_auth(&self.token)
-            .json(body)
-    }
-
-    /// Send a request; the status and every message of the answer.
-    async fn rpc(&self, method: &str, params: Value) -> (StatusCode, Vec<Value>) {
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        let resp = self.post(&body).send().await.unwrap();
-        let status = resp.status();
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        (status, parse_body(&ct, &resp.text().await.unwrap()))
-    }
-
-    async fn result(&self, method: &str, params: Value) -> Value {
-        let (status, messages) = self.rpc(method, params).await;
-        assert_eq!(status, StatusCode::OK, "{messages:?}");
-        let last = messages.last().unwrap().clone();
-        assert!(last.get("error").is_none(), "{last}");
-        last["result"].clone()
-    }
-
-    async fn error(&self, method: &str, params: Value) -> Value {
-        let (_, messages) = self.rpc(method, params).await;
-        messages.last().unwrap()["error"].clone()
-    }
-
-    /// Send a request whose answer is a stream, and read it as it comes.
-    async fn open(&self, method: &str, params: Value) -> Events {
-        let body = json!({"jsonrpc": "2.0", "id": "held", "method": method, "params": params});
-        let resp = self.post(&body).send().await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        assert!(
-            resp.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("text/event-stream")
-        );
-        Events {
-            body: Box::pin(resp.bytes_stream()),
-            buf: String::new(),
-        }
-    }
-
-    /// POST the client's answer to a server request.
-    async fn answer(&self, id: &Value, result: Value) -> StatusCode {
-        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
-        self.post(&body).send().await.unwrap().status()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initialize_negotiates_a_revision_and_seals_the_session() {
     let s = server().await;
@@ -197,7 +58,7 @@ async fn initialize_negotiates_a_revision_and_seals_the_session() {
         ("2024-11-05", "2025-11-25", true),
         ("1999-01-01", "2025-11-25", true),
     ] {
-        let (resp, body) = initialize(&s, "alice-token", asked, json!({})).await;
+        let (resp, body) = initialize(&s.url(), "alice-token", asked, json!({})).await;
         let result = &body["result"];
         assert_eq!(result["protocolVersion"], got, "{asked}: {body}");
         assert_eq!(result["serverInfo"]["name"], "runway");
@@ -214,7 +75,7 @@ async fn initialize_negotiates_a_revision_and_seals_the_session() {
         let id = resp.headers()["mcp-session-id"].to_str().unwrap();
         assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{id}");
     }
-    let (_, body) = initialize(&s, "alice-token", "", json!({})).await;
+    let (_, body) = initialize(&s.url(), "alice-token", "", json!({})).await;
     assert!(body["result"]["protocolVersion"].is_string());
     let resp = reqwest::Client::new()
         .post(format!("http://{}/namespaces/team-a/mcp", s.addr))
@@ -231,25 +92,25 @@ async fn initialize_negotiates_a_revision_and_seals_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_foreign_or_misplaced_session_is_refused() {
     let s = server().await;
-    let alice = Old::connect(&s, "alice-token", json!({})).await;
+    let alice = Old::connect(&s.url(), "alice-token", json!({})).await;
     assert_eq!(alice.result("ping", json!({})).await, json!({}));
 
-    let mut forged = Old::connect(&s, "alice-token", json!({})).await;
+    let mut forged = Old::connect(&s.url(), "alice-token", json!({})).await;
     forged.session.push('x');
     assert_eq!(forged.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
 
     // Bob presents alice's session: it was not issued to him.
-    let mut stolen = Old::connect(&s, "bob-token", json!({})).await;
+    let mut stolen = Old::connect(&s.url(), "bob-token", json!({})).await;
     stolen.session = alice.session.clone();
     assert_eq!(stolen.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
 
     // The same session on another path.
-    let mut moved = Old::connect(&s, "alice-token", json!({})).await;
+    let mut moved = Old::connect(&s.url(), "alice-token", json!({})).await;
     moved.url = moved.url.replace("/namespaces/team-a/mcp", "/mcp");
     assert_eq!(moved.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
 
     // A version header that is not the session's.
-    let mut other = Old::connect(&s, "alice-token", json!({})).await;
+    let mut other = Old::connect(&s.url(), "alice-token", json!({})).await;
     other.version = "2025-06-18".into();
     assert_eq!(
         other.rpc("ping", json!({})).await.0,
@@ -257,7 +118,7 @@ async fn a_forged_foreign_or_misplaced_session_is_refused() {
     );
 
     // The token is checked on every request, session or not.
-    let mut anonymous = Old::connect(&s, "alice-token", json!({})).await;
+    let mut anonymous = Old::connect(&s.url(), "alice-token", json!({})).await;
     anonymous.token = "nobody".into();
     assert_eq!(
         anonymous.rpc("ping", json!({})).await.0,
@@ -266,7 +127,7 @@ async fn a_forged_foreign_or_misplaced_session_is_refused() {
 
     // The session outlives the server that issued it.
     let s2 = Mcp::start_in(s.stop().await).await;
-    let mut again = Old::connect(&s2, "alice-token", json!({})).await;
+    let mut again = Old::connect(&s2.url(), "alice-token", json!({})).await;
     again.session = alice.session.clone();
     assert_eq!(again.result("ping", json!({})).await, json!({}));
 }
@@ -274,7 +135,7 @@ async fn a_forged_foreign_or_misplaced_session_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_list_ping_logging_and_notifications() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
     let tools = c.result("tools/list", json!({})).await;
     assert!(tools.get("resultType").is_none() && tools.get("ttlMs").is_none());
     let support = |name: &str| {
@@ -311,8 +172,8 @@ async fn tools_list_ping_logging_and_notifications() {
     );
 
     // Older revisions get no task support field.
-    let (resp, _) = initialize(&s, "alice-token", "2025-06-18", json!({})).await;
-    let mut old = Old::connect(&s, "alice-token", json!({})).await;
+    let (resp, _) = initialize(&s.url(), "alice-token", "2025-06-18", json!({})).await;
+    let mut old = Old::connect(&s.url(), "alice-token", json!({})).await;
     old.session = resp.headers()["mcp-session-id"].to_str().unwrap().into();
     old.version = "2025-06-18".into();
     let tools = old.result("tools/list", json!({})).await;
@@ -322,7 +183,7 @@ async fn tools_list_ping_logging_and_notifications() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_call_streams_progress_and_the_result() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
     let (status, messages) = c
         .rpc(
             "tools/call",
@@ -351,7 +212,7 @@ async fn a_held_call_streams_progress_and_the_result() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({"elicitation": {}})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({"elicitation": {}})).await;
     let mut events = c
         .open("tools/call", json!({"name": "ask-name", "arguments": {}}))
         .await;
@@ -363,7 +224,7 @@ async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
     assert!(id.is_string());
 
     // Another caller cannot answer alice's question with her question's id.
-    let bob = Old::connect(&s, "bob-token", json!({"elicitation": {}})).await;
+    let bob = Old::connect(&s.url(), "bob-token", json!({"elicitation": {}})).await;
     assert_eq!(
         bob.answer(
             &id,
@@ -389,7 +250,7 @@ async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
     let dir = s.stop().await;
     drop(events);
     let s2 = Mcp::start_in(dir).await;
-    let mut c2 = Old::connect(&s2, "alice-token", json!({"elicitation": {}})).await;
+    let mut c2 = Old::connect(&s2.url(), "alice-token", json!({"elicitation": {}})).await;
     c2.session = c.session.clone();
     assert_eq!(
         c2.answer(&id, json!({"action": "accept", "content": {"name": "Ada"}}))
@@ -407,7 +268,7 @@ async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_call_goes_on_once_its_answer_arrives() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({"elicitation": {}})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({"elicitation": {}})).await;
     let mut events = c
         .open("tools/call", json!({"name": "ask-name", "arguments": {}}))
         .await;
@@ -437,7 +298,7 @@ async fn a_held_call_goes_on_once_its_answer_arrives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_cannot_answer_is_told_where_to_and_the_run_waits() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
     let (_, messages) = c
         .rpc("tools/call", json!({"name": "ask-name", "arguments": {}}))
         .await;
@@ -463,7 +324,7 @@ async fn a_dropped_held_call_cancels_its_run_and_one_past_the_hold_limit_does_no
         |c| c.hold_limit = Duration::from_millis(300),
     )
     .await;
-    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
     // With a progress token the call is held as long as the Run runs.
     let mut events = c
         .open(
@@ -506,7 +367,12 @@ async fn a_dropped_held_call_cancels_its_run_and_one_past_the_hold_limit_does_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_of_2025_11_25_on_the_same_runs() {
     let s = server().await;
-    let alice = Old::connect(&s, "alice-token", json!({"tasks": {}, "elicitation": {}})).await;
+    let alice = Old::connect(
+        &s.url(),
+        "alice-token",
+        json!({"tasks": {}, "elicitation": {}}),
+    )
+    .await;
     let created = alice
         .result(
             "tools/call",
@@ -581,12 +447,12 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
     for mine in [&task, &failing, &napping] {
         assert!(ids.contains(&mine.as_str()), "{mine} in {listed}");
     }
-    let dave = Old::connect(&s, "dave-token", json!({"tasks": {}})).await;
+    let dave = Old::connect(&s.url(), "dave-token", json!({"tasks": {}})).await;
     assert_eq!(
         dave.result("tasks/list", json!({})).await["tasks"],
         json!([])
     );
-    let bob = Old::connect(&s, "bob-token", json!({"tasks": {}})).await;
+    let bob = Old::connect(&s.url(), "bob-token", json!({"tasks": {}})).await;
     assert_eq!(
         bob.result("tasks/list", json!({})).await["tasks"]
             .as_array()
@@ -628,7 +494,12 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({"tasks": {}, "elicitation": {}})).await;
+    let c = Old::connect(
+        &s.url(),
+        "alice-token",
+        json!({"tasks": {}, "elicitation": {}}),
+    )
+    .await;
     let created = c
         .result(
             "tools/call",
@@ -662,7 +533,7 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
     let s = server().await;
-    let c = Old::connect(&s, "alice-token", json!({})).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
     let mut events = c
         .open(
             "tools/call",
@@ -677,7 +548,7 @@ async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": "held", "reason": "user pressed stop"}});
     // Another session of the same caller names the same request id: not its call.
-    let other = Old::connect(&s, "alice-token", json!({})).await;
+    let other = Old::connect(&s.url(), "alice-token", json!({})).await;
     assert_eq!(
         other.post(&cancel).send().await.unwrap().status(),
         StatusCode::ACCEPTED

@@ -3,6 +3,9 @@
 
 use std::net::SocketAddr;
 
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use runway::server::{AuthMode, Options, Server};
@@ -209,6 +212,11 @@ impl Mcp {
         self.server.take().unwrap().stop().await;
         let Mcp { dir, .. } = self;
         dir
+    }
+
+    /// The team-a endpoint.
+    pub fn url(&self) -> String {
+        format!("http://{}/namespaces/team-a/mcp", self.addr)
     }
 
     pub fn client(&self, token: &str) -> Client {
@@ -504,5 +512,144 @@ impl Client {
             .ok()
             .flatten()
             .unwrap_or_else(|| panic!("task {task} never reached {what}"))
+    }
+}
+
+/// A 2025-era client (it opens with `initialize`): it has sent `initialize` and holds the session id it got.
+pub struct Old {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub token: String,
+    pub session: String,
+    pub version: String,
+}
+
+/// An SSE response read event by event.
+pub struct Events {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Events {
+    /// The next JSON-RPC message, `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                if let Some(m) = parse_body("text/event-stream", &event).into_iter().next() {
+                    return Some(m);
+                }
+                continue;
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+/// `initialize` at `url` as `token`: the response head (for its session id) and the answer.
+pub async fn initialize(
+    url: &str,
+    token: &str,
+    version: &str,
+    caps: Value,
+) -> (reqwest::Response, Value) {
+    runway::install_crypto_provider();
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .bearer_auth(token)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": caps,
+            "clientInfo": {"name": "test", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let headers = resp.headers().clone();
+    let body: Value = resp.json().await.unwrap();
+    let mut fake = http::Response::new("");
+    *fake.headers_mut() = headers;
+    (reqwest::Response::from(fake), body)
+}
+
+impl Old {
+    /// A client that has opened a 2025-11-25 session at `url`.
+    pub async fn connect(url: &str, token: &str, caps: Value) -> Self {
+        let (resp, body) = initialize(url, token, "2025-11-25", caps).await;
+        assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+        let session = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        Self {
+            http: reqwest::Client::new(),
+            url: url.into(),
+            token: token.into(),
+            session,
+            version: "2025-11-25".into(),
+        }
+    }
+
+    pub fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", &self.version)
+            .bearer_auth(&self.token)
+            .json(body)
+    }
+
+    /// Send a request; the status and every message of the answer.
+    pub async fn rpc(&self, method: &str, params: Value) -> (StatusCode, Vec<Value>) {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let resp = self.post(&body).send().await.unwrap();
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, parse_body(&ct, &resp.text().await.unwrap()))
+    }
+
+    pub async fn result(&self, method: &str, params: Value) -> Value {
+        let (status, messages) = self.rpc(method, params).await;
+        assert_eq!(status, StatusCode::OK, "{messages:?}");
+        let last = messages.last().unwrap().clone();
+        assert!(last.get("error").is_none(), "{last}");
+        last["result"].clone()
+    }
+
+    pub async fn error(&self, method: &str, params: Value) -> Value {
+        let (_, messages) = self.rpc(method, params).await;
+        messages.last().unwrap()["error"].clone()
+    }
+
+    /// Send a request whose answer is a stream, and read it as it comes.
+    pub async fn open(&self, method: &str, params: Value) -> Events {
+        let body = json!({"jsonrpc": "2.0", "id": "held", "method": method, "params": params});
+        let resp = self.post(&body).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Events {
+            body: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// POST the client's answer to a server request.
+    pub async fn answer(&self, id: &Value, result: Value) -> StatusCode {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        self.post(&body).send().await.unwrap().status()
     }
 }
