@@ -5,9 +5,9 @@
 use jiff::Timestamp;
 use serde_json::Value;
 
+use super::budget::guard_output;
 use super::effects::Next;
 use super::machine::{Machine, Progress};
-use super::record::guard_output;
 use super::{MAX_RESULT_BYTES, budget, template, ts};
 use crate::api::{
     ForEach, Step, StepPhase, StepRecord, WorkflowSpec, event_reasons, item_name, item_of,

@@ -65,6 +65,23 @@ pub(crate) fn schema_errors(schema: &Value, args: &Value) -> Result<Vec<Value>, 
         .collect())
 }
 
+/// Cut an oversized (or too deeply nested) value down to a string prefix of its JSON; the flag
+/// says it happened.
+pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
+    let text = v.to_string();
+    if text.len() <= limit && depth(&v) <= MAX_DEPTH {
+        return (v, false);
+    }
+    if text.len() <= limit {
+        return (Value::String(text), true);
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (Value::String(text[..cut].to_owned()), true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,15 +1,10 @@
 //! Cancellation and deadlines: closing open questions, interrupting the running steps,
 //! cleanups, and the Run-wide deadline.
 
-use jiff::SignedDuration;
-
 use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
 use super::ts;
 use crate::api::{Ending, RunPhase, StepKind, StepPhase, WorkflowSpec, event_reasons};
-
-/// Time allowed for one cleanup (cancel an upstream task, delete a Job).
-pub(super) const CLEANUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
 
 impl Machine<'_> {
     pub(super) fn begin_cancel(

@@ -2,11 +2,12 @@
 
 use serde_json::json;
 
+use jiff::Timestamp;
+
+use super::budget::guard_output;
 use super::effects::Event;
-use super::machine::Machine;
-use super::record::guard_output;
 use super::{MAX_RESULT_BYTES, ts};
-use crate::api::{Ending, RunError, RunPhase, conditions, event_reasons, reasons};
+use crate::api::{Ending, Run, RunError, RunPhase, RunStatus, conditions, event_reasons, reasons};
 use crate::protocol::codes;
 
 /// A protocol-level failure carrying an upstream's JSON-RPC code and message.
@@ -52,50 +53,56 @@ pub(super) fn fatal_ending(message: String) -> Ending {
     }
 }
 
-impl Machine<'_> {
-    pub(super) fn finish_with(&mut self, ending: Ending) {
-        self.st.ending = Some(ending);
-        self.finalize();
-    }
+/// Write `ending` as the Run's final status: phase, finish time, result or error, the
+/// `Finished` condition and its Event. Open questions and the current step are cleared.
+pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &mut Vec<Event>) {
+    let ending = st
+        .ending
+        .clone()
+        .unwrap_or_else(|| fatal_ending("no ending".into()));
+    st.phase = ending.phase;
+    st.finished_at = Some(ts(now));
+    st.input_requests.clear();
+    st.waiting_for = None;
+    st.current_step = None;
+    st.result = ending.result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
+    st.error = ending.error;
+    let (reason, message) = match ending.phase {
+        RunPhase::Succeeded => (reasons::SUCCEEDED, "run succeeded".to_string()),
+        RunPhase::Cancelled => (
+            reasons::CANCELLED,
+            ending.message.clone().unwrap_or_else(|| "cancelled".into()),
+        ),
+        _ => (
+            reasons::FAILED,
+            ending.message.clone().unwrap_or_else(|| "failed".into()),
+        ),
+    };
+    st.status_message = Some(message.clone());
+    st.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: conditions::FINISHED.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.clone(),
+        last_transition_time: crate::api::kube_time(now),
+        observed_generation: run.metadata.generation,
+    }];
+    let warning = ending.phase != RunPhase::Succeeded;
+    events.push(Event {
+        reason: event_reasons::FINISHED,
+        message: format!("run {}: {message}", ending.phase.as_str()),
+        warning,
+    });
+}
 
-    pub(super) fn finalize(&mut self) {
-        let ending = self
-            .st
-            .ending
-            .clone()
-            .unwrap_or_else(|| fatal_ending("no ending".into()));
-        self.st.phase = ending.phase;
-        self.st.finished_at = Some(ts(self.now));
-        self.st.input_requests.clear();
-        self.st.waiting_for = None;
-        self.st.current_step = None;
-        self.st.result = ending.result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
-        self.st.error = ending.error;
-        let (reason, message) = match ending.phase {
-            RunPhase::Succeeded => (reasons::SUCCEEDED, "run succeeded".to_string()),
-            RunPhase::Cancelled => (
-                reasons::CANCELLED,
-                ending.message.clone().unwrap_or_else(|| "cancelled".into()),
-            ),
-            _ => (
-                reasons::FAILED,
-                ending.message.clone().unwrap_or_else(|| "failed".into()),
-            ),
-        };
-        self.st.status_message = Some(message.clone());
-        self.st.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: conditions::FINISHED.into(),
-            status: "True".into(),
-            reason: reason.into(),
-            message: message.clone(),
-            last_transition_time: crate::api::kube_time(self.now),
-            observed_generation: self.run.metadata.generation,
-        }];
-        let warning = ending.phase != RunPhase::Succeeded;
-        self.events.push(Event {
-            reason: event_reasons::FINISHED,
-            message: format!("run {}: {message}", ending.phase.as_str()),
-            warning,
-        });
-    }
+/// End a Run that this process could not handle (a panic while deciding or executing it): it
+/// fails with an internal error naming why, instead of being retried forever. Cleanups recorded
+/// as pending are dropped: running them is what failed.
+pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
+    let mut st = run.status.clone().unwrap_or_default();
+    st.cleanups.clear();
+    st.ending = Some(fatal_ending(format!("internal error: {why}")));
+    finalize(&mut st, run, now, &mut Vec::new());
+    st.observed_generation = run.metadata.generation;
+    st
 }

@@ -4,10 +4,11 @@ use serde_json::{Map, Value, json};
 
 use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
+use super::record::fresh_key;
 use super::{Next, duration, template, ts};
 use crate::api::{
-    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal, Run,
-    RunPhase, RunStatus, Step, StepPhase, event_reasons,
+    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal,
+    RunPhase, Step, StepPhase, event_reasons,
 };
 use crate::protocol::METHOD_ELICITATION;
 
@@ -82,24 +83,6 @@ pub(crate) fn answer_schema_error(
             .join("; ");
         format!("the answer does not match requestedSchema: {detail}")
     })
-}
-
-/// The key to ask a question under: `base` (`<step>.<request>`) when no answer, open question
-/// or step has used it yet, else the first unused `base.N` (N ≥ 2). The one rule for questions
-/// of input steps, questions asked again and questions an upstream tool asks, so an answer
-/// written before its question (with kubectl, say) never answers it.
-pub(super) fn fresh_key(run: &Run, st: &RunStatus, base: &str) -> String {
-    let unused = |k: &str| {
-        !run.spec.input_responses.contains_key(k)
-            && !st.input_requests.contains_key(k)
-            && !st.steps.iter().any(|r| {
-                r.input_keys.values().any(|v| v == k) || r.upstream_input_keys.contains_key(k)
-            })
-    };
-    std::iter::once(base.to_owned())
-        .chain((2..).map(|n| format!("{base}.{n}")))
-        .find(|k| unused(k))
-        .expect("an unbounded range has an unused key")
 }
 
 /// What one answer did to an input step.

@@ -5,11 +5,11 @@ use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::cancel::CLEANUP_TIMEOUT;
+use super::budget::guard_output;
 use super::effects::{Action, Decision, Effect, Event, Next};
-use super::endings::{fatal_ending, tool_error_ending};
-use super::record::{fail_step_fatal, guard_output, within_budget};
-use super::render::{child_run_name, job_name, render_tool};
+use super::endings::{fatal_ending, finalize, tool_error_ending};
+use super::record::{fail_step_fatal, within_budget};
+use super::render::{child_run_name, job_name, render_http, render_tool};
 use super::{
     MAX_OUTPUT_BYTES, budget, context, context_for, duration, idempotency_key, parse_ts, result,
     template, ts,
@@ -19,6 +19,9 @@ use crate::api::{
     WorkflowSpec, event_reasons, item_of,
 };
 use crate::protocol::codes;
+
+/// Time allowed for one cleanup (cancel an upstream task, delete a Job).
+pub(super) const CLEANUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30);
 
 /// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps;
 /// a `forEach` step starts up to its parallelism of items at once).
@@ -52,22 +55,6 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
     }
 }
 
-/// End a Run that this process could not handle (a panic while deciding or executing it): it
-/// fails with an internal error naming why, instead of being retried forever. Cleanups recorded
-/// as pending are dropped: running them is what failed.
-pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
-    let mut m = Machine {
-        run,
-        st: run.status.clone().unwrap_or_default(),
-        now,
-        events: Vec::new(),
-    };
-    m.st.cleanups.clear();
-    m.finish_with(fatal_ending(format!("internal error: {why}")));
-    m.st.observed_generation = run.metadata.generation;
-    m.st
-}
-
 /// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
 /// Job of an item of a `forEach` step; nothing for any other step.
 fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
@@ -97,6 +84,17 @@ pub(super) struct Machine<'a> {
 }
 
 impl Machine<'_> {
+    /// End the Run with `ending`.
+    pub(super) fn finish_with(&mut self, ending: Ending) {
+        self.st.ending = Some(ending);
+        self.finalize();
+    }
+
+    /// Write the recorded ending as the final status.
+    pub(super) fn finalize(&mut self) {
+        finalize(&mut self.st, self.run, self.now, &mut self.events);
+    }
+
     pub(super) fn event(&mut self, reason: &'static str, message: String) {
         self.events.push(Event {
             reason,
@@ -373,7 +371,7 @@ impl Machine<'_> {
             }
             (StepKind::Input(input), _) => self.continue_input(i, step, input),
             (StepKind::Sample(sample), _) => self.continue_sample(i, step, sample),
-            (StepKind::Http(http), StepPhase::Running) => match self.render_http(http, &ctx) {
+            (StepKind::Http(http), StepPhase::Running) => match render_http(http, &ctx) {
                 Ok(req) => self.execute(i, step, &ctx, Action::Http(req)),
                 Err(e) => {
                     self.fail_fatal(i, e);

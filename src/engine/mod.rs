@@ -21,9 +21,11 @@ mod render;
 mod sample;
 
 pub use branches::DEFAULT_PARALLELISM;
+pub use budget::guard_output;
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
-pub use machine::{decide, fail_internal};
-pub use record::{guard_output, record, record_all};
+pub use endings::fail_internal;
+pub use machine::decide;
+pub use record::{record, record_all};
 pub use render::{child_run_name, job_name, upstream_server};
 pub use sample::sampling_answer_error;
 

@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
+use super::budget::guard_output;
 use super::effects::{Action, Effect, Outcome};
-use super::endings::{tool_error_ending, upstream_error_ending};
-use super::input::fresh_key;
-use super::machine::fail_internal;
+use super::endings::{fail_internal, tool_error_ending, upstream_error_ending};
 use super::{MAX_OUTPUT_BYTES, budget, context_for, duration, template, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
@@ -316,9 +315,16 @@ pub(super) fn fail_attempt(
         }
     };
     if retries_on.contains(&class) && rec.attempt <= limit {
-        let backoff = backoff(policy.as_ref(), rec.attempt, &ctx);
-        rec.phase = StepPhase::Retrying;
-        rec.wake_at = Some(ts(now + backoff));
+        match backoff(policy.as_ref(), rec.attempt, &ctx) {
+            Ok(wait) => {
+                rec.phase = StepPhase::Retrying;
+                rec.wake_at = Some(ts(now + wait));
+            }
+            Err(e) => {
+                let name = rec.name.clone();
+                fail_step_fatal(st, idx, &name, e, now);
+            }
+        }
     } else {
         rec.phase = StepPhase::Failed;
         rec.finished_at = Some(ts(now));
@@ -351,27 +357,39 @@ pub(super) fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
     Ok(limit)
 }
 
+/// The wait before retry `attempt`: `backoff` doubled per attempt, at most `maxBackoff`. A
+/// templated value that does not render to a duration is an error naming the field, as for
+/// `retry.limit` (the step fails rather than retrying on a default nobody chose).
 pub(super) fn backoff(
     policy: Option<&crate::api::RetryPolicy>,
     attempt: u32,
     ctx: &Value,
-) -> SignedDuration {
-    let parse = |s: Option<&String>, default| {
-        s.and_then(|s| template::render(s, ctx).ok())
-            .and_then(|s| duration::parse(&s).ok())
-            .unwrap_or(default)
+) -> Result<SignedDuration, String> {
+    let parse = |field: &str, s: Option<&String>, default| match s {
+        None => Ok(default),
+        Some(s) => {
+            let rendered = template::render(s, ctx).map_err(|e| format!("retry.{field}: {e}"))?;
+            duration::parse(&rendered)
+                .map_err(|e| format!("retry.{field} {rendered:?} is not a duration: {e}"))
+        }
     };
-    let base = parse(policy.and_then(|p| p.backoff.as_ref()), DEFAULT_BACKOFF);
+    let base = parse(
+        "backoff",
+        policy.and_then(|p| p.backoff.as_ref()),
+        DEFAULT_BACKOFF,
+    )?;
     let cap = parse(
+        "maxBackoff",
         policy.and_then(|p| p.max_backoff.as_ref()),
         DEFAULT_MAX_BACKOFF,
-    );
+    )?;
     let base = base.max(budget::MIN_BACKOFF);
     let factor = 2i32.saturating_pow(attempt.saturating_sub(1).min(30));
-    base.checked_mul(factor)
+    Ok(base
+        .checked_mul(factor)
         .unwrap_or(cap)
         .min(cap)
-        .max(budget::MIN_BACKOFF)
+        .max(budget::MIN_BACKOFF))
 }
 
 /// A `tool` step that failed for good while its upstream task runs on: cancel that task.
@@ -405,19 +423,20 @@ pub(super) fn fail_step_fatal(
     fail_step(st, idx, message, error, now);
 }
 
-/// Cut an oversized (or too deeply nested) value down to a string prefix of its JSON; the flag
-/// says it happened.
-pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
-    let text = v.to_string();
-    if text.len() <= limit && budget::depth(&v) <= budget::MAX_DEPTH {
-        return (v, false);
-    }
-    if text.len() <= limit {
-        return (Value::String(text), true);
-    }
-    let mut cut = limit;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    (Value::String(text[..cut].to_owned()), true)
+/// The key to ask a question under: `base` (`<step>.<request>`) when no answer, open question
+/// or step has used it yet, else the first unused `base.N` (N ≥ 2). The one rule for questions
+/// of input steps, questions asked again and questions an upstream tool asks, so an answer
+/// written before its question (with kubectl, say) never answers it.
+pub(super) fn fresh_key(run: &Run, st: &RunStatus, base: &str) -> String {
+    let unused = |k: &str| {
+        !run.spec.input_responses.contains_key(k)
+            && !st.input_requests.contains_key(k)
+            && !st.steps.iter().any(|r| {
+                r.input_keys.values().any(|v| v == k) || r.upstream_input_keys.contains_key(k)
+            })
+    };
+    std::iter::once(base.to_owned())
+        .chain((2..).map(|n| format!("{base}.{n}")))
+        .find(|k| unused(k))
+        .expect("an unbounded range has an unused key")
 }

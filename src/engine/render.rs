@@ -4,7 +4,6 @@
 use serde_json::{Value, json};
 
 use super::effects::{Body, HeaderValue, HttpRequest};
-use super::machine::Machine;
 use super::{context, template};
 use crate::api::{Header, HttpStep, Run, Step, StepKind, ToolStep};
 
@@ -92,34 +91,33 @@ fn dns_part(name: &str) -> String {
     name.replace(['_', '['], "-").replace(']', "")
 }
 
-impl Machine<'_> {
-    pub(super) fn render_http(&self, http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {
-        let url = template::render_url(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
-        let headers = http
-            .headers
-            .iter()
-            .map(|h| render_header(h, ctx))
-            .collect::<Result<Vec<_>, _>>()?;
-        let body = match &http.body {
-            None => None,
-            Some(Value::String(s)) => Some(Body::Text(
-                template::render(s, ctx).map_err(|e| format!("body: {e}"))?,
-            )),
-            Some(v) => Some(Body::Json(
-                template::render_value(v, ctx).map_err(|e| format!("body: {e}"))?,
-            )),
-        };
-        let method = http
-            .method
-            .clone()
-            .unwrap_or_else(|| if body.is_some() { "POST" } else { "GET" }.into())
-            .to_uppercase();
-        Ok(HttpRequest {
-            method,
-            url,
-            headers,
-            body,
-            success_codes: http.success_codes.clone(),
-        })
-    }
+/// The request of an `http` step, its templates rendered.
+pub(super) fn render_http(http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {
+    let url = template::render_url(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
+    let headers = http
+        .headers
+        .iter()
+        .map(|h| render_header(h, ctx))
+        .collect::<Result<Vec<_>, _>>()?;
+    let body = match &http.body {
+        None => None,
+        Some(Value::String(s)) => Some(Body::Text(
+            template::render(s, ctx).map_err(|e| format!("body: {e}"))?,
+        )),
+        Some(v) => Some(Body::Json(
+            template::render_value(v, ctx).map_err(|e| format!("body: {e}"))?,
+        )),
+    };
+    let method = http
+        .method
+        .clone()
+        .unwrap_or_else(|| if body.is_some() { "POST" } else { "GET" }.into())
+        .to_uppercase();
+    Ok(HttpRequest {
+        method,
+        url,
+        headers,
+        body,
+        success_codes: http.success_codes.clone(),
+    })
 }

@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::input::fresh_key;
 use super::machine::{Machine, Progress};
+use super::record::fresh_key;
 use super::{Next, duration, template, ts};
 use crate::api::{InputAction, Note, OpenInputRequest, SampleStep, Step, event_reasons};
 use crate::protocol::METHOD_SAMPLING;

@@ -117,6 +117,54 @@ fn retries_back_off_exponentially_then_fail_as_a_tool_error() {
 }
 
 #[test]
+fn a_bad_templated_retry_setting_fails_the_step_naming_the_field() {
+    // Each retry setting that does not render to what it must be ends the Run the same way:
+    // a protocol error naming the step and the field (none falls back to a default).
+    for (retry, field) in [
+        (json!({"limit": "{{ args.n }}"}), "retry.limit"),
+        (
+            json!({"limit": 3, "backoff": "{{ args.n }}"}),
+            "retry.backoff",
+        ),
+        (
+            json!({"limit": 3, "backoff": "{{ args.missing }}"}),
+            "retry.backoff",
+        ),
+        (
+            json!({"limit": 3, "maxBackoff": "soon"}),
+            "retry.maxBackoff",
+        ),
+    ] {
+        let w =
+            wf(json!({"steps": [{"name": "call", "http": {"url": "http://x"}, "retry": retry}]}));
+        let mut run = new_run(json!({"n": "many"}));
+        let next = settle(&mut run, &w, at(0));
+        report(
+            &mut run,
+            &next,
+            Outcome::Failed {
+                detail: None,
+                class: ErrorClass::ServerError,
+                message: "HTTP 503".into(),
+            },
+            at(0),
+        );
+        settle(&mut run, &w, at(0));
+        let st = status(&run);
+        assert_eq!(st.phase, RunPhase::Failed, "{field}");
+        let error = st
+            .error
+            .as_ref()
+            .unwrap_or_else(|| panic!("{field}: {st:?}"));
+        assert!(
+            error.message.contains("step call") && error.message.contains(field),
+            "{field}: {}",
+            error.message
+        );
+    }
+}
+
+#[test]
 fn failures_outside_retry_on_do_not_retry() {
     let w = wf(
         json!({"steps": [{"name": "call", "http": {"url": "http://x"},
