@@ -37,6 +37,35 @@ pub(crate) struct RequestLabels {
     pub status: String,
 }
 
+/// Why a reconcile went wrong: the label of `runway_reconcile_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The store failed (unreachable, timed out…); the Run is queued again.
+    Store,
+    /// The store refused a status as invalid; the Run was failed.
+    Refused,
+    /// Deciding or executing panicked; the Run was failed.
+    Panic,
+}
+
+impl ErrorKind {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Refused => "refused",
+            Self::Panic => "panic",
+        }
+    }
+}
+
+/// Label set of reconcile errors.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ErrorLabels {
+    /// An [`ErrorKind`].
+    pub kind: &'static str,
+}
+
 /// Label set of auth cache metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CacheLabels {
@@ -54,7 +83,7 @@ struct Inner {
     /// The `status="200"` counter of each known method, once it exists: the common case
     /// without building labels (two strings and a hash) on every request.
     ok_requests: Vec<std::sync::OnceLock<Counter>>,
-    reconcile_errors: Counter,
+    reconcile_errors: Family<ErrorLabels, Counter>,
     queue_depth: Gauge,
     auth_cache: Family<CacheLabels, Counter>,
     /// The four auth cache counters once they exist ((token, access) × (hit, miss)), so that a
@@ -117,10 +146,10 @@ impl Metrics {
             "MCP requests by method and HTTP status",
             requests.clone(),
         );
-        let reconcile_errors = Counter::default();
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
-            "Store errors while reconciling Runs",
+            "Errors while reconciling Runs, by kind (store, refused, panic)",
             reconcile_errors.clone(),
         );
         let queue_depth = Gauge::default();
@@ -203,8 +232,13 @@ impl Metrics {
     }
 
     /// Count one reconcile error.
-    pub(crate) fn reconcile_error(&self) {
-        self.inner.reconcile_errors.inc();
+    pub(crate) fn reconcile_error(&self, kind: ErrorKind) {
+        self.inner
+            .reconcile_errors
+            .get_or_create(&ErrorLabels {
+                kind: kind.as_str(),
+            })
+            .inc();
     }
 
     /// Set the controller queue depth.
@@ -257,14 +291,14 @@ mod tests {
         m.request("tools/call", 200);
         m.auth_cache("token", true);
         m.set_runs(&[("Running", 3)]);
-        m.reconcile_error();
+        m.reconcile_error(ErrorKind::Refused);
         m.step("http", Instant::now());
         let text = m.encode();
         for needle in [
             "runway_mcp_requests_total{method=\"tools/call\",status=\"200\"} 1",
             "runway_auth_cache_requests_total{cache=\"token\",result=\"hit\"} 1",
             "runway_runs{phase=\"Running\"} 3",
-            "runway_reconcile_errors_total 1",
+            "runway_reconcile_errors_total{kind=\"refused\"} 1",
             "runway_step_duration_seconds_count{kind=\"http\"} 1",
             "runway_queue_depth 0",
         ] {

@@ -19,6 +19,7 @@ use crate::api::Run;
 use crate::engine::{self, Effect, Event, Next, Outcome};
 use crate::steps::Executor;
 use crate::store::{RunStore, StoreError, WatchEvent, WorkflowSource};
+use crate::telemetry::ErrorKind;
 use queue::{Key, Queue};
 
 /// Pause before retrying after a store failure.
@@ -124,6 +125,30 @@ impl Default for Config {
 /// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether the
 /// Run was already cancelled when it started.
 type RunEffects = HashMap<String, (CancellationToken, bool)>;
+
+/// What a status write did (the writer has already applied the error policy).
+enum Wrote {
+    /// Written: the Run as it now is.
+    Run(Box<Run>),
+    /// The Run changed since it was read.
+    Conflict,
+    /// The Run is gone.
+    Gone,
+    /// The store refused the status as invalid; the Run was failed instead (or, for a
+    /// failure itself, left as it was).
+    Refused,
+    /// A transient store error; the Run is queued again.
+    Later,
+}
+
+/// What the writer does with a status the store refuses as invalid.
+#[derive(Clone, Copy)]
+enum OnRefusal {
+    /// Fail the Run with an internal error naming the refusal.
+    FailRun,
+    /// Nothing more (the refused status was the failure).
+    GiveUp,
+}
 
 /// What writing the pending outcomes of a Run left to do.
 enum Written {
@@ -335,20 +360,46 @@ impl Controller {
         }
     }
 
-    /// Write a decided status, then record the decision's Events on what was written.
-    async fn write(
+    /// The one status writer: write `status` on `run`, record `events` on what was written,
+    /// and apply the one error policy — a status the store refuses as invalid fails the Run
+    /// (once: a refused failure is logged and left), a transient store error queues the Run
+    /// again after [`STORE_RETRY`]. The answer says what happened, so each caller only decides
+    /// how its own work goes on.
+    async fn write_status(
         &self,
+        k: &Key,
         run: &Run,
         status: crate::api::RunStatus,
         events: &[Event],
-    ) -> Result<Run, StoreError> {
+        refused: OnRefusal,
+    ) -> Wrote {
         let mut next = run.clone();
         next.status = Some(status);
-        let written = self.store.update_status(&next).await?;
-        for e in events {
-            self.events.record(&written, e);
+        match self.store.update_status(&next).await {
+            Ok(written) => {
+                for e in events {
+                    self.events.record(&written, e);
+                }
+                Wrote::Run(Box::new(written))
+            }
+            Err(StoreError::Conflict) => Wrote::Conflict,
+            Err(StoreError::NotFound) => Wrote::Gone,
+            Err(StoreError::Invalid(why)) => {
+                match refused {
+                    // Boxed: failing the Run writes through here again (with `GiveUp`).
+                    OnRefusal::FailRun => Box::pin(self.fail_refused(k, &why)).await,
+                    OnRefusal::GiveUp => {
+                        self.config.metrics.reconcile_error(ErrorKind::Refused);
+                        tracing::error!(namespace = %k.namespace, run = %k.name, error = %why, "the store refused even the run's failure; leaving it");
+                    }
+                }
+                Wrote::Refused
+            }
+            Err(e) => {
+                self.retry_later(k, e);
+                Wrote::Later
+            }
         }
-        Ok(written)
     }
 
     /// `run` (`k`) waits no more: admitted, or gone.
@@ -402,11 +453,12 @@ impl Controller {
             self.forget_queued(run, k);
         }
         if let Some(status) = decision.status {
-            match self.write(run, status, &decision.events).await {
-                Ok(_) | Err(StoreError::NotFound) => {}
-                // Changed meanwhile (a cancel, say): look again.
-                Err(StoreError::Conflict) => self.queue.add(k.clone()),
-                Err(e) => self.retry_later(k, e),
+            let wrote = self
+                .write_status(k, run, status, &decision.events, OnRefusal::FailRun)
+                .await;
+            // Changed meanwhile (a cancel, say): look again.
+            if let Wrote::Conflict = wrote {
+                self.queue.add(k.clone());
             }
         }
         if let Next::WaitUntil(Some(t)) = decision.next {
@@ -477,14 +529,13 @@ impl Controller {
             }
             let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
-                Some(status) => match self.write(&run, status, &decision.events).await {
-                    Ok(written) => written,
-                    Err(StoreError::Conflict) => continue,
-                    Err(StoreError::NotFound) => return,
-                    Err(StoreError::Invalid(why)) => {
-                        return self.fail_refused(k, &why).await;
-                    }
-                    Err(e) => return self.retry_later(k, e),
+                Some(status) => match self
+                    .write_status(k, &run, status, &decision.events, OnRefusal::FailRun)
+                    .await
+                {
+                    Wrote::Run(written) => *written,
+                    Wrote::Conflict => continue,
+                    Wrote::Gone | Wrote::Refused | Wrote::Later => return,
                 },
                 None => run,
             };
@@ -596,33 +647,27 @@ impl Controller {
             end_all(&pending);
             return Written::Run(Box::new(run));
         }
-        let mut next = run;
-        next.status = Some(status);
-        match self.store.update_status(&next).await {
-            Ok(written) => {
+        let wrote = self
+            .write_status(k, &run, status, &[], OnRefusal::FailRun)
+            .await;
+        match wrote {
+            Wrote::Run(written) => {
                 end_all(&pending);
-                Written::Run(Box::new(written))
+                Written::Run(written)
             }
-            Err(StoreError::NotFound) => {
+            Wrote::Gone | Wrote::Refused => {
                 end_all(&pending);
                 Written::Stop
             }
-            Err(StoreError::Invalid(why)) => {
-                end_all(&pending);
-                self.fail_refused(k, &why).await;
-                Written::Stop
-            }
-            Err(e) => {
+            Wrote::Conflict | Wrote::Later => {
+                // Kept, before any that arrived meanwhile, for the next try.
                 let mut outcomes = self.outcomes.lock().expect("outcomes lock");
                 let later = outcomes.entry(k.clone()).or_default();
                 let newer = std::mem::replace(later, pending);
                 later.extend(newer);
-                drop(outcomes);
-                if e == StoreError::Conflict {
-                    Written::Again
-                } else {
-                    self.retry_later(k, e);
-                    Written::Stop
+                match wrote {
+                    Wrote::Conflict => Written::Again,
+                    _ => Written::Stop,
                 }
             }
         }
@@ -685,22 +730,15 @@ impl Controller {
             if Some(&status) == latest.status.as_ref() {
                 return true;
             }
-            let mut next = latest;
-            next.status = Some(status);
-            match self.store.update_status(&next).await {
-                Ok(_) => return true,
-                Err(StoreError::Conflict) => continue,
-                Err(StoreError::NotFound) => return false,
-                Err(StoreError::Invalid(why)) => {
-                    self.fail_refused(k, &why).await;
-                    return false;
-                }
-                Err(e) => {
-                    // The outcome is lost; the step is still Running and will be attempted again
-                    // under the same idempotency key.
-                    self.retry_later(k, e);
-                    return false;
-                }
+            // On a transient error the outcome is lost; the step is still Running and will be
+            // attempted again under the same idempotency key.
+            match self
+                .write_status(k, &latest, status, &[], OnRefusal::FailRun)
+                .await
+            {
+                Wrote::Run(_) => return true,
+                Wrote::Conflict => continue,
+                Wrote::Gone | Wrote::Refused | Wrote::Later => return false,
             }
         }
     }
@@ -709,8 +747,12 @@ impl Controller {
     /// accepted either).
     async fn fail_refused(&self, k: &Key, why: &str) {
         tracing::error!(namespace = %k.namespace, run = %k.name, error = %why, "the store refused the run's status; failing the run");
-        self.fail_internal(k, format!("the store refused the run's status: {why}"))
-            .await;
+        self.fail_internal(
+            k,
+            format!("the store refused the run's status: {why}"),
+            ErrorKind::Refused,
+        )
+        .await;
     }
 
     /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
@@ -718,30 +760,30 @@ impl Controller {
         tracing::error!(namespace = %k.namespace, run = %k.name, panic = %why, "reconcile panicked; failing the run");
         self.inflight.lock().expect("inflight lock").remove(k);
         self.outcomes.lock().expect("outcomes lock").remove(k);
-        self.fail_internal(k, why).await;
+        self.fail_internal(k, why, ErrorKind::Panic).await;
     }
 
-    async fn fail_internal(&self, k: &Key, why: String) {
-        self.config.metrics.reconcile_error();
+    async fn fail_internal(&self, k: &Key, why: String, kind: ErrorKind) {
+        self.config.metrics.reconcile_error(kind);
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(run)) if !run.phase().is_terminal() => run,
                 Ok(_) => return,
                 Err(e) => return self.retry_later(k, e),
             };
-            let mut next = run.clone();
-            next.status = Some(engine::fail_internal(&run, &why, Timestamp::now()));
-            match self.store.update_status(&next).await {
-                Ok(_) => return,
-                Err(StoreError::Conflict) => continue,
-                Err(StoreError::NotFound) => return,
-                Err(e) => return self.retry_later(k, e),
+            let status = engine::fail_internal(&run, &why, Timestamp::now());
+            match self
+                .write_status(k, &run, status, &[], OnRefusal::GiveUp)
+                .await
+            {
+                Wrote::Conflict => continue,
+                Wrote::Run(_) | Wrote::Gone | Wrote::Refused | Wrote::Later => return,
             }
         }
     }
 
     fn retry_later(&self, k: &Key, e: StoreError) {
-        self.config.metrics.reconcile_error();
+        self.config.metrics.reconcile_error(ErrorKind::Store);
         tracing::error!(namespace = %k.namespace, run = %k.name, error = %e, "store error; will retry");
         self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
     }
