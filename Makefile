@@ -13,7 +13,7 @@ run: build
 	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080 --no-auth
 
 ## Everything CI checks: formatting, lints, API docs without warnings, generated CRDs, all
-## tests (tests/layering.rs among them keeps the module graph one-way).
+## tests (tests/integration/layering.rs among them keeps the module graph one-way).
 test: fmt-check clippy doc crds-check unit
 
 fmt-check:
@@ -100,10 +100,10 @@ CRASH_KILLS ?= 50
 CRASH_SEED ?= 1
 .PHONY: crash-soak
 crash-soak:
-	RUNWAY_CRASH_KILLS=$(CRASH_KILLS) RUNWAY_CRASH_SEED=$(CRASH_SEED) $(CARGO) test --test crash_retry -- --nocapture
+	RUNWAY_CRASH_KILLS=$(CRASH_KILLS) RUNWAY_CRASH_SEED=$(CRASH_SEED) $(CARGO) test --test integration crash_retry:: -- --nocapture
 
 ## Property tests with many more inputs than CI gives them (zero panics expected).
 FUZZ_CASES ?= 20000
 .PHONY: fuzz-soak
 fuzz-soak:
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release --test properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release --test integration properties::

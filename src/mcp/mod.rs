@@ -6,7 +6,7 @@
 //! folder but each other; `state` and `caller` hold what a request carries; `handler` defines
 //! the per-request `RunwayMcp`, whose methods live beside what they serve (`tools`, `tasks`,
 //! `answers`, `builtin`, `sealing`); `gate` and `fast` sit on top. Nothing imports upwards
-//! (tests/layering.rs).
+//! (tests/integration/layering.rs).
 
 mod access;
 mod answers;

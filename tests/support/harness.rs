@@ -89,12 +89,23 @@ impl Harness {
         executor: Arc<dyn runway::steps::Executor>,
         workers: usize,
     ) -> Self {
+        Self::start_wrapped(dir, executor, workers, |s| Arc::new(s))
+    }
+
+    /// Start a controller whose store is `wrap` around the database (the harness itself reads
+    /// and writes the database directly).
+    pub fn start_wrapped(
+        dir: TempDir,
+        executor: Arc<dyn runway::steps::Executor>,
+        workers: usize,
+        wrap: impl FnOnce(SqliteStore) -> Arc<dyn RunStore>,
+    ) -> Self {
         runway::install_crypto_provider();
         let store = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
         let workflows =
             ManifestWorkflows::load(&dir.path().join("workflows"), Capabilities { jobs: false });
         let ctl = Controller::new(
-            Arc::new(store.clone()),
+            wrap(store.clone()),
             Arc::new(workflows.clone()),
             executor,
             Arc::new(LogEvents),
@@ -141,6 +152,11 @@ impl Harness {
             },
         );
         run.metadata.namespace = Some("default".into());
+        // As the MCP endpoint does: orders Runs created within one second.
+        run.metadata.annotations = Some(BTreeMap::from([(
+            runway::engine::concurrency::REQUESTED_AT.to_owned(),
+            jiff::Timestamp::now().to_string(),
+        )]));
         self.store.create(run).await.unwrap()
     }
 

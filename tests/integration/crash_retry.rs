@@ -8,7 +8,7 @@
 //! finished. `RUNWAY_CRASH_KILLS` (default 3) and `RUNWAY_CRASH_SEED` set the length and the
 //! instants; `make crash-soak` runs a long version.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The README's local demo, run line by line as written: every command a new user copies first
 //! must work and end the way its comment says.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -16,7 +16,7 @@ const ANSWERS: [(&str, &str); 1] = [("release-notes", "low\nlooks fine\n")];
 
 /// The bash block under `heading`, as (command, comment, runs in the background).
 fn demo(heading: &str) -> Vec<(Vec<String>, String, bool)> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let section = readme
         .split(heading)
         .nth(1)
@@ -191,7 +191,7 @@ fn shell_words(line: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approval_example_recipe_works_as_written() {
-    let text = include_str!("../examples/approval.yaml");
+    let text = include_str!("../../examples/approval.yaml");
     let dir = TempDir::new();
     std::os::unix::fs::symlink(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),

@@ -1,6 +1,6 @@
 //! MCP Tasks backed by Runs, over real HTTP.
 
-mod support;
+use crate::support;
 
 use futures::StreamExt;
 use reqwest::StatusCode;

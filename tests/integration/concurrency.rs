@@ -2,7 +2,7 @@
 //! phase `Queued` and start in request order as others finish or the limit rises, per key,
 //! across a restart.
 
-mod support;
+use crate::support;
 
 use runway::api::{Run, RunPhase};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! `tool` steps between two real servers: server A runs Workflows whose `tool` step calls a
 //! Workflow on server B over HTTP, with B's token from A's auth-file secrets.
 
-mod support;
+use crate::support;
 
 use runway::api::{Run, RunPhase, StepPhase};
 use runway::store::RunStore;

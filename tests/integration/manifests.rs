@@ -1,6 +1,6 @@
 //! Workflows loaded from manifest directories: the examples are Ready, broken manifests say why.
 
-mod support;
+use crate::support;
 
 use runway::api::Workflow;
 use runway::engine::validate::Capabilities;

@@ -1,7 +1,7 @@
 //! Schedules on the embedded store: Runs started on a timetable, their history limits, the
 //! `Replace` policy, and a schedule that goes on from its Runs after a restart.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! Finding and showing Runs: the `runway_list_runs` tool, the app tools behind the console and
 //! the MCP Apps view, the view resource, and the console's own routes, over real HTTP.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

@@ -1,7 +1,7 @@
 //! The store contract against `KubeStore`, over an in-memory API server; plus the exact
 //! requests the kube layer sends.
 
-mod support;
+use crate::support;
 
 use runway::api::{RunPhase, RunStatus};
 use runway::store::RunStore;

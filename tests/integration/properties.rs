@@ -3,7 +3,7 @@
 //! is a defined one and nothing panics. `PROPTEST_CASES` sets how many inputs each property
 //! sees (CI: the default 256); `make fuzz-soak` runs a long version.
 
-mod support;
+use crate::support;
 
 use std::sync::OnceLock;
 

@@ -1,11 +1,12 @@
 //! Real Runs driven by the controller on the SQLite store.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, StatusCode};
 use runway::api::{InputAction, RunPhase, StepPhase};
+use runway::store::{RunStore, StoreError};
 use serde_json::json;
 use support::harness::Harness;
 
@@ -385,12 +386,12 @@ async fn finished_runs_are_deleted_after_their_ttl() {
     let name = h.create("brief", json!({})).await.metadata.name.unwrap();
     h.wait_for(&name, "finished", |r| r.phase().is_terminal())
         .await;
-    let rv = runway::store::RunStore::resource_version(&h.store)
+    let rv = RunStore::resource_version(&h.store)
         .await
         .unwrap();
-    let mut w = runway::store::RunStore::watch(&h.store, Some(rv));
+    let mut w = RunStore::watch(&h.store, Some(rv));
     use futures::StreamExt;
-    if runway::store::RunStore::get(&h.store, "default", &name)
+    if RunStore::get(&h.store, "default", &name)
         .await
         .unwrap()
         .is_some()
@@ -409,7 +410,7 @@ async fn finished_runs_are_deleted_after_their_ttl() {
         assert_eq!(deleted.phase(), RunPhase::Succeeded);
     }
     assert!(
-        runway::store::RunStore::get(&h.store, "default", &name)
+        RunStore::get(&h.store, "default", &name)
             .await
             .unwrap()
             .is_none()
@@ -763,5 +764,110 @@ spec:
             .wait_for(name, "finished", |r| r.phase().is_terminal())
             .await;
         assert_eq!(done.phase(), RunPhase::Succeeded);
+    }
+}
+
+/// The SQLite store, except that it refuses as invalid every status in `phase` (as an API
+/// server refuses an object its schema does not admit).
+struct Refusing {
+    inner: runway::store::sqlite::SqliteStore,
+    phase: RunPhase,
+}
+
+#[async_trait::async_trait]
+impl RunStore for Refusing {
+    async fn create(&self, run: runway::api::Run) -> Result<runway::api::Run, StoreError> {
+        self.inner.create(run).await
+    }
+    async fn get(&self, ns: &str, name: &str) -> Result<Option<runway::api::Run>, StoreError> {
+        self.inner.get(ns, name).await
+    }
+    async fn list(
+        &self,
+        ns: Option<&str>,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<runway::api::Run>>, StoreError> {
+        self.inner.list(ns, labels).await
+    }
+    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
+        self.inner.phase_counts().await
+    }
+    async fn update(&self, run: runway::api::Run) -> Result<runway::api::Run, StoreError> {
+        self.inner.update(run).await
+    }
+    async fn update_status(&self, run: &runway::api::Run) -> Result<runway::api::Run, StoreError> {
+        if run.phase() == self.phase {
+            return Err(StoreError::Invalid(format!(
+                "{:?} is not admitted",
+                self.phase
+            )));
+        }
+        self.inner.update_status(run).await
+    }
+    async fn delete(&self, ns: &str, name: &str) -> Result<(), StoreError> {
+        self.inner.delete(ns, name).await
+    }
+    fn watch(
+        &self,
+        rv: Option<String>,
+    ) -> futures::stream::BoxStream<'static, Result<runway::store::WatchEvent, StoreError>> {
+        self.inner.watch(rv)
+    }
+    async fn resource_version(&self) -> Result<String, StoreError> {
+        self.inner.resource_version().await
+    }
+}
+
+#[tokio::test]
+async fn a_status_the_store_refuses_fails_the_run_wherever_it_is_written() {
+    // The queued status (written where a concurrency limit holds a Run back) and a waiting
+    // status (written where a step asks its question) are refused: either way the Run fails, once, with
+    // the refusal named, instead of the write being tried again forever.
+    let wf = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: one-at-a-time }
+spec:
+  execution: { concurrency: { limit: 1 } }
+  steps:
+    - name: hold
+      input: { requests: [ { name: go, message: "Go?" } ] }
+"#;
+    for (phase, second_only) in [(RunPhase::Queued, true), (RunPhase::Waiting, false)] {
+        let dir = support::harness::TempDir::new();
+        std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+        std::fs::write(dir.path().join("workflows/wf.yaml"), wf).unwrap();
+        let executor = Arc::new(runway::steps::Executors::new(
+            Arc::new(runway::steps::StaticSecrets::default()),
+            &support::harness::local_egress(),
+        ));
+        let h = Harness::start_wrapped(dir, executor, 2, |inner| {
+            Arc::new(Refusing { inner, phase })
+        });
+        let first = h.create("one-at-a-time", json!({})).await;
+        let first = first.metadata.name.unwrap();
+        if second_only {
+            h.wait_for(&first, "waiting", |r| r.phase() == RunPhase::Waiting)
+                .await;
+        }
+        let name = match second_only {
+            true => h
+                .create("one-at-a-time", json!({}))
+                .await
+                .metadata
+                .name
+                .unwrap(),
+            false => first,
+        };
+        let done = h
+            .wait_for(&name, "failed", |r| r.phase().is_terminal())
+            .await;
+        assert_eq!(done.phase(), RunPhase::Failed, "{phase:?}");
+        let error = done.status.unwrap().error.unwrap();
+        assert!(
+            error.message.contains("the store refused the run's status"),
+            "{phase:?}: {error:?}"
+        );
+        h.stop().await;
     }
 }

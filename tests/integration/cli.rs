@@ -1,6 +1,6 @@
 //! The `runway` command: client subcommands against a real `runway serve`, and startup errors.
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 

@@ -3,7 +3,7 @@
 //! questions open at once, a cancel reaching every branch and child, the nesting bound, and
 //! a restart in the middle of a fan-out.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

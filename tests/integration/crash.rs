@@ -1,7 +1,7 @@
 //! Process-level crashes: `kill -9` of `runway serve` mid-run, then a restart on the same
 //! database. Every Run finishes, exactly once.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

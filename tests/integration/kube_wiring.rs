@@ -2,7 +2,7 @@
 //! TokenReview and SubjectAccessReview (and their caches), Jobs, Events, the Lease, Workflow
 //! status, garbage collection — and the whole operator serving MCP on top.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,9 +1,8 @@
 //! The MCP endpoint over real HTTP: transport rules, identity and tenants, blocking calls,
 //! progress, MRTR and disconnects.
 
-#[path = "mcp_endpoint/era2025.rs"]
 mod era2025;
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

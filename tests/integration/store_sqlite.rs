@@ -1,6 +1,6 @@
 //! The store contract against the embedded SQLite store, plus what only a file store can show.
 
-mod support;
+use crate::support;
 
 use runway::api::{RunPhase, RunStatus};
 use runway::store::RunStore;

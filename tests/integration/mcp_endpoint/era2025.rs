@@ -481,6 +481,29 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
         unknown
     );
 
+    // An idempotency key names the same task again (and refuses other arguments).
+    let key = json!({"dev.runway/idempotencyKey": "order-17"});
+    let once = alice
+        .result(
+            "tools/call",
+            json!({"name": "quick", "arguments": {}, "task": {}, "_meta": key}),
+        )
+        .await;
+    let again = alice
+        .result(
+            "tools/call",
+            json!({"name": "quick", "arguments": {}, "task": {}, "_meta": key}),
+        )
+        .await;
+    assert_eq!(once["task"]["taskId"], again["task"]["taskId"]);
+    let other = alice
+        .error(
+            "tools/call",
+            json!({"name": "quick", "arguments": {"x": 1}, "task": {}, "_meta": key}),
+        )
+        .await;
+    assert_eq!(other["code"], -32602, "{other}");
+
     // A task-only tool as a task.
     let created = alice
         .result(
@@ -514,6 +537,10 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
         "input_required"
     );
     let mut events = c.open("tasks/result", json!({"taskId": task})).await;
+    let status = events.next().await.unwrap();
+    assert_eq!(status["method"], "notifications/tasks/status", "{status}");
+    assert_eq!(status["params"]["taskId"], task.as_str());
+    assert_eq!(status["params"]["status"], "input_required");
     let ask = events.next().await.unwrap();
     assert_eq!(ask["method"], "elicitation/create");
     // Going away from tasks/result does not cancel the task (it is not the call).

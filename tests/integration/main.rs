@@ -1,0 +1,27 @@
+//! Every integration test in one binary: one link instead of one per file (linking the whole
+//! crate into each binary was most of a fresh CI run). Each file of this folder is a module;
+//! `cargo test --test integration <module>::` runs one of them. The e2e tier is its own
+//! binary (`tests/e2e`), behind the `e2e` feature.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod concurrency;
+mod controller;
+mod crash;
+mod crash_retry;
+mod crd_cel;
+mod kube_wiring;
+mod layering;
+mod manifests;
+mod mcp_endpoint;
+mod mcp_tasks;
+mod properties;
+mod readme;
+mod run_views;
+mod schedules;
+mod store_kube;
+mod store_sqlite;
+mod tool_steps;
+mod workflow_language;
