@@ -51,6 +51,15 @@ impl std::fmt::Display for ObjectKey {
 pub mod conditions {
     /// A Workflow passed validation and is offered as a tool.
     pub const READY: &str = "Ready";
+    /// The `status` of a condition that holds.
+    pub const TRUE: &str = "True";
+    /// The `status` of a condition that does not hold.
+    pub const FALSE: &str = "False";
+
+    /// The `status` value for `holds`.
+    pub fn status(holds: bool) -> &'static str {
+        if holds { TRUE } else { FALSE }
+    }
     /// A Run has reached a terminal phase.
     pub const FINISHED: &str = "Finished";
 }

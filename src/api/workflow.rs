@@ -616,6 +616,41 @@ pub struct WorkflowStatus {
 }
 
 impl WorkflowStatus {
+    /// The one rule for a Workflow's `Ready` condition, in both stores: `ok` with `reason` and
+    /// `message`, observed at `wf`'s generation. Its `lastTransitionTime` moves to `now` only
+    /// when the condition's status flips (the Kubernetes API conventions); a new reason or
+    /// message, or a new generation with the same verdict, keeps the time `previous` had.
+    pub fn ready(
+        wf: &Workflow,
+        previous: Option<&WorkflowStatus>,
+        ok: bool,
+        reason: &str,
+        message: String,
+        now: jiff::Timestamp,
+    ) -> Self {
+        let status = super::conditions::status(ok);
+        let last_transition_time = previous
+            .and_then(|p| {
+                p.conditions
+                    .iter()
+                    .find(|c| c.type_ == super::conditions::READY)
+            })
+            .filter(|c| c.status == status)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| super::kube_time(now));
+        Self::with_ready(
+            wf,
+            Condition {
+                type_: super::conditions::READY.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time,
+                observed_generation: wf.metadata.generation,
+            },
+        )
+    }
+
     /// A status of `wf` with this `Ready` condition, plus what `kubectl get wf` shows.
     pub fn with_ready(wf: &Workflow, ready: Condition) -> Self {
         Self {
@@ -671,9 +706,9 @@ impl Workflow {
     pub fn is_ready(&self) -> bool {
         self.status.as_ref().is_some_and(|s| {
             s.observed_generation == self.metadata.generation
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == super::conditions::READY && c.status == "True")
+                && s.conditions.iter().any(|c| {
+                    c.type_ == super::conditions::READY && c.status == super::conditions::TRUE
+                })
         })
     }
 }
@@ -737,3 +772,55 @@ pub fn item_of(name: &str) -> Option<(&str, usize)> {
 
 /// Secret-free map of labels, used by list filters.
 pub type Labels = BTreeMap<String, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wf(generation: i64) -> Workflow {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "w", "generation": generation},
+            "spec": {"tool": {}},
+        }))
+        .unwrap()
+    }
+
+    fn at(secs: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    #[test]
+    fn the_ready_condition_moves_its_time_only_when_its_status_flips() {
+        let first = WorkflowStatus::ready(&wf(1), None, true, "Valid", "ok".into(), at(0));
+        let time = |s: &WorkflowStatus| s.conditions[0].last_transition_time.clone();
+        assert_eq!(time(&first), crate::api::kube_time(at(0)));
+        assert_eq!(first.observed_generation, Some(1));
+        // A new generation with the same verdict, another message: the time stays.
+        let again =
+            WorkflowStatus::ready(&wf(2), Some(&first), true, "Valid", "fine".into(), at(60));
+        assert_eq!(time(&again), time(&first));
+        assert_eq!(again.observed_generation, Some(2));
+        // Not ready any more: a transition.
+        let broken = WorkflowStatus::ready(
+            &wf(3),
+            Some(&again),
+            false,
+            "InvalidSpec",
+            "x".into(),
+            at(120),
+        );
+        assert_eq!(time(&broken), crate::api::kube_time(at(120)));
+        assert_eq!(broken.conditions[0].status, crate::api::conditions::FALSE);
+        // Still not ready, for another reason: no transition.
+        let other = WorkflowStatus::ready(
+            &wf(4),
+            Some(&broken),
+            false,
+            "DuplicateTool",
+            "y".into(),
+            at(180),
+        );
+        assert_eq!(time(&other), time(&broken));
+    }
+}

@@ -81,7 +81,7 @@ pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &m
     st.status_message = Some(message.clone());
     st.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         type_: conditions::FINISHED.into(),
-        status: "True".into(),
+        status: conditions::TRUE.into(),
         reason: reason.into(),
         message: message.clone(),
         last_transition_time: crate::api::kube_time(now),

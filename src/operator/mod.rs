@@ -18,7 +18,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Run, Workflow, WorkflowStatus, conditions, reasons};
+use crate::api::{Run, Workflow, WorkflowStatus, reasons};
 use crate::auth::kube::KubeAuth;
 use crate::controller::schedules::Scheduler;
 use crate::controller::{self, Controller, EventSink};
@@ -229,25 +229,7 @@ pub(crate) fn workflow_status(
         Err(e) => (false, e.reason, e.message),
         Ok(()) => (true, reasons::VALID, "workflow is valid".to_owned()),
     };
-    let previous = wf.status.as_ref().and_then(|s| s.conditions.first());
-    let same = previous.is_some_and(|p| {
-        p.status == if ok { "True" } else { "False" } && p.reason == reason && p.message == message
-    });
-    let last_transition_time = match (same, previous) {
-        (true, Some(p)) => p.last_transition_time.clone(),
-        _ => crate::api::kube_time(now),
-    };
-    WorkflowStatus::with_ready(
-        wf,
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-            type_: conditions::READY.into(),
-            status: if ok { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message,
-            last_transition_time,
-            observed_generation: wf.metadata.generation,
-        },
-    )
+    WorkflowStatus::ready(wf, wf.status.as_ref(), ok, reason, message, now)
 }
 
 async fn reconcile_workflow(

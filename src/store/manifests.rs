@@ -8,13 +8,12 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::WorkflowSource;
 use super::new_uid;
-use crate::api::{Workflow, WorkflowSpec, WorkflowStatus, conditions, reasons};
+use crate::api::{Workflow, WorkflowSpec, WorkflowStatus, reasons};
 use crate::engine::validate::{self, Capabilities};
 
 /// Namespace of manifests that name none.
@@ -54,18 +53,17 @@ struct State {
     problems: Vec<Problem>,
 }
 
-fn ready(wf: &Workflow, status: bool, reason: &str, message: String) -> WorkflowStatus {
-    WorkflowStatus::with_ready(
-        wf,
-        Condition {
-            type_: conditions::READY.into(),
-            status: if status { "True" } else { "False" }.into(),
-            reason: reason.into(),
-            message,
-            last_transition_time: crate::api::kube_time(jiff::Timestamp::now()),
-            observed_generation: wf.metadata.generation,
-        },
-    )
+/// `wf`'s status with its `Ready` condition (the one rule, [`WorkflowStatus::ready`]), the
+/// transition time carried over from `previous`.
+fn ready(
+    wf: &Workflow,
+    previous: Option<&Workflow>,
+    ok: bool,
+    reason: &str,
+    message: String,
+) -> WorkflowStatus {
+    let previous = previous.and_then(|p| p.status.as_ref());
+    WorkflowStatus::ready(wf, previous, ok, reason, message, jiff::Timestamp::now())
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
@@ -343,10 +341,16 @@ impl ManifestWorkflows {
     fn validated(&self, mut wf: Workflow, previous: Option<&Workflow>) -> Workflow {
         carry_identity(&mut wf, previous);
         let status = match validate::workflow(&wf, self.inner.caps) {
-            Ok(()) => ready(&wf, true, reasons::VALID, "workflow is valid".into()),
-            Err(e) => ready(&wf, false, e.reason, e.message),
+            Ok(()) => ready(
+                &wf,
+                previous,
+                true,
+                reasons::VALID,
+                "workflow is valid".into(),
+            ),
+            Err(e) => ready(&wf, previous, false, e.reason, e.message),
         };
-        wf.status = Some(keep_transition_time(status, previous));
+        wf.status = Some(status);
         wf
     }
 
@@ -443,26 +447,6 @@ fn carry_identity(wf: &mut Workflow, previous: Option<&Workflow>) {
 }
 
 /// Keep the condition's transition time when nothing about it changed, so reloads are no-ops.
-fn keep_transition_time(mut status: WorkflowStatus, previous: Option<&Workflow>) -> WorkflowStatus {
-    if let Some(prev) = previous.and_then(|p| p.status.as_ref())
-        && let (Some(new), Some(old)) = (status.conditions.first_mut(), prev.conditions.first())
-        && (
-            new.status.as_str(),
-            new.reason.as_str(),
-            new.message.as_str(),
-            new.observed_generation,
-        ) == (
-            old.status.as_str(),
-            old.reason.as_str(),
-            old.message.as_str(),
-            old.observed_generation,
-        )
-    {
-        new.last_transition_time = old.last_transition_time.clone();
-    }
-    status
-}
-
 fn invalid_manifest(
     key: &Key,
     file: &Path,
@@ -483,13 +467,13 @@ fn invalid_manifest(
     );
     wf.metadata.namespace = Some(key.namespace.clone());
     carry_identity(&mut wf, previous);
-    let status = ready(
+    wf.status = Some(ready(
         &wf,
+        previous,
         false,
         reasons::INVALID_MANIFEST,
         format!("{}: {message}", file.display()),
-    );
-    wf.status = Some(keep_transition_time(status, previous));
+    ));
     wf
 }
 
@@ -505,8 +489,7 @@ fn mark_duplicate_tools(
             continue;
         }
         if let Err(e) = validate::readiness(wf, &snapshot, caps) {
-            let status = ready(wf, false, e.reason, e.message);
-            wf.status = Some(keep_transition_time(status, previous.get(key)));
+            wf.status = Some(ready(wf, previous.get(key), false, e.reason, e.message));
         }
     }
 }

@@ -386,9 +386,7 @@ async fn finished_runs_are_deleted_after_their_ttl() {
     let name = h.create("brief", json!({})).await.metadata.name.unwrap();
     h.wait_for(&name, "finished", |r| r.phase().is_terminal())
         .await;
-    let rv = RunStore::resource_version(&h.store)
-        .await
-        .unwrap();
+    let rv = RunStore::resource_version(&h.store).await.unwrap();
     let mut w = RunStore::watch(&h.store, Some(rv));
     use futures::StreamExt;
     if RunStore::get(&h.store, "default", &name)
