@@ -124,6 +124,9 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
     "prompts/get",
     "ping",
     "initialize",
+    "logging/setLevel",
+    "tasks/result",
+    "tasks/list",
 ];
 
 impl Metrics {

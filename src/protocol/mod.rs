@@ -38,6 +38,26 @@ pub const METHOD_SAMPLING: &str = "sampling/createMessage";
 pub const METHOD_CALL_TOOL: &str = "tools/call";
 /// The polling method: one task's state.
 pub const METHOD_GET_TASK: &str = "tasks/get";
+/// The 2025-era handshake (not a method of 2026-07-28).
+pub const METHOD_INITIALIZE: &str = "initialize";
+/// 2025 era: liveness check.
+pub const METHOD_PING: &str = "ping";
+/// 2025 era: the client's log level.
+pub const METHOD_SET_LEVEL: &str = "logging/setLevel";
+/// The tool list.
+pub const METHOD_LIST_TOOLS: &str = "tools/list";
+/// Cancel a task.
+pub const METHOD_CANCEL_TASK: &str = "tasks/cancel";
+/// 2025-11-25: wait for a task's result.
+pub const METHOD_TASK_RESULT: &str = "tasks/result";
+/// 2025-11-25: list tasks.
+pub const METHOD_LIST_TASKS: &str = "tasks/list";
+/// Notification of progress on a request.
+pub const NOTIFICATION_PROGRESS: &str = "notifications/progress";
+/// 2025 era: the client cancels one of its requests.
+pub const NOTIFICATION_CANCELLED: &str = "notifications/cancelled";
+/// 2025-11-25: a task's status changed.
+pub const NOTIFICATION_TASK_STATUS: &str = "notifications/tasks/status";
 /// The streaming method: follow tasks.
 pub const METHOD_LISTEN: &str = "subscriptions/listen";
 /// Notification acknowledging a subscription.

@@ -235,6 +235,28 @@ impl RunStore for KubeStore {
         }
     }
 
+    async fn list_now(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Run>>, StoreError> {
+        // Past the reflector: a Run another replica created may not have reached it yet.
+        let selector = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let api = match namespace {
+            Some(ns) => self.api(ns),
+            None => Api::all(self.client.clone()),
+        };
+        let list = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(map_err)?;
+        Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
         // The cache, overlaid with this process's newer writes (as `list` does), by key.
         let mut phases: HashMap<Key, (Option<u64>, crate::api::RunPhase)> = HashMap::new();

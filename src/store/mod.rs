@@ -79,6 +79,16 @@ pub trait RunStore: Send + Sync + 'static {
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<std::sync::Arc<Run>>, StoreError>;
+    /// [`RunStore::list`] as the store holds it now, reflecting every write that returned before
+    /// the call on any replica (a store that serves `list` from a cache asks its source). For
+    /// the rare lookup that must not miss a Run another replica created a moment ago.
+    async fn list_now(
+        &self,
+        namespace: Option<&str>,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<std::sync::Arc<Run>>, StoreError> {
+        self.list(namespace, labels).await
+    }
     /// How many Runs are in each phase (for metrics), without copying them.
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError>;
     /// Replace metadata labels/annotations and spec, conditional on `metadata.resourceVersion`.

@@ -34,7 +34,10 @@ use crate::mcp::projection;
 use crate::mcp::state::Tenant;
 use crate::mcp::tasks::step_progress;
 use crate::mcp::tools::run_result;
-use crate::protocol::{META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_SAMPLING, codes};
+use crate::protocol::{
+    META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_CALL_TOOL, METHOD_SAMPLING,
+    NOTIFICATION_PROGRESS, NOTIFICATION_TASK_STATUS, codes,
+};
 
 /// `execution.taskSupport` of a Workflow's tool.
 pub(crate) fn task_support(wf: &Workflow) -> &'static str {
@@ -69,7 +72,7 @@ pub(crate) async fn call(
     let delivery = Delivery::default();
     let guard = Guard::new(delivery.clone(), mcp.state.clone());
     let outcome = start(&mcp, &t, &session, &params, &delivery, call_label).await;
-    mcp.state.config.metrics.request("tools/call", 200);
+    mcp.state.config.metrics.request(METHOD_CALL_TOOL, 200);
     match outcome {
         Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
         Ok(Answer::Now(result)) => json_response(StatusCode::OK, &wire::result(&id, result)),
@@ -296,7 +299,7 @@ impl Held {
                 {
                     let params = json!({"progressToken": token, "progress": done, "total": total, "message": msg});
                     if !self
-                        .send(&wire::notification("notifications/progress", params))
+                        .send(&wire::notification(NOTIFICATION_PROGRESS, params))
                         .await
                     {
                         return None;
@@ -349,10 +352,7 @@ impl Held {
             return true;
         }
         let sent = self
-            .send(&wire::notification(
-                "notifications/tasks/status",
-                now.clone(),
-            ))
+            .send(&wire::notification(NOTIFICATION_TASK_STATUS, now.clone()))
             .await;
         *told = Some(now);
         sent

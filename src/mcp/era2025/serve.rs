@@ -20,7 +20,10 @@ use crate::mcp::apps::read as read_view;
 use crate::mcp::errors::{err, internal, invalid, rpc_error};
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::state::{McpState, Tenant};
-use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, codes};
+use crate::protocol::{
+    HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_CALL_TOOL, METHOD_INITIALIZE,
+    METHOD_LIST_TOOLS, METHOD_PING, METHOD_SET_LEVEL, NOTIFICATION_CANCELLED, codes,
+};
 
 /// Log levels of `logging/setLevel` (RFC 5424 names).
 const LOG_LEVELS: [&str; 8] = [
@@ -49,7 +52,7 @@ pub(crate) fn recognise(headers: &HeaderMap, msg: &Value) -> bool {
     if per_request_version {
         return false;
     }
-    msg.get("method").and_then(Value::as_str) == Some("initialize")
+    msg.get("method").and_then(Value::as_str) == Some(METHOD_INITIALIZE)
         || headers.contains_key(HEADER_SESSION_ID)
 }
 
@@ -74,7 +77,7 @@ pub(crate) async fn serve(
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
     let bound = binding(&caller.identity.principal.username, &caller.path);
-    if method.as_deref() == Some("initialize") {
+    if method.as_deref() == Some(METHOD_INITIALIZE) {
         return initialize(&state, &bound, &id, msg.get("params"));
     }
     let sealed = headers
@@ -111,7 +114,7 @@ pub(crate) async fn serve(
         return answer(&state, &caller, &bound, &msg).await;
     };
     if msg.get("id").is_none() {
-        if method == "notifications/cancelled"
+        if method == NOTIFICATION_CANCELLED
             && let (Some(t), Some(request)) = (
                 &caller.tenant,
                 msg.get("params").and_then(|p| p.get("requestId")),
@@ -134,10 +137,10 @@ pub(crate) async fn serve(
     let mcp = RunwayMcp::new(state.clone());
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     let outcome = match method.as_str() {
-        "ping" => Ok(json!({})),
-        "logging/setLevel" => set_level(&params),
-        "tools/list" => list_tools(&mcp, &tenant, &session).await,
-        "tools/call" => {
+        METHOD_PING => Ok(json!({})),
+        METHOD_SET_LEVEL => set_level(&params),
+        METHOD_LIST_TOOLS => list_tools(&mcp, &tenant, &session).await,
+        METHOD_CALL_TOOL => {
             let label = call_label(&state, sealed, &id);
             return held::call(mcp, tenant, session, bound, id, params, label).await;
         }
@@ -146,6 +149,7 @@ pub(crate) async fn serve(
         "prompts/list" => Ok(json!({"prompts": []})),
         "resources/read" => read_resource(&params),
         m if m.starts_with("tasks/") && session.has_tasks() => {
+            state.config.metrics.request(m, 200);
             return old_tasks::serve(mcp, tenant, session, bound, id, m, params).await;
         }
         other => Err(err(
@@ -197,7 +201,7 @@ fn initialize(state: &McpState, bound: &str, id: &Value, params: Option<&Value>)
         "serverInfo": {"name": "runway", "version": env!("CARGO_PKG_VERSION")},
         "instructions": INSTRUCTIONS,
     });
-    state.config.metrics.request("initialize", 200);
+    state.config.metrics.request(METHOD_INITIALIZE, 200);
     with_session(
         json_response(StatusCode::OK, &wire::result(id, result)),
         &sealed,
@@ -254,7 +258,8 @@ async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Va
 /// away. Only the caller's own call can be named (the label is keyed with its session).
 async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
     let selector = BTreeMap::from([(labels::CALL.to_owned(), label.to_owned())]);
-    let Ok(runs) = state.store.list(Some(&t.namespace), &selector).await else {
+    // The call may have reached another replica a moment ago: its Run must be found anyway.
+    let Ok(runs) = state.store.list_now(Some(&t.namespace), &selector).await else {
         return;
     };
     let mcp = RunwayMcp::new(state.clone());

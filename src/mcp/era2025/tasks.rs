@@ -20,7 +20,9 @@ use crate::mcp::errors::{err, forbidden, internal, invalid, unknown_task};
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::state::Tenant;
 use crate::mcp::tasks::live_spec;
-use crate::protocol::codes;
+use crate::protocol::{
+    METHOD_CANCEL_TASK, METHOD_GET_TASK, METHOD_LIST_TASKS, METHOD_TASK_RESULT, codes,
+};
 
 /// Tasks in one page of `tasks/list`.
 const PAGE: usize = 50;
@@ -40,13 +42,13 @@ pub(crate) async fn serve(
         .and_then(Value::as_str)
         .map(str::to_owned);
     let outcome = match (method, task_id) {
-        ("tasks/list", _) => list(&mcp, &t, &params).await,
-        (_, None) if method != "tasks/list" => {
+        (METHOD_LIST_TASKS, _) => list(&mcp, &t, &params).await,
+        (_, None) if method != METHOD_LIST_TASKS => {
             Err(invalid(format!("{method}: params.taskId must be a string")))
         }
-        ("tasks/get", Some(task_id)) => get(&mcp, &t, &task_id).await,
-        ("tasks/cancel", Some(task_id)) => cancel(&mcp, &t, &task_id).await,
-        ("tasks/result", Some(task_id)) => {
+        (METHOD_GET_TASK, Some(task_id)) => get(&mcp, &t, &task_id).await,
+        (METHOD_CANCEL_TASK, Some(task_id)) => cancel(&mcp, &t, &task_id).await,
+        (METHOD_TASK_RESULT, Some(task_id)) => {
             return match readable_run(&mcp.state, &t, &task_id).await {
                 Some(_) => Held::result(mcp, t, session, bound, id, task_id),
                 None => json_response(StatusCode::OK, &wire::error(&id, &unknown_task())),
