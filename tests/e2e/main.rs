@@ -1186,7 +1186,7 @@ async fn clients_of_the_2025_era_are_served_by_any_replica() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_official_sdks_call_tools_on_an_operator_replica() {
+async fn the_official_sdks_call_tools_on_both_operator_replicas() {
     let c = up();
     let ns = c.namespace("sdk");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1198,17 +1198,24 @@ async fn the_official_sdks_call_tools_on_an_operator_replica() {
     );
     // tests/sdk/run.sh with a URL runs the clients only: the TypeScript SDK 1.x and the Python
     // SDK 1.x (2025 era), the Python SDK 2.x (2026-07-28), each the way run.sh runs them
-    // against `runway serve`. The lister is the cluster admin (may list every Run).
-    let out = std::process::Command::new(root.join("tests/sdk/run.sh"))
-        .env("RUNWAY_URL", format!("{}/namespaces/{ns}/mcp", c.base(0)))
-        .env("RUNWAY_TOKEN", token("alice"))
-        .env("RUNWAY_LISTER_TOKEN", token("admin"))
-        .output()
-        .expect("tests/sdk/run.sh runs");
-    assert!(
-        out.status.success(),
-        "SDK clients against the operator failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // against `runway serve`, against each replica in turn (an SDK sends all its requests to
+    // one URL; a session opened on one replica and answered on the other is the test above).
+    // The lister is the cluster admin (may list every Run).
+    for replica in 0..2 {
+        let out = std::process::Command::new(root.join("tests/sdk/run.sh"))
+            .env(
+                "RUNWAY_URL",
+                format!("{}/namespaces/{ns}/mcp", c.base(replica)),
+            )
+            .env("RUNWAY_TOKEN", token("alice"))
+            .env("RUNWAY_LISTER_TOKEN", token("admin"))
+            .output()
+            .expect("tests/sdk/run.sh runs");
+        assert!(
+            out.status.success(),
+            "SDK clients against replica {replica} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
