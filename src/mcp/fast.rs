@@ -350,6 +350,7 @@ pub(super) async fn call_tool(
             meta.get(META_IDEMPOTENCY_KEY),
             Some(&delivery),
             true,
+            &Default::default(),
         )
         .await
         .map(|run| CreateTaskResult::new(projection::task(&run, Some(&wf.spec))));

@@ -31,6 +31,27 @@ pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api:
         .map(|w| w.spec)
 }
 
+/// The progress a held call owes its client for `run`: (done, total, message) when the step
+/// count or the message changed since `sent` without going backwards; `sent` remembers it.
+/// One rule for held calls of both protocol eras.
+pub(super) fn progress_due(
+    run: &Run,
+    sent: &mut Option<(f64, String)>,
+) -> Option<(f64, f64, String)> {
+    let (done, total) = step_progress(run);
+    let msg = run
+        .status
+        .as_ref()
+        .and_then(|s| s.status_message.clone())
+        .unwrap_or_else(|| "queued".into());
+    let due = sent.as_ref() != Some(&(done, msg.clone()))
+        && sent.as_ref().is_none_or(|(d, _)| *d <= done);
+    due.then(|| {
+        *sent = Some((done, msg.clone()));
+        (done, total, msg)
+    })
+}
+
 /// (finished main steps, total main steps) of a Run; finished Runs are complete.
 pub(super) fn step_progress(run: &Run) -> (f64, f64) {
     let Some(wf) = run.workflow_snapshot() else {

@@ -27,7 +27,7 @@ use super::handler::RunwayMcp;
 use super::projection;
 use super::sealing::{Resume, same_call};
 use super::state::Tenant;
-use super::tasks::step_progress;
+use super::tasks::progress_due;
 use crate::api::{ExecutionMode, Run, RunPhase, RunSpec, Workflow, WorkflowRef, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
@@ -350,25 +350,12 @@ impl RunwayMcp {
         }
     }
 
-    /// The end of every `tools/call` that starts a Run, on either path: check the arguments
-    /// and the idempotency key, create the Run (or find the one the key names), and hand it to
-    /// the request's `delivery` watch when nothing else will tell the client about it.
-    pub(super) async fn start(
-        &self,
-        t: &Tenant,
-        wf: &Workflow,
-        args: Map<String, Value>,
-        idem: Option<&Value>,
-        delivery: Option<&Delivery>,
-        as_task: bool,
-    ) -> Result<Run, ErrorData> {
-        self.start_labelled(t, wf, args, idem, delivery, as_task, &BTreeMap::new())
-            .await
-    }
-
-    /// [`Self::start`], the Run carrying `labels` besides its Workflow's.
+    /// The end of every `tools/call` that starts a Run, on either path and in both protocol
+    /// eras: check the arguments and the idempotency key, create the Run (or find the one the
+    /// key names) carrying `labels` besides its Workflow's, and hand it to the request's
+    /// `delivery` watch when nothing else will tell the client about it.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn start_labelled(
+    pub(super) async fn start(
         &self,
         t: &Tenant,
         wf: &Workflow,
@@ -413,22 +400,13 @@ impl RunwayMcp {
         let mut sent: Option<(f64, String)> = None;
         let mut run = self.stored_run(t, name).await?;
         loop {
-            if let Some(token) = &progress {
-                let (done, total) = step_progress(&run);
-                let msg = run
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.status_message.clone())
-                    .unwrap_or_else(|| "queued".into());
-                if sent.as_ref() != Some(&(done, msg.clone()))
-                    && sent.as_ref().is_none_or(|(d, _)| *d <= done)
-                {
-                    let p = ProgressNotificationParam::new(token.clone(), done)
-                        .with_total(total)
-                        .with_message(msg.clone());
-                    let _ = ctx.peer.notify_progress(p).await;
-                    sent = Some((done, msg));
-                }
+            if let Some(token) = &progress
+                && let Some((done, total, msg)) = progress_due(&run, &mut sent)
+            {
+                let p = ProgressNotificationParam::new(token.clone(), done)
+                    .with_total(total)
+                    .with_message(msg);
+                let _ = ctx.peer.notify_progress(p).await;
             }
             if run.phase().is_terminal() {
                 return run_result(&run);
@@ -535,7 +513,9 @@ impl RunwayMcp {
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Delivery>());
         let idem = ctx.meta.get(META_IDEMPOTENCY_KEY);
-        let run = self.start(&t, &wf, args, idem, delivery, as_task).await?;
+        let run = self
+            .start(&t, &wf, args, idem, delivery, as_task, &BTreeMap::new())
+            .await?;
         if as_task {
             return Ok(CreateTaskResult::new(projection::task(&run, Some(&wf.spec))).into());
         }

@@ -32,7 +32,7 @@ use crate::mcp::events::Change;
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::projection;
 use crate::mcp::state::Tenant;
-use crate::mcp::tasks::step_progress;
+use crate::mcp::tasks::progress_due;
 use crate::mcp::tools::run_result;
 use crate::protocol::{
     META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_CALL_TOOL, METHOD_SAMPLING,
@@ -163,7 +163,7 @@ async fn start(
         false => BTreeMap::from([(labels::CALL.to_owned(), call_label)]),
     };
     let run = mcp
-        .start_labelled(
+        .start(
             t,
             &wf,
             args,
@@ -287,24 +287,15 @@ impl Held {
             Err(e) => return Some(Err(e)),
         };
         loop {
-            if let Some(token) = &self.progress {
-                let (done, total) = step_progress(&run);
-                let msg = run
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.status_message.clone())
-                    .unwrap_or_else(|| "queued".into());
-                if sent.as_ref() != Some(&(done, msg.clone()))
-                    && sent.as_ref().is_none_or(|(d, _)| *d <= done)
+            if let Some(token) = &self.progress
+                && let Some((done, total, msg)) = progress_due(&run, &mut sent)
+            {
+                let params = json!({"progressToken": token, "progress": done, "total": total, "message": msg});
+                if !self
+                    .send(&wire::notification(NOTIFICATION_PROGRESS, params))
+                    .await
                 {
-                    let params = json!({"progressToken": token, "progress": done, "total": total, "message": msg});
-                    if !self
-                        .send(&wire::notification(NOTIFICATION_PROGRESS, params))
-                        .await
-                    {
-                        return None;
-                    }
-                    sent = Some((done, msg));
+                    return None;
                 }
             }
             if self.task_updates && !self.tell_status(&run, &mut told).await {
