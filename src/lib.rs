@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod dial;
 pub mod endpoint;
 pub mod engine;
 pub mod mcp;

@@ -1,0 +1,17 @@
+//! The `runway call` and `runway tasks …` client commands: an MCP 2026-07-28 client (rmcp) that
+//! works against any server, with a terminal prompt for input requests.
+
+mod call;
+mod errors;
+pub mod exit;
+mod outage;
+mod output;
+mod prompt;
+mod target;
+mod tasks;
+
+pub use call::{arguments, call};
+pub use errors::ClientError;
+pub use prompt::Prompter;
+pub use target::Target;
+pub use tasks::{answer, cancel, get, watch};

@@ -1,0 +1,196 @@
+//! The terminal side of input requests: asking a person, and noticing Ctrl-C.
+
+use std::io::Write;
+
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::errors::ClientError;
+use super::output::plain;
+
+/// Reads answers to input requests from the terminal, and notices Ctrl-C.
+pub struct Prompter {
+    lines: tokio::io::Lines<BufReader<tokio::io::Stdin>>,
+    /// One listener for the whole command: a Ctrl-C pressed between two waits is kept for the
+    /// next one instead of being lost (SIGINT no longer ends the process once it is listened to).
+    interrupts: tokio::signal::unix::Signal,
+}
+
+impl Prompter {
+    /// A prompter on standard input; must be created inside the runtime.
+    pub fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            lines: BufReader::new(tokio::io::stdin()).lines(),
+            interrupts: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves when Ctrl-C is pressed (or was, since the last time this resolved).
+    pub(crate) async fn interrupted(&mut self) {
+        self.interrupts.recv().await;
+    }
+
+    async fn ask(&mut self, prompt: &str) -> Result<String, ClientError> {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        // Once a Ctrl-C handler exists the terminal's SIGINT no longer ends the process, so
+        // the prompt listens for it itself.
+        tokio::select! {
+            line = self.lines.next_line() => match line {
+                Ok(Some(l)) => Ok(l.trim().to_owned()),
+                _ => Err(ClientError::Usage("no answer on standard input".into())),
+            },
+            _ = self.interrupts.recv() => {
+                eprintln!();
+                Err(ClientError::Interrupted)
+            }
+        }
+    }
+
+    /// Ask one elicitation request; returns the `{action, content}` answer.
+    pub async fn answer(&mut self, key: &str, request: &Value) -> Result<Value, ClientError> {
+        let params = &request["params"];
+        eprintln!(
+            "\n[{key}] {}",
+            params["message"].as_str().unwrap_or("input requested")
+        );
+        if request["method"] != "elicitation/create" {
+            eprintln!("  (this client answers only elicitation requests; declining)");
+            return Ok(json!({"action": "decline"}));
+        }
+        if params["mode"] == "url" {
+            // URL mode: the page does the work; this client only shows where to go.
+            eprintln!("  open: {}", params["url"].as_str().unwrap_or("?"));
+            let a = self.ask("  opened it (or will)? [y/n] ").await?;
+            return Ok(if a.starts_with('y') {
+                json!({"action": "accept"})
+            } else {
+                json!({"action": "decline"})
+            });
+        }
+        let props = params["requestedSchema"]["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        if props.is_empty() {
+            let a = self.ask("  accept? [y/n] ").await?;
+            return Ok(if a.starts_with('y') {
+                json!({"action": "accept", "content": {}})
+            } else {
+                json!({"action": "decline"})
+            });
+        }
+        let required: Vec<&str> = params["requestedSchema"]["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut content = JsonObject::new();
+        // Properties come in the order the server sent them: the manifest's order.
+        for (name, schema) in props {
+            let field = Field::new(&name, &schema, required.contains(&name.as_str()));
+            loop {
+                let raw = self.ask(&field.prompt()).await?;
+                match field.read(&raw) {
+                    Ok(Some(v)) => {
+                        content.insert(name.clone(), v);
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(why) => eprintln!("  {why}; try again"),
+                }
+            }
+        }
+        Ok(json!({"action": "accept", "content": content}))
+    }
+}
+
+/// One property of an elicitation form, as the terminal asks it.
+struct Field<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    required: bool,
+}
+
+impl<'a> Field<'a> {
+    fn new(name: &'a str, schema: &'a Value, required: bool) -> Self {
+        Self {
+            name,
+            schema,
+            required,
+        }
+    }
+
+    fn ty(&self) -> &str {
+        self.schema["type"].as_str().unwrap_or("string")
+    }
+
+    /// Allowed values: `enum`, or the `const`s of a titled `oneOf`.
+    fn choices(&self) -> Vec<Value> {
+        if let Some(e) = self.schema["enum"].as_array() {
+            return e.clone();
+        }
+        self.schema["oneOf"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.get("const").cloned())
+            .collect()
+    }
+
+    /// `  Channel* (string, one of stable|beta, default beta): `
+    fn prompt(&self) -> String {
+        let title = self.schema["title"].as_str().unwrap_or(self.name);
+        let mut hints = vec![self.ty().to_owned()];
+        let choices = self.choices();
+        if !choices.is_empty() {
+            let list: Vec<String> = choices.iter().map(plain).collect();
+            hints.push(format!("one of {}", list.join("|")));
+        }
+        if let Some(d) = self.schema.get("default") {
+            hints.push(format!("default {}", plain(d)));
+        } else if !self.required {
+            hints.push("optional, Enter skips".into());
+        }
+        let mark = if self.required { "*" } else { "" };
+        format!("  {title}{mark} ({}): ", hints.join(", "))
+    }
+
+    /// The value typed, `None` to leave the property out, or why the input is not accepted.
+    fn read(&self, raw: &str) -> Result<Option<Value>, String> {
+        if raw.is_empty() {
+            return match (self.schema.get("default"), self.required) {
+                (Some(d), _) => Ok(Some(d.clone())),
+                (None, false) => Ok(None),
+                (None, true) => Err("an answer is required".into()),
+            };
+        }
+        let ty = self.ty();
+        let v = match ty {
+            "boolean" => match raw.to_ascii_lowercase().as_str() {
+                "y" | "yes" | "true" => Value::Bool(true),
+                "n" | "no" | "false" => Value::Bool(false),
+                _ => return Err("not a boolean (y/n)".into()),
+            },
+            "integer" => raw
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|_| "not an integer".to_owned())?,
+            "number" => raw
+                .parse::<f64>()
+                .map(Value::from)
+                .map_err(|_| "not a number".to_owned())?,
+            _ => Value::String(raw.to_owned()),
+        };
+        // The same check the server makes, field by field, so a mistake is caught here.
+        let one = json!({"type": "object", "properties": {self.name: self.schema}});
+        match crate::engine::input::answer_schema_error(Some(&one), Some(&json!({self.name: v}))) {
+            None => Ok(Some(v)),
+            Some(why) => Err(why
+                .replace("the answer does not match requestedSchema: ", "")
+                .replace(&format!("/{}: ", self.name), "")),
+        }
+    }
+}

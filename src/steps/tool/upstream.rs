@@ -1,0 +1,265 @@
+//! One attempt against an upstream MCP server: a call, the MRTR retry, or following the
+//! upstream task it created.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue as HttpHeaderValue};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, JsonObject,
+    MetaObject, RequestMetaObject, TaskPayload, UpdateTaskParams,
+};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::Value;
+
+use super::outcomes::*;
+use crate::api::ErrorClass;
+use crate::dial::{self, Abilities, Session};
+use crate::engine::Outcome;
+use crate::protocol::{META_IDEMPOTENCY_KEY, codes};
+
+/// Polls of an upstream task that may fail transiently in a row before the attempt fails
+/// (waiting 0.25, 0.5, 1 and 2 s between them: long enough for an upstream to restart).
+pub(super) const GET_RETRIES: u32 = 4;
+/// First wait after a transiently failed poll; it doubles.
+pub(super) const GET_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Time allowed for each `tasks/get`, `tasks/update` and `tasks/cancel` request.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time allowed for the best-effort `tasks/cancel` sent when a Run is cancelled mid-attempt.
+pub(super) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Poll interval when the upstream suggests none.
+pub(super) const DEFAULT_POLL: Duration = Duration::from_secs(1);
+/// Bounds of the poll interval, whatever the upstream suggests.
+pub(super) const MIN_POLL: Duration = Duration::from_millis(50);
+pub(super) const MAX_POLL: Duration = Duration::from_secs(60);
+
+/// What one attempt asks of the upstream.
+pub(super) struct Call<'a> {
+    pub(super) tool: &'a str,
+    pub(super) arguments: &'a Value,
+    pub(super) upstream_task_id: Option<&'a str>,
+    pub(super) answers: Option<&'a Value>,
+    pub(super) request_state: Option<&'a str>,
+    pub(super) idempotency_key: String,
+}
+
+/// An upstream MCP server with its resolved headers.
+pub(super) struct Upstream {
+    pub(super) client: reqwest::Client,
+    pub(super) url: String,
+    pub(super) headers: HashMap<HeaderName, HttpHeaderValue>,
+    pub(super) tasks: bool,
+}
+
+impl Upstream {
+    pub(super) async fn connect(&self) -> Result<Session, Outcome> {
+        let cfg = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+            .custom_headers(self.headers.clone());
+        let abilities = Abilities {
+            urls: false,
+            tasks: self.tasks,
+        };
+        dial::open(self.client.clone(), cfg, abilities)
+            .await
+            .map_err(|e| {
+                let what = format!("connecting to {}", self.url);
+                match e {
+                    rmcp::service::ClientInitializeError::JsonRpcError(err) => {
+                        rpc_failure(&what, err.code.0 as i64, &err.message, err.data.clone())
+                    }
+                    rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+                        transport_failure(&what, &error)
+                    }
+                    other => transport_failure(&what, &other),
+                }
+            })
+    }
+
+    pub(super) async fn attempt(&self, call: &Call<'_>) -> Outcome {
+        let session = match self.connect().await {
+            Ok(s) => s,
+            Err(o) => return o,
+        };
+        match call.upstream_task_id {
+            Some(id) => self.resume(&session, id, call.answers).await,
+            None => self.call(&session, call).await,
+        }
+    }
+
+    /// Follow a recorded upstream task, forwarding answers first.
+    pub(super) async fn resume(
+        &self,
+        session: &Session,
+        id: &str,
+        answers: Option<&Value>,
+    ) -> Outcome {
+        let mut answered = BTreeSet::new();
+        if let Some(Value::Object(answers)) = answers {
+            answered = answers.keys().cloned().collect();
+            let responses = answers.clone().into_iter().collect();
+            let update = session.update_task(UpdateTaskParams::new(id.to_owned(), responses));
+            match tokio::time::timeout(REQUEST_TIMEOUT, update).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return service_failure(&format!("tasks/update {id}"), e),
+                Err(_) => return request_timeout(&format!("tasks/update {id}")),
+            }
+        }
+        self.follow(session, id, &answered).await
+    }
+
+    /// A fresh `tools/call`, or the MRTR retry with answers and the upstream `requestState`.
+    pub(super) async fn call(&self, session: &Session, call: &Call<'_>) -> Outcome {
+        let arguments: JsonObject = match call.arguments {
+            Value::Object(m) => m.clone(),
+            other => {
+                return Outcome::internal(format!("tool.arguments must be an object, not {other}"));
+            }
+        };
+        let mut params = CallToolRequestParams::new(call.tool.to_owned()).with_arguments(arguments);
+        if let Some(Value::Object(answers)) = call.answers {
+            params.input_responses = Some(answers.clone().into_iter().collect());
+            params.request_state = call.request_state.map(str::to_owned);
+        }
+        if self.tasks {
+            let mut meta = JsonObject::new();
+            meta.insert(
+                META_IDEMPOTENCY_KEY.to_owned(),
+                Value::String(call.idempotency_key.clone()),
+            );
+            params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        let what = format!("tools/call {} on {}", call.tool, self.url);
+        match session.call_tool_once(params).await {
+            Ok(CallToolResponse::Complete(result)) => {
+                result_outcome(&what, serde_json::to_value(result).unwrap_or(Value::Null))
+            }
+            Ok(CallToolResponse::InputRequired(ir)) => input_required(&what, ir),
+            // Recorded before anything else; the next attempt follows it.
+            Ok(CallToolResponse::Task(t)) => Outcome::Checkpoint {
+                upstream_task_id: Some(t.task.task_id),
+                job_name: None,
+            },
+            Ok(_) => Outcome::Failed {
+                detail: None,
+                class: ErrorClass::ServerError,
+                message: format!("{what}: unexpected response"),
+            },
+            Err(e) => service_failure(&what, e),
+        }
+    }
+
+    /// Poll an upstream task until it ends or asks for input that was not answered yet.
+    pub(super) async fn follow(
+        &self,
+        session: &Session,
+        id: &str,
+        answered: &BTreeSet<String>,
+    ) -> Outcome {
+        let what = format!("tasks/get {id} on {}", self.url);
+        let mut interval = DEFAULT_POLL;
+        // After a transport failure the session may be gone: later polls use a fresh one.
+        let mut fresh: Option<Session> = None;
+        let mut transient = 0;
+        loop {
+            let current = fresh.as_ref().unwrap_or(session);
+            let got = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                current.get_task(GetTaskParams::new(id.to_owned())),
+            )
+            .await;
+            let failure = match got {
+                Ok(Ok(t)) => {
+                    transient = 0;
+                    Ok(t.task)
+                }
+                Ok(Err(e)) => Err(service_failure(&what, e)),
+                Err(_) => Err(request_timeout(&what)),
+            };
+            let task = match failure {
+                Ok(task) => task,
+                // The upstream task runs on while its server restarts or a poll is lost: a
+                // transient failure of a poll is retried a few times before the attempt fails.
+                Err(out) if is_transient(&out) && transient < GET_RETRIES => {
+                    transient += 1;
+                    tokio::time::sleep(GET_BACKOFF * 2u32.pow(transient - 1)).await;
+                    if let Ok(s) = self.connect().await {
+                        fresh = Some(s);
+                    }
+                    continue;
+                }
+                Err(out) => return out,
+            };
+            if let Some(ms) = task.task.poll_interval_ms {
+                interval = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
+            }
+            match task.payload {
+                TaskPayload::Completed { result } => {
+                    return result_outcome(&format!("upstream task {id}"), Value::Object(result));
+                }
+                TaskPayload::Failed { error } => return task_failed(id, &Value::Object(error)),
+                TaskPayload::Cancelled => {
+                    return Outcome::UpstreamFailed {
+                        class: ErrorClass::ToolError,
+                        message: format!("upstream task {id} was cancelled"),
+                        error: None,
+                        call_ended: true,
+                    };
+                }
+                TaskPayload::InputRequired { input_requests } => {
+                    // Keys are unique over a task's lifetime: the ones just answered may still
+                    // show until the upstream has taken the answers.
+                    let requests: BTreeMap<String, Value> = input_requests
+                        .iter()
+                        .filter(|(k, _)| !answered.contains(*k))
+                        .map(|(k, r)| (k.clone(), request_value(r)))
+                        .collect();
+                    if !requests.is_empty() {
+                        return Outcome::NeedsInput {
+                            requests,
+                            request_state: None,
+                        };
+                    }
+                }
+                _ => {}
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// `tasks/cancel` on a fresh session.
+    pub(super) async fn cancel_task(&self, id: &str) -> Result<(), Outcome> {
+        let session = self.connect().await?;
+        session
+            .cancel_task(CancelTaskParams::new(id.to_owned()))
+            .await
+            .map_err(|e| service_failure(&format!("tasks/cancel {id} on {}", self.url), e))
+    }
+
+    /// Poll an upstream task whose cancel was acknowledged until it has ended: an ack says the
+    /// cancel was received, not that the work stopped. A task the upstream no longer knows
+    /// has ended too.
+    pub(super) async fn wait_ended(&self, id: &str) -> Result<(), Outcome> {
+        let session = self.connect().await?;
+        let what = format!("tasks/get {id} on {}", self.url);
+        let mut interval = MIN_POLL;
+        loop {
+            match session.get_task(GetTaskParams::new(id.to_owned())).await {
+                Ok(t) => match t.task.payload {
+                    TaskPayload::Completed { .. }
+                    | TaskPayload::Failed { .. }
+                    | TaskPayload::Cancelled => return Ok(()),
+                    _ => {}
+                },
+                Err(rmcp::ServiceError::McpError(e))
+                    if e.code.0 as i64 == codes::INVALID_PARAMS =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err(service_failure(&what, e)),
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval * 2).min(GET_BACKOFF * 8);
+        }
+    }
+}
