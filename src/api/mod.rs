@@ -3,9 +3,11 @@
 
 pub mod run;
 pub mod schema;
+pub mod steps;
 pub mod workflow;
 
 pub use run::*;
+pub use steps::*;
 pub use workflow::*;
 
 /// API group of every Runway resource.
