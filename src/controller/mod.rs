@@ -2,9 +2,14 @@
 //! it returns before performing the next effect, and runs effects through the executors.
 //! It is the only writer of Run status.
 
+mod config;
 pub mod history;
+mod inflight;
 pub mod queue;
 pub mod schedules;
+mod work;
+
+pub use config::{Config, EventSink, LogEvents, Shards};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -20,111 +25,14 @@ use crate::engine::{self, Effect, Event, Next, Outcome};
 use crate::steps::Executor;
 use crate::store::{RunStore, StoreError, WatchEvent, WorkflowSource};
 use crate::telemetry::ErrorKind;
+use inflight::Inflight;
 use queue::{Key, Queue};
+use work::{decide_off_worker, instant_at, off_worker, panic_message, waits_long};
 
 /// Pause before retrying after a store failure.
 const STORE_RETRY: Duration = Duration::from_secs(1);
 /// Most write/effect cycles of one reconcile before the key goes back to the queue.
 const MAX_CYCLES: usize = 64;
-
-/// Where engine events go (Kubernetes Events, or the log).
-pub trait EventSink: Send + Sync + 'static {
-    /// Record `event` about `run`.
-    fn record(&self, run: &Run, event: &Event);
-}
-
-/// Events as structured log lines.
-pub struct LogEvents;
-
-impl EventSink for LogEvents {
-    fn record(&self, run: &Run, event: &Event) {
-        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
-        let name = run.metadata.name.as_deref().unwrap_or_default();
-        if event.warning {
-            tracing::warn!(
-                namespace = ns,
-                run = name,
-                reason = event.reason,
-                "{}",
-                event.message
-            );
-        } else {
-            tracing::info!(
-                namespace = ns,
-                run = name,
-                reason = event.reason,
-                "{}",
-                event.message
-            );
-        }
-    }
-}
-
-/// Controller settings.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Runs reconciled at once.
-    pub workers: usize,
-    /// Runs of one namespace reconciled at once (0: half the workers, at least one), so that
-    /// one tenant cannot occupy every worker.
-    pub workers_per_namespace: usize,
-    /// Where reconcile errors, queue depth and step durations are recorded.
-    pub metrics: crate::telemetry::Metrics,
-    /// Which Runs this controller drives (all of them unless the work is split across
-    /// replicas).
-    pub shards: Shards,
-    /// Where every Run change the watch sees is published (whatever its shard), for parents
-    /// waiting on their children.
-    pub changes: crate::store::RunChanges,
-}
-
-/// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
-/// `count` — is in `owned`. Replicas that split the work own disjoint shares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shards {
-    /// Number of shards the Runs are split into (at least 1).
-    pub count: u32,
-    /// The shards driven here.
-    pub owned: std::collections::BTreeSet<u32>,
-}
-
-impl Shards {
-    /// Every Run.
-    pub fn all() -> Self {
-        Self {
-            count: 1,
-            owned: [0].into(),
-        }
-    }
-
-    /// The shard of Run `key` among `count`. FNV-1a: stable across processes, versions and
-    /// machines, which every replica's answer must be.
-    pub fn of(key: &Key, count: u32) -> u32 {
-        let h = engine::stable_hash(key.namespace.bytes().chain([b'/']).chain(key.name.bytes()));
-        (h % u64::from(count.max(1))) as u32
-    }
-
-    /// Whether Run `key` is driven here.
-    pub fn owns(&self, key: &Key) -> bool {
-        self.owned.contains(&Self::of(key, self.count))
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            workers: 32,
-            workers_per_namespace: 0,
-            metrics: Default::default(),
-            shards: Shards::all(),
-            changes: Default::default(),
-        }
-    }
-}
-
-/// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether the
-/// Run was already cancelled when it started.
-type RunEffects = HashMap<String, (CancellationToken, bool)>;
 
 /// What a status write did (the writer has already applied the error policy).
 enum Wrote {
@@ -167,9 +75,8 @@ pub struct Controller {
     executor: Arc<dyn Executor>,
     events: Arc<dyn EventSink>,
     queue: Queue,
-    /// Effects in progress by Run and [`effect_id`], and whether their Run was already
-    /// cancelled when they started (`finally` steps of a cancelled Run must not be aborted).
-    inflight: Mutex<HashMap<Key, RunEffects>>,
+    /// Effects in progress.
+    inflight: Inflight,
     /// Outcomes of detached effects not yet written, by Run, in the order they came: the
     /// Run's next reconcile writes them together (a hundred items ending at once are a few
     /// writes, not a hundred conflicting ones). Their effects stay in flight until written.
@@ -180,49 +87,6 @@ pub struct Controller {
     /// Fires when the controller stops, ending detached effects.
     stopping: CancellationToken,
     config: Config,
-}
-
-/// Effects that wait on something outside (a Job, an upstream task) for as long as it takes,
-/// and so run without holding a worker.
-fn waits_long(effect: &Effect) -> bool {
-    matches!(
-        effect.action,
-        engine::Action::Job { .. } | engine::Action::Tool { .. } | engine::Action::Child { .. }
-    )
-}
-
-/// Which of a Run's effects this is: steps running at the same time have one each.
-fn effect_id(effect: &Effect) -> String {
-    format!("{}#{}", effect.step, effect.attempt)
-}
-
-/// Run pure but possibly heavy engine work (template rendering, schema validation) on the
-/// blocking pool, so that one Run's templates cannot stall the async workers. A panic there
-/// continues here, where the worker catches it and fails the Run.
-async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(v) => v,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => panic!("engine work did not finish: {e}"),
-    }
-}
-
-async fn decide_off_worker(run: &Run, live: Option<&crate::api::WorkflowSpec>) -> engine::Decision {
-    let (run, live) = (run.clone(), live.cloned());
-    off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic".to_owned())
-}
-
-fn instant_at(t: Timestamp) -> Instant {
-    let left = t.duration_since(Timestamp::now());
-    Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
 }
 
 impl Controller {
@@ -243,7 +107,7 @@ impl Controller {
                 0 => config.workers.div_ceil(2),
                 n => n,
             }),
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Inflight::default(),
             outcomes: Mutex::new(HashMap::new()),
             queued: Mutex::new(HashMap::new()),
             stopping: CancellationToken::new(),
@@ -318,7 +182,7 @@ impl Controller {
                             continue;
                         }
                         if run.spec.cancel.is_some() {
-                            self.abort_inflight(&k);
+                            self.inflight.abort(&k);
                         }
                         self.queue.add(k);
                     }
@@ -328,7 +192,7 @@ impl Controller {
                         if let Some(k) = Key::of(&run.metadata) {
                             self.outcomes.lock().expect("outcomes lock").remove(&k);
                             self.forget_queued(&run, &k);
-                            self.abort_inflight(&k);
+                            self.inflight.abort(&k);
                         }
                     }
                     Err(StoreError::Gone) => break,
@@ -467,36 +331,6 @@ impl Controller {
         Some(())
     }
 
-    fn abort_inflight(&self, k: &Key) {
-        if let Some(effects) = self.inflight.lock().expect("inflight lock").get(k) {
-            for (t, _) in effects.values().filter(|(_, cancelled)| !cancelled) {
-                t.cancel();
-            }
-        }
-    }
-
-    fn start_inflight(&self, k: &Key, effect: &Effect, run: &Run) -> Option<CancellationToken> {
-        let mut inflight = self.inflight.lock().expect("inflight lock");
-        let effects = inflight.entry(k.clone()).or_default();
-        let id = effect_id(effect);
-        if effects.contains_key(&id) {
-            return None;
-        }
-        let token = CancellationToken::new();
-        effects.insert(id, (token.clone(), run.spec.cancel.is_some()));
-        Some(token)
-    }
-
-    fn end_inflight(&self, k: &Key, effect: &Effect) {
-        let mut inflight = self.inflight.lock().expect("inflight lock");
-        if let Some(effects) = inflight.get_mut(k) {
-            effects.remove(&effect_id(effect));
-            if effects.is_empty() {
-                inflight.remove(k);
-            }
-        }
-    }
-
     /// Bring one Run as far as it can go now.
     pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
@@ -582,7 +416,7 @@ impl Controller {
     /// again. While it runs, reconciles of the Run start nothing (the in-flight entry stays
     /// until the outcome is recorded, so the same attempt never runs twice).
     fn execute_detached(self: &Arc<Self>, k: &Key, run: Run, effect: Effect) {
-        let Some(token) = self.start_inflight(k, &effect, &run) else {
+        let Some(token) = self.inflight.start(k, &effect, &run) else {
             return;
         };
         let (me, k) = (self.clone(), k.clone());
@@ -612,9 +446,9 @@ impl Controller {
                     .entry(k.clone())
                     .or_default()
                     .push((effect, outcome)),
-                Ok(None) => me.end_inflight(&k, &effect),
+                Ok(None) => me.inflight.end(&k, &effect),
                 Err(panic) => {
-                    me.end_inflight(&k, &effect);
+                    me.inflight.end(&k, &effect);
                     me.fail_after_panic(&k, panic_message(&*panic)).await;
                 }
             }
@@ -636,7 +470,7 @@ impl Controller {
         }
         let end_all = |pending: &[(Effect, Outcome)]| {
             for (effect, _) in pending {
-                self.end_inflight(k, effect);
+                self.inflight.end(k, effect);
             }
         };
         let status = {
@@ -675,11 +509,11 @@ impl Controller {
 
     /// Perform an effect and record its outcome. Returns whether to keep reconciling.
     async fn execute(&self, k: &Key, run: &Run, effect: &Effect) -> bool {
-        let Some(token) = self.start_inflight(k, effect, run) else {
+        let Some(token) = self.inflight.start(k, effect, run) else {
             return false;
         };
         let outcome = self.perform(k, run, effect, token).await;
-        self.end_inflight(k, effect);
+        self.inflight.end(k, effect);
         let Some(outcome) = outcome else { return true };
         self.record(k, effect, outcome).await
     }
@@ -758,7 +592,7 @@ impl Controller {
     /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
     async fn fail_after_panic(&self, k: &Key, why: String) {
         tracing::error!(namespace = %k.namespace, run = %k.name, panic = %why, "reconcile panicked; failing the run");
-        self.inflight.lock().expect("inflight lock").remove(k);
+        self.inflight.forget(k);
         self.outcomes.lock().expect("outcomes lock").remove(k);
         self.fail_internal(k, why, ErrorKind::Panic).await;
     }

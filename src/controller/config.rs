@@ -1,0 +1,101 @@
+//! What a controller is configured with: its workers, its shards of the Runs, its metrics, and
+//! where engine events go.
+
+use super::queue::Key;
+use crate::api::Run;
+use crate::engine::{self, Event};
+
+/// Where engine events go (Kubernetes Events, or the log).
+pub trait EventSink: Send + Sync + 'static {
+    /// Record `event` about `run`.
+    fn record(&self, run: &Run, event: &Event);
+}
+
+/// Events as structured log lines.
+pub struct LogEvents;
+
+impl EventSink for LogEvents {
+    fn record(&self, run: &Run, event: &Event) {
+        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        let name = run.metadata.name.as_deref().unwrap_or_default();
+        if event.warning {
+            tracing::warn!(
+                namespace = ns,
+                run = name,
+                reason = event.reason,
+                "{}",
+                event.message
+            );
+        } else {
+            tracing::info!(
+                namespace = ns,
+                run = name,
+                reason = event.reason,
+                "{}",
+                event.message
+            );
+        }
+    }
+}
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Runs reconciled at once.
+    pub workers: usize,
+    /// Runs of one namespace reconciled at once (0: half the workers, at least one), so that
+    /// one tenant cannot occupy every worker.
+    pub workers_per_namespace: usize,
+    /// Where reconcile errors, queue depth and step durations are recorded.
+    pub metrics: crate::telemetry::Metrics,
+    /// Which Runs this controller drives (all of them unless the work is split across
+    /// replicas).
+    pub shards: Shards,
+    /// Where every Run change the watch sees is published (whatever its shard), for parents
+    /// waiting on their children.
+    pub changes: crate::store::RunChanges,
+}
+
+/// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
+/// `count` — is in `owned`. Replicas that split the work own disjoint shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shards {
+    /// Number of shards the Runs are split into (at least 1).
+    pub count: u32,
+    /// The shards driven here.
+    pub owned: std::collections::BTreeSet<u32>,
+}
+
+impl Shards {
+    /// Every Run.
+    pub fn all() -> Self {
+        Self {
+            count: 1,
+            owned: [0].into(),
+        }
+    }
+
+    /// The shard of Run `key` among `count`. FNV-1a: stable across processes, versions and
+    /// machines, which every replica's answer must be.
+    pub fn of(key: &Key, count: u32) -> u32 {
+        let h = engine::stable_hash(key.namespace.bytes().chain([b'/']).chain(key.name.bytes()));
+        (h % u64::from(count.max(1))) as u32
+    }
+
+    /// Whether Run `key` is driven here.
+    pub fn owns(&self, key: &Key) -> bool {
+        self.owned.contains(&Self::of(key, self.count))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 32,
+            workers_per_namespace: 0,
+            metrics: Default::default(),
+            shards: Shards::all(),
+            changes: Default::default(),
+        }
+    }
+}

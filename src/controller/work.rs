@@ -1,0 +1,56 @@
+//! Helpers of the reconcile: which effects run detached, engine work off the async workers,
+//! and the clock of the work queue.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+
+use crate::api::Run;
+use crate::engine::{self, Effect};
+
+/// Effects that wait on something outside (a Job, an upstream task) for as long as it takes,
+/// and so run without holding a worker.
+pub(super) fn waits_long(effect: &Effect) -> bool {
+    matches!(
+        effect.action,
+        engine::Action::Job { .. } | engine::Action::Tool { .. } | engine::Action::Child { .. }
+    )
+}
+
+/// Which of a Run's effects this is: steps running at the same time have one each.
+pub(super) fn effect_id(effect: &Effect) -> String {
+    format!("{}#{}", effect.step, effect.attempt)
+}
+
+/// Run pure but possibly heavy engine work (template rendering, schema validation) on the
+/// blocking pool, so that one Run's templates cannot stall the async workers. A panic there
+/// continues here, where the worker catches it and fails the Run.
+pub(super) async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("engine work did not finish: {e}"),
+    }
+}
+
+pub(super) async fn decide_off_worker(
+    run: &Run,
+    live: Option<&crate::api::WorkflowSpec>,
+) -> engine::Decision {
+    let (run, live) = (run.clone(), live.cloned());
+    off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
+}
+
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+pub(super) fn instant_at(t: Timestamp) -> Instant {
+    let left = t.duration_since(Timestamp::now());
+    Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
+}
