@@ -7,15 +7,15 @@ use serde_json::{Value, json};
 
 use super::budget::guard_output;
 use super::effects::{Action, Decision, Effect, Event, Next};
-use super::endings::{fatal_ending, finalize, tool_error_ending};
+use super::endings::{fatal_ending, finalize};
 use super::record::{fail_step_fatal, within_budget};
-use super::render::{child_run_name, job_name, render_http, render_tool};
+use super::render::{child_run_name, job_name, running_action};
 use super::{
     MAX_OUTPUT_BYTES, budget, context, context_for, duration, idempotency_key, parse_ts, result,
     template, ts,
 };
 use crate::api::{
-    Ending, FailStep, Run, RunError, RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord,
+    Ending, Run, RunError, RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord,
     WorkflowSpec, event_reasons, item_of,
 };
 use crate::protocol::codes;
@@ -53,22 +53,6 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
         events: m.events,
         next,
     }
-}
-
-/// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
-/// Job of an item of a `forEach` step; nothing for any other step.
-fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
-    if item_of(record).is_none() {
-        return Vec::new();
-    }
-    let item = match &ctx["item"] {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    vec![
-        ("RUNWAY_ITEM".to_owned(), item),
-        ("RUNWAY_INDEX".to_owned(), ctx["index"].to_string()),
-    ]
 }
 
 pub(super) enum Progress {
@@ -371,90 +355,23 @@ impl Machine<'_> {
             }
             (StepKind::Input(input), _) => self.continue_input(i, step, input),
             (StepKind::Sample(sample), _) => self.continue_sample(i, step, sample),
-            (StepKind::Http(http), StepPhase::Running) => match render_http(http, &ctx) {
-                Ok(req) => self.execute(i, step, &ctx, Action::Http(req)),
-                Err(e) => {
-                    self.fail_fatal(i, e);
-                    Progress::Changed
-                }
-            },
             (StepKind::Tool(_), StepPhase::Waiting) => self.continue_upstream_input(i, &rec),
-            (StepKind::Tool(tool), StepPhase::Running) => match render_tool(tool, &ctx) {
-                Ok((arguments, headers)) => {
-                    let action = Action::Tool {
-                        step: tool.clone(),
-                        arguments,
-                        headers,
-                        upstream_task_id: rec.upstream_task_id.clone(),
-                        answers: rec.pending_answers.clone(),
-                        request_state: rec.upstream_request_state.clone(),
-                    };
-                    self.execute(i, step, &ctx, action)
-                }
-                Err(e) => {
+            (kind, StepPhase::Running) => match running_action(self.run, kind, &rec, &ctx) {
+                Some(Ok(action)) => self.execute(i, step, &ctx, action),
+                Some(Err(e)) => {
                     self.fail_fatal(i, e);
                     Progress::Changed
                 }
+                None => self.impossible(i, &rec),
             },
-            (StepKind::Workflow(child), StepPhase::Running) => {
-                let arguments = match &child.arguments {
-                    None => Ok(json!({})),
-                    Some(a) => template::render_value(a, &ctx)
-                        .map_err(|e| format!("workflow.arguments: {e}")),
-                };
-                match arguments {
-                    Ok(arguments) if arguments.is_object() => {
-                        let run_name = rec.child_run.clone().unwrap_or_else(|| {
-                            child_run_name(
-                                self.run.metadata.name.as_deref().unwrap_or("run"),
-                                &rec.name,
-                                rec.attempt,
-                            )
-                        });
-                        let action = Action::Child {
-                            workflow: child.name.clone(),
-                            arguments,
-                            run_name,
-                        };
-                        self.execute(i, step, &ctx, action)
-                    }
-                    Ok(other) => {
-                        self.fail_fatal(
-                            i,
-                            format!("workflow.arguments must render to an object, not {other}"),
-                        );
-                        Progress::Changed
-                    }
-                    Err(e) => {
-                        self.fail_fatal(i, e);
-                        Progress::Changed
-                    }
-                }
-            }
-            (StepKind::Job(job), StepPhase::Running) => {
-                let job_name = rec.job_name.clone().unwrap_or_else(|| {
-                    job_name(
-                        self.run.metadata.name.as_deref().unwrap_or("run"),
-                        &rec.name,
-                        rec.attempt,
-                    )
-                });
-                self.execute(
-                    i,
-                    step,
-                    &ctx,
-                    Action::Job {
-                        step: job.clone(),
-                        job_name,
-                        env: item_env(&rec.name, &ctx),
-                    },
-                )
-            }
-            _ => {
-                self.fail_fatal(i, format!("step {} is in an impossible state", rec.name));
-                Progress::Changed
-            }
+            _ => self.impossible(i, &rec),
         }
+    }
+
+    /// A step whose record cannot be continued fails the Run rather than looping.
+    fn impossible(&mut self, i: usize, rec: &StepRecord) -> Progress {
+        self.fail_fatal(i, format!("step {} is in an impossible state", rec.name));
+        Progress::Changed
     }
 
     /// Start the next attempt of a step once its backoff has passed.
@@ -554,183 +471,6 @@ impl Machine<'_> {
             format!("answers for step {name} forwarded upstream"),
         );
         Progress::Changed
-    }
-
-    pub(super) fn begin_step(&mut self, wf: &WorkflowSpec, step: &Step, finally: bool) -> Progress {
-        let ctx = context(self.run, &self.st);
-        let rec = StepRecord {
-            name: step.name.clone(),
-            finally,
-            phase: StepPhase::Running,
-            attempt: 1,
-            started_at: Some(ts(self.now)),
-            attempt_started_at: Some(ts(self.now)),
-            ..Default::default()
-        };
-        if let Some(when) = &step.when
-            && let Some(done) = self.skip_or_fail_by_when(step, when, &ctx, rec.clone())
-        {
-            return done;
-        }
-        if let Some(each) = &step.for_each {
-            return self.begin_items(step, each, rec, &ctx);
-        }
-        if let Some(done) = self.start_kind(wf, step, rec, &ctx) {
-            return done;
-        }
-        self.event(
-            event_reasons::STEP_STARTED,
-            format!("step {} started", step.name),
-        );
-        Progress::Changed
-    }
-
-    /// Push the step's record and do what its kind does first. `Some` when that already
-    /// decided the step (a failure, a `fail` step); `None` when it has started.
-    pub(super) fn start_kind(
-        &mut self,
-        wf: &WorkflowSpec,
-        step: &Step,
-        mut rec: StepRecord,
-        ctx: &Value,
-    ) -> Option<Progress> {
-        match step.kind() {
-            StepKind::Delay(d) => {
-                let wake = template::render(&d.duration, ctx)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| duration::parse(&s));
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                match wake {
-                    Ok(d) => self.st.steps[i].wake_at = Some(ts(self.now + d)),
-                    Err(e) => {
-                        self.fail_fatal(i, format!("delay.duration: {e}"));
-                        return Some(Progress::Changed);
-                    }
-                }
-            }
-            StepKind::Sample(sample) => {
-                rec.phase = StepPhase::Waiting;
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                if let Err(e) = self.open_sample(i, step, sample, ctx) {
-                    self.fail_fatal(i, e);
-                    return Some(Progress::Changed);
-                }
-            }
-            StepKind::Input(input) => {
-                rec.phase = StepPhase::Waiting;
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                if let Err(e) = self.open_input(i, step, input, ctx) {
-                    self.fail_fatal(i, e);
-                    return Some(Progress::Changed);
-                }
-            }
-            StepKind::Fail(fail) => {
-                rec.phase = StepPhase::Failed;
-                rec.finished_at = Some(ts(self.now));
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                self.apply_fail(i, fail, ctx, wf);
-                return Some(Progress::Changed);
-            }
-            StepKind::Job(_) => {
-                rec.job_name = Some(job_name(
-                    self.run.metadata.name.as_deref().unwrap_or("run"),
-                    &rec.name,
-                    1,
-                ));
-                self.st.steps.push(rec);
-            }
-            StepKind::Workflow(_) => {
-                rec.child_run = Some(child_run_name(
-                    self.run.metadata.name.as_deref().unwrap_or("run"),
-                    &rec.name,
-                    1,
-                ));
-                self.st.steps.push(rec);
-            }
-            StepKind::Http(_) | StepKind::Tool(_) => self.st.steps.push(rec),
-            StepKind::None => {
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                self.fail_fatal(i, "step has no kind".into());
-                return Some(Progress::Changed);
-            }
-        }
-        None
-    }
-
-    /// A step whose `when` is false is skipped; one whose `when` does not render fails.
-    /// `None`: the step runs.
-    fn skip_or_fail_by_when(
-        &mut self,
-        step: &Step,
-        when: &str,
-        ctx: &Value,
-        mut rec: StepRecord,
-    ) -> Option<Progress> {
-        match template::truthy(when, ctx) {
-            Ok(true) => None,
-            Ok(false) => {
-                rec.phase = StepPhase::Skipped;
-                rec.finished_at = Some(ts(self.now));
-                self.st.steps.push(rec);
-                self.event(
-                    event_reasons::STEP_SKIPPED,
-                    format!("step {} skipped", step.name),
-                );
-                Some(Progress::Changed)
-            }
-            Err(e) => {
-                self.st.steps.push(rec);
-                let i = self.st.steps.len() - 1;
-                self.fail_fatal(i, format!("when: {e}"));
-                Some(Progress::Changed)
-            }
-        }
-    }
-
-    pub(super) fn apply_fail(
-        &mut self,
-        i: usize,
-        fail: &FailStep,
-        ctx: &Value,
-        _wf: &WorkflowSpec,
-    ) {
-        let name = self.st.steps[i].name.clone();
-        let rendered = |t: &str| template::render(t, ctx).map_err(|e| e.to_string());
-        let ending = match (&fail.error, &fail.message) {
-            (Some(err), _) => match rendered(&err.message) {
-                Ok(message) => Ending {
-                    phase: RunPhase::Failed,
-                    result: None,
-                    error: Some(RunError {
-                        code: err.code,
-                        message: message.clone(),
-                        data: None,
-                    }),
-                    message: Some(message),
-                },
-                Err(e) => fatal_ending(format!("step {name}: error.message: {e}")),
-            },
-            (None, message) => match rendered(message.as_deref().unwrap_or("failed")) {
-                Ok(message) => tool_error_ending(message),
-                Err(e) => fatal_ending(format!("step {name}: message: {e}")),
-            },
-        };
-        self.st.steps[i].message = ending.message.clone();
-        self.warn(
-            event_reasons::STEP_FAILED,
-            format!(
-                "step {name} failed: {}",
-                ending.message.clone().unwrap_or_default()
-            ),
-        );
-        if self.st.ending.is_none() {
-            self.st.ending = Some(ending);
-        }
     }
 
     pub(super) fn succeed(&mut self, i: usize, output: Value) {

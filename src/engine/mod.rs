@@ -11,6 +11,7 @@ pub mod schedule;
 pub mod template;
 pub mod validate;
 
+mod begin;
 mod branches;
 mod cancel;
 mod effects;

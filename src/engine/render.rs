@@ -3,9 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::effects::{Body, HeaderValue, HttpRequest};
+use super::effects::{Action, Body, HeaderValue, HttpRequest};
 use super::{context, template};
-use crate::api::{Header, HttpStep, Run, Step, StepKind, ToolStep};
+use crate::api::{
+    ChildWorkflowStep, Header, HttpStep, Run, Step, StepKind, StepRecord, ToolStep, item_of,
+};
 
 pub(super) fn render_header(h: &Header, ctx: &Value) -> Result<HeaderValue, String> {
     match (&h.value, &h.value_from) {
@@ -120,4 +122,81 @@ pub(super) fn render_http(http: &HttpStep, ctx: &Value) -> Result<HttpRequest, S
         body,
         success_codes: http.success_codes.clone(),
     })
+}
+
+/// The work a running `http`, `tool`, `workflow` or `job` step asks for, its templates
+/// rendered against `ctx`; `None` for a kind that has no executor work.
+pub(super) fn running_action(
+    run: &Run,
+    kind: StepKind<'_>,
+    rec: &StepRecord,
+    ctx: &Value,
+) -> Option<Result<Action, String>> {
+    let run_name = run.metadata.name.as_deref().unwrap_or("run");
+    Some(match kind {
+        StepKind::Http(http) => render_http(http, ctx).map(Action::Http),
+        StepKind::Tool(tool) => render_tool(tool, ctx).map(|(arguments, headers)| Action::Tool {
+            step: tool.clone(),
+            arguments,
+            headers,
+            upstream_task_id: rec.upstream_task_id.clone(),
+            answers: rec.pending_answers.clone(),
+            request_state: rec.upstream_request_state.clone(),
+        }),
+        StepKind::Workflow(child) => child_action(run_name, child, rec, ctx),
+        StepKind::Job(job) => Ok(Action::Job {
+            step: job.clone(),
+            job_name: rec
+                .job_name
+                .clone()
+                .unwrap_or_else(|| job_name(run_name, &rec.name, rec.attempt)),
+            env: item_env(&rec.name, ctx),
+        }),
+        _ => return None,
+    })
+}
+
+/// A `workflow` step's child Run: its arguments rendered (an object) and its name, fixed at
+/// the first attempt that chose one.
+fn child_action(
+    run_name: &str,
+    child: &ChildWorkflowStep,
+    rec: &StepRecord,
+    ctx: &Value,
+) -> Result<Action, String> {
+    let arguments = match &child.arguments {
+        None => json!({}),
+        Some(a) => {
+            template::render_value(a, ctx).map_err(|e| format!("workflow.arguments: {e}"))?
+        }
+    };
+    if !arguments.is_object() {
+        return Err(format!(
+            "workflow.arguments must render to an object, not {arguments}"
+        ));
+    }
+    Ok(Action::Child {
+        workflow: child.name.clone(),
+        arguments,
+        run_name: rec
+            .child_run
+            .clone()
+            .unwrap_or_else(|| child_run_name(run_name, &rec.name, rec.attempt)),
+    })
+}
+
+/// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
+/// Job of an item of a `forEach` step; nothing for any other step.
+fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
+    if item_of(record).is_none() {
+        return Vec::new();
+    }
+    let item = match &ctx["item"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    vec![
+        ("RUNWAY_ITEM".to_owned(), item),
+        ("RUNWAY_INDEX".to_owned(), ctx["index"].to_string()),
+    ]
 }
