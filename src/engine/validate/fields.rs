@@ -1,0 +1,133 @@
+//! Checks of single fields (names, templates, durations, URLs, JSON Schemas) and the error they
+//! give: the leaves every other validation uses.
+
+use serde_json::Value;
+
+use crate::api::reasons;
+use crate::engine::{duration, template};
+
+/// Why a Workflow is not Ready.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct Invalid {
+    /// Condition reason (`api::reasons`).
+    pub reason: &'static str,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+pub(super) fn invalid(reason: &'static str, message: impl Into<String>) -> Invalid {
+    Invalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// What the store this server runs on can execute.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// `job` steps need the Kubernetes store.
+    pub jobs: bool,
+}
+
+pub(super) fn json_schema(field: &str, schema: &Value) -> Result<(), Invalid> {
+    jsonschema::draft202012::new(schema)
+        .map(|_| ())
+        .map_err(|e| invalid(reasons::INVALID_SCHEMA, format!("{field}: {e}")))
+}
+
+pub(super) fn tmpl(field: &str, v: &Value) -> Result<(), Invalid> {
+    template::check_value(v)
+        .map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{field}: {e}")))
+}
+
+pub(super) fn text(field: &str, s: &str) -> Result<(), Invalid> {
+    template::check(s).map_err(|e| invalid(reasons::INVALID_TEMPLATE, format!("{field}: {e}")))
+}
+
+/// A duration field: a template, or else a literal that must parse now.
+pub(super) fn dur(field: &str, s: &str) -> Result<(), Invalid> {
+    if s.contains("{{") {
+        text(field, s)
+    } else {
+        duration::parse(s)
+            .map(|_| ())
+            .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))
+    }
+}
+
+pub(super) fn step_name(s: &str) -> Result<(), Invalid> {
+    let b = s.as_bytes();
+    let inner = |c: &u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-');
+    let ok = (1..=63).contains(&b.len())
+        && b.iter().all(inner)
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "step name {s:?} must be 1-63 letters, digits, '_' or '-', starting and ending \
+                 with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// An MCP tool name: `^[A-Za-z0-9_.-]{1,128}$` (the CRD's pattern, for stores without one).
+pub(super) fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
+    let ok = (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{field}: {s:?} must match ^[A-Za-z0-9_.-]{{1,128}}$"),
+        ))
+    }
+}
+
+/// Words in a form field's name, title or format that mean a secret a form must not collect.
+pub(super) const SECRET_WORDS: [&str; 12] = [
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "api-key",
+    "cardnumber",
+    "card_number",
+    "cvv",
+    "cvc",
+];
+
+/// The first property of an elicitation schema that asks for a secret, by name, title or
+/// `format: password`.
+pub(super) fn secret_field(schema: &Value) -> Option<String> {
+    let props = schema.get("properties")?.as_object()?;
+    props.iter().find_map(|(name, p)| {
+        let title = p.get("title").and_then(Value::as_str).unwrap_or_default();
+        let hay = format!("{name} {title}").to_ascii_lowercase();
+        let secret = SECRET_WORDS.iter().any(|w| hay.contains(w))
+            || p.get("format").and_then(Value::as_str) == Some("password");
+        secret.then(|| name.clone())
+    })
+}
+
+pub(super) fn url(field: &str, s: &str) -> Result<(), Invalid> {
+    let parsed = url::Url::parse(s)
+        .map_err(|e| invalid(reasons::INVALID_SPEC, format!("{field}: {s:?}: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!("{field}: {s:?}: scheme must be http or https"),
+        ));
+    }
+    Ok(())
+}

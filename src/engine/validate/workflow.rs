@@ -1,0 +1,214 @@
+//! Validation of a Workflow beyond its schema: the CRD's CEL rules, JSON Schemas, templates,
+//! durations and what the current store supports. Used wherever Workflows are loaded.
+
+use serde_json::Value;
+
+use crate::api::{ResultSpec, Workflow, WorkflowSpec, reasons};
+use crate::engine::duration;
+use crate::engine::result::CONTENT_TYPES;
+use crate::protocol::BUILTIN_TOOL_PREFIX;
+
+use super::fields::*;
+use super::steps::{graph, step};
+
+/// Validate a Workflow as the API server and Runway together would.
+pub fn workflow(wf: &Workflow, caps: Capabilities) -> Result<(), Invalid> {
+    wf.validate_cel()
+        .map_err(|e| invalid(reasons::INVALID_SPEC, e.to_string()))?;
+    spec(&wf.spec, caps)
+}
+
+/// The `Ready` verdict of `wf` among the Workflows of its namespace (`namespace` may include
+/// `wf` itself): its own validity, then the tool-name rule. Of the valid Workflows offering one
+/// tool name, the oldest (by creation time, then name) keeps it, so applying a new Workflow can
+/// never take a tool away from the one that serves it. Both stores decide readiness here.
+pub(crate) fn readiness<'a>(
+    wf: &Workflow,
+    namespace: impl IntoIterator<Item = &'a Workflow>,
+    caps: Capabilities,
+) -> Result<(), Invalid> {
+    workflow(wf, caps)?;
+    let age = |w: &Workflow| {
+        (
+            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            w.metadata.name.clone(),
+        )
+    };
+    let mine = age(wf);
+    let holder = namespace
+        .into_iter()
+        .filter(|o| {
+            o.metadata.namespace == wf.metadata.namespace
+                && o.metadata.name != wf.metadata.name
+                && o.tool_name() == wf.tool_name()
+                && age(o) < mine
+                && workflow(o, caps).is_ok()
+        })
+        .min_by_key(|o| age(o));
+    match holder {
+        Some(o) => Err(invalid(
+            reasons::DUPLICATE_TOOL,
+            format!(
+                "tool name {} is already offered by workflow {}, which is older",
+                wf.tool_name(),
+                o.metadata.name.as_deref().unwrap_or_default()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Validate a Workflow spec (no CEL: for callers that already ran it).
+pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
+    tool_and_execution(spec)?;
+    schedules(spec)?;
+    let mut names = std::collections::BTreeSet::new();
+    for step in spec.all_steps() {
+        step_name(&step.name)?;
+        if !names.insert(step.name.as_str()) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "step names must be unique across steps and finally: {:?}",
+                    step.name
+                ),
+            ));
+        }
+        self::step(step, caps)?;
+    }
+    graph("steps", &spec.steps)?;
+    graph("finally", &spec.finally)?;
+    match &spec.result {
+        Some(r) => result(r),
+        None => Ok(()),
+    }
+}
+
+/// The tool's schemas and name, the pre-run elicitation forms, and `execution`.
+fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
+    if let Some(schema) = &spec.tool.input_schema {
+        json_schema("tool.inputSchema", schema)?;
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(invalid(
+                reasons::INVALID_SCHEMA,
+                "tool.inputSchema must have type: object",
+            ));
+        }
+    }
+    if let Some(schema) = &spec.tool.output_schema {
+        json_schema("tool.outputSchema", schema)?;
+    }
+    for e in &spec.elicit {
+        if !e
+            .requested_schema
+            .get("properties")
+            .is_some_and(Value::is_object)
+        {
+            return Err(invalid(
+                reasons::INVALID_SCHEMA,
+                format!("elicit {}: requestedSchema needs properties", e.key),
+            ));
+        }
+    }
+    for (field, d) in [
+        ("execution.timeout", &spec.execution.timeout),
+        (
+            "execution.ttlAfterFinished",
+            &spec.execution.ttl_after_finished,
+        ),
+        ("execution.pollInterval", &spec.execution.poll_interval),
+    ] {
+        if let Some(d) = d {
+            duration::parse(d)
+                .map_err(|e| invalid(reasons::INVALID_DURATION, format!("{field}: {e}")))?;
+        }
+    }
+    if let Some(c) = &spec.execution.concurrency {
+        if !(1..=10_000).contains(&c.limit) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                "execution.concurrency.limit: must be 1 to 10000".to_owned(),
+            ));
+        }
+        if let Some(key) = &c.key {
+            text("execution.concurrency.key", key)?;
+        }
+    }
+    if let Some(name) = &spec.tool.name {
+        tool_name("tool.name", name)?;
+        if name.starts_with(BUILTIN_TOOL_PREFIX) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!(
+                    "tool.name: {name:?}: names starting with {BUILTIN_TOOL_PREFIX} are Runway's own tools"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The result templates: known content types, templates that parse.
+fn result(result: &ResultSpec) -> Result<(), Invalid> {
+    for (i, item) in result.content.iter().enumerate() {
+        let ty = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        if !CONTENT_TYPES.contains(&ty) {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                format!("result.content[{i}].type {ty:?} is not one of {CONTENT_TYPES:?}"),
+            ));
+        }
+        tmpl(&format!("result.content[{i}]"), item)?;
+    }
+    if let Some(sc) = &result.structured_content {
+        tmpl("result.structuredContent", sc)?;
+    }
+    Ok(())
+}
+
+/// A step name: the CRD's pattern, for stores without an API server to apply it. No dots, so
+/// that `<step>.<request>` input keys of different steps never collide.
+/// Every schedule: a unique lowercase name, a cron expression and time zone that read, a
+/// deadline that parses, and arguments the tool's input schema accepts.
+fn schedules(spec: &WorkflowSpec) -> Result<(), Invalid> {
+    let bad = |name: &str, why: String| {
+        invalid(
+            reasons::INVALID_SCHEDULE,
+            format!("schedules[{name}]: {why}"),
+        )
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for s in &spec.schedules {
+        if !crate::api::is_dns_label(&s.name) || s.name.len() > 40 {
+            return Err(bad(
+                &s.name,
+                "name must be a DNS label of at most 40 characters".into(),
+            ));
+        }
+        if !names.insert(s.name.as_str()) {
+            return Err(bad(&s.name, "name is used twice".into()));
+        }
+        crate::engine::schedule::timetable(s).map_err(|e| bad(&s.name, e))?;
+        if let Some(d) = &s.starting_deadline {
+            duration::parse(d).map_err(|e| bad(&s.name, format!("startingDeadline: {e}")))?;
+        }
+        let args = s.arguments.clone().unwrap_or_else(|| serde_json::json!({}));
+        if !args.is_object() {
+            return Err(bad(&s.name, "arguments must be an object".into()));
+        }
+        if let Some(schema) = &spec.tool.input_schema {
+            let errors = crate::engine::budget::schema_errors(schema, &args)
+                .map_err(|e| bad(&s.name, format!("inputSchema: {e}")))?;
+            if let Some(first) = errors.first() {
+                return Err(bad(
+                    &s.name,
+                    format!(
+                        "arguments do not match tool.inputSchema: {}",
+                        first["message"].as_str().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
