@@ -7,6 +7,7 @@ pub mod history;
 mod inflight;
 pub mod queue;
 pub mod schedules;
+mod waiting;
 mod work;
 
 pub use config::{Config, EventSink, LogEvents, Shards};
@@ -27,6 +28,7 @@ use crate::store::{RunStore, StoreError, WatchEvent, WorkflowSource};
 use crate::telemetry::ErrorKind;
 use inflight::Inflight;
 use queue::{Key, Queue};
+use waiting::Waiting;
 use work::{decide_off_worker, instant_at, off_worker, panic_message, waits_long};
 
 /// Pause before retrying after a store failure.
@@ -83,7 +85,7 @@ pub struct Controller {
     outcomes: Mutex<HashMap<Key, Vec<(Effect, Outcome)>>>,
     /// Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
     /// reconciled again whenever a Run of that Workflow finishes or goes away.
-    queued: Mutex<HashMap<(String, String), std::collections::BTreeSet<Key>>>,
+    waiting: Waiting,
     /// Fires when the controller stops, ending detached effects.
     stopping: CancellationToken,
     config: Config,
@@ -109,7 +111,7 @@ impl Controller {
             }),
             inflight: Inflight::default(),
             outcomes: Mutex::new(HashMap::new()),
-            queued: Mutex::new(HashMap::new()),
+            waiting: Waiting::default(),
             stopping: CancellationToken::new(),
             config,
         })
@@ -191,7 +193,7 @@ impl Controller {
                         self.wake_queued(&run);
                         if let Some(k) = Key::of(&run.metadata) {
                             self.outcomes.lock().expect("outcomes lock").remove(&k);
-                            self.forget_queued(&run, &k);
+                            self.waiting.leave(&k, &run);
                             self.inflight.abort(&k);
                         }
                     }
@@ -208,18 +210,7 @@ impl Controller {
     /// A Run ended or went away: the Runs queued behind it here (whatever shard it is in) may
     /// have a slot now.
     fn wake_queued(&self, run: &Run) {
-        let group = (
-            run.metadata.namespace.clone().unwrap_or_default(),
-            run.spec.workflow_ref.name.clone(),
-        );
-        let keys = self
-            .queued
-            .lock()
-            .expect("queued lock")
-            .get(&group)
-            .cloned()
-            .unwrap_or_default();
-        for k in keys {
+        for k in self.waiting.behind(run) {
             self.queue.add(k);
         }
     }
@@ -266,18 +257,6 @@ impl Controller {
         }
     }
 
-    /// `run` (`k`) waits no more: admitted, or gone.
-    fn forget_queued(&self, run: &Run, k: &Key) {
-        let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
-        let mut queued = self.queued.lock().expect("queued lock");
-        if let Some(keys) = queued.get_mut(&group) {
-            keys.remove(k);
-            if keys.is_empty() {
-                queued.remove(&group);
-            }
-        }
-    }
-
     /// Whether Run `k` must wait under its Workflow's concurrency limit; `Some` is where its
     /// reconcile ends (the queued status written), `None` lets it go on.
     async fn hold(
@@ -287,15 +266,9 @@ impl Controller {
         live: Option<&crate::api::WorkflowSpec>,
     ) -> Option<()> {
         let spec = live.filter(|s| s.execution.concurrency.is_some())?;
-        let group = (k.namespace.clone(), run.spec.workflow_ref.name.clone());
         // In line before the peers are read: a peer that ends after the read must find this Run
         // to wake, or a Run queued behind it would wait for nothing.
-        self.queued
-            .lock()
-            .expect("queued lock")
-            .entry(group)
-            .or_default()
-            .insert(k.clone());
+        self.waiting.join(k, run);
         let peers = match self.store.list(Some(&k.namespace), &BTreeMap::new()).await {
             Ok(p) => p,
             Err(e) => {
@@ -305,7 +278,7 @@ impl Controller {
         };
         let Some(decision) = engine::concurrency::hold(run, Some(spec), &peers, Timestamp::now())
         else {
-            self.forget_queued(run, k);
+            self.waiting.leave(k, run);
             return None;
         };
         // Ended in the queue (cancelled, or past its deadline); otherwise it stays in line.
@@ -314,7 +287,7 @@ impl Controller {
             .as_ref()
             .is_some_and(|s| s.phase.is_terminal())
         {
-            self.forget_queued(run, k);
+            self.waiting.leave(k, run);
         }
         if let Some(status) = decision.status {
             let wrote = self
