@@ -123,6 +123,47 @@ fn access(opts: &Options) -> Result<Access, StartError> {
     })
 }
 
+/// Listen on `addr`, and the address bound (the port, when `addr` asked for any).
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), StartError> {
+    let listen = |source| StartError::Listen { addr, source };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+    let bound = listener.local_addr().map_err(listen)?;
+    Ok((listener, bound))
+}
+
+/// The controller of the embedded store, with every step executor.
+fn run_controller(
+    opts: &Options,
+    run_store: &Arc<dyn RunStore>,
+    wf_source: &Arc<dyn WorkflowSource>,
+    events: &Arc<MemoryEvents>,
+    secrets: StaticSecrets,
+) -> Arc<Controller> {
+    let secrets = Arc::new(secrets);
+    let changes = crate::store::RunChanges::default();
+    let executor = Arc::new(
+        Executors::new(secrets.clone(), &opts.egress)
+            .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress)))
+            .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
+                run_store.clone(),
+                changes.clone(),
+            ))),
+    );
+    Controller::new(
+        run_store.clone(),
+        wf_source.clone(),
+        executor,
+        events.clone(),
+        controller::Config {
+            workers: opts.workers,
+            workers_per_namespace: 0,
+            metrics: opts.mcp.metrics.clone(),
+            shards: controller::Shards::all(),
+            changes,
+        },
+    )
+}
+
 impl Server {
     /// Open the store, load Workflows, start the controller and the HTTP endpoint.
     pub async fn start(opts: Options) -> Result<Self, StartError> {
@@ -138,45 +179,14 @@ impl Server {
         for p in workflows.problems() {
             tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
         }
-        let listener = tokio::net::TcpListener::bind(opts.listen)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: opts.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
+        let (listener, addr) = bind(opts.listen).await?;
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
 
         let run_store: Arc<dyn RunStore> = Arc::new(store.clone());
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
-        let secrets = Arc::new(secrets);
-        let changes = crate::store::RunChanges::default();
-        let executor = Arc::new(
-            Executors::new(secrets.clone(), &opts.egress)
-                .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress)))
-                .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
-                    run_store.clone(),
-                    changes.clone(),
-                ))),
-        );
         let events = Arc::new(MemoryEvents::default());
-        let ctl = Controller::new(
-            run_store.clone(),
-            wf_source.clone(),
-            executor,
-            events.clone(),
-            controller::Config {
-                workers: opts.workers,
-                workers_per_namespace: 0,
-                metrics: opts.mcp.metrics.clone(),
-                shards: controller::Shards::all(),
-                changes,
-            },
-        );
+        let ctl = run_controller(&opts, &run_store, &wf_source, &events, secrets);
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
         let scheduler = Scheduler::new(run_store.clone(), wf_source.clone(), events.clone());

@@ -95,15 +95,7 @@ pub(super) fn record_outcome(
             requests,
             request_state,
         } => open_upstream_input(run, &mut st, idx, requests, request_state, now),
-        Outcome::Succeeded(output) => {
-            let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
-            rec.pending_answers = None;
-            rec.phase = StepPhase::Succeeded;
-            rec.output = Some(output);
-            rec.output_truncated = truncated;
-            rec.finished_at = Some(ts(now));
-            rec.message = None;
-        }
+        Outcome::Succeeded(output) => succeeded(rec, output, now),
         Outcome::Failed {
             class,
             message,
@@ -113,25 +105,9 @@ pub(super) fn record_outcome(
             // A tool step that timed out or lost its connection for good may leave an upstream
             // task behind: cancel it as every other failure path does.
             cancel_abandoned_upstream_task(&mut st, idx);
-            // A child Run that this attempt stopped waiting for runs on unless cancelled; one
-            // that ended (the failure reported) needs nothing.
-            if let Action::Child { run_name, .. } = &effect.action
-                && matches!(class, ErrorClass::Timeout | ErrorClass::Connection)
-            {
-                st.cleanups.push(crate::api::Cleanup {
-                    step: effect.step.clone(),
-                    cancel_upstream_task: None,
-                    delete_job: None,
-                    cancel_run: Some(run_name.clone()),
-                });
-            }
+            abandon_child(&mut st, effect, class);
             if let Some(d) = detail {
-                let rec = &mut st.steps[idx];
-                let full = format!("{}: {d}", rec.message.as_deref().unwrap_or_default());
-                if let Some(last) = rec.attempts.last_mut() {
-                    last.message = full.clone();
-                }
-                rec.message = Some(full);
+                add_detail(&mut st.steps[idx], &d);
             }
         }
         Outcome::UpstreamFailed {
@@ -154,6 +130,41 @@ pub(super) fn record_outcome(
         }
     }
     st
+}
+
+/// An attempt's success: its output (bounded) kept, answers it carried spent.
+fn succeeded(rec: &mut StepRecord, output: Value, now: Timestamp) {
+    let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
+    rec.pending_answers = None;
+    rec.phase = StepPhase::Succeeded;
+    rec.output = Some(output);
+    rec.output_truncated = truncated;
+    rec.finished_at = Some(ts(now));
+    rec.message = None;
+}
+
+/// A child Run that a `workflow` step stopped waiting for runs on unless cancelled; one that
+/// ended (the failure reported) needs nothing.
+fn abandon_child(st: &mut RunStatus, effect: &Effect, class: ErrorClass) {
+    if let Action::Child { run_name, .. } = &effect.action
+        && matches!(class, ErrorClass::Timeout | ErrorClass::Connection)
+    {
+        st.cleanups.push(crate::api::Cleanup {
+            step: effect.step.clone(),
+            cancel_upstream_task: None,
+            delete_job: None,
+            cancel_run: Some(run_name.clone()),
+        });
+    }
+}
+
+/// The executor's detail of a failure, appended to the step's and the attempt's message.
+fn add_detail(rec: &mut StepRecord, detail: &str) {
+    let full = format!("{}: {detail}", rec.message.as_deref().unwrap_or_default());
+    if let Some(last) = rec.attempts.last_mut() {
+        last.message = full.clone();
+    }
+    rec.message = Some(full);
 }
 
 /// What an attempt that is still under way has started: an upstream task, a Job.

@@ -113,24 +113,10 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             namespace,
             identity,
         });
-    if let Some(tenant) = &tenant {
-        if let Some(get) = fast::eligible(&parts.headers, &bytes) {
-            let resp = fast::get_task(&state, tenant, get).await;
-            state
-                .config
-                .metrics
-                .request(METHOD_GET_TASK, resp.status().as_u16());
-            return resp;
-        }
-        if let Some(call) = fast::eligible_call(&parts.headers, &bytes)
-            && let Some(resp) = fast::call_tool(&state, tenant, &parts.headers, call).await
-        {
-            state
-                .config
-                .metrics
-                .request(METHOD_CALL_TOOL, resp.status().as_u16());
-            return resp;
-        }
+    if let Some(tenant) = &tenant
+        && let Some(resp) = fast_path(&state, tenant, &parts.headers, &bytes).await
+    {
+        return resp;
     }
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
@@ -138,12 +124,6 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, &why);
         }
     };
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let method = msg
-        .get("method")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     if era2025::recognise(&parts.headers, &msg) {
         let caller = era2025::Caller {
             identity: caller_identity,
@@ -152,6 +132,25 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
         };
         return era2025::serve(state, caller, &parts.headers, msg).await;
     }
+    serve(&gate, parts, bytes, msg, tenant).await
+}
+
+/// Serve a request of the 2026-07-28 era: its headers checked against its body, then the
+/// listen handler or rmcp (a `tools/call` guarded for the response window).
+async fn serve(
+    gate: &Gate,
+    mut parts: http::request::Parts,
+    bytes: bytes::Bytes,
+    msg: Value,
+    tenant: Option<Tenant>,
+) -> Response {
+    let state = gate.state.clone();
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let params = msg.get("params");
     if let Err(why) = protocol_headers(&parts.headers) {
         return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, why);
@@ -196,6 +195,31 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     };
     metrics.request(&method, resp.status().as_u16());
     resp
+}
+
+/// The shortcuts for the two hot requests (`tasks/get`, a plain `tools/call`), when the
+/// request has their shape; `None` sends it the general way.
+async fn fast_path(
+    state: &Arc<McpState>,
+    tenant: &Tenant,
+    headers: &HeaderMap,
+    bytes: &bytes::Bytes,
+) -> Option<Response> {
+    if let Some(get) = fast::eligible(headers, bytes) {
+        let resp = fast::get_task(state, tenant, get).await;
+        state
+            .config
+            .metrics
+            .request(METHOD_GET_TASK, resp.status().as_u16());
+        return Some(resp);
+    }
+    let call = fast::eligible_call(headers, bytes)?;
+    let resp = fast::call_tool(state, tenant, headers, call).await?;
+    state
+        .config
+        .metrics
+        .request(METHOD_CALL_TOOL, resp.status().as_u16());
+    Some(resp)
 }
 
 /// The request body, within the size limit and the read timeout.

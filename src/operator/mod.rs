@@ -2,33 +2,26 @@
 //! controller runs in the replicas that hold shard Leases (see [`lease`]) — with one shard, the
 //! elected leader — and the Workflow validator with the first shard.
 
+mod events;
 pub mod lease;
+mod workflows;
+
+pub(crate) use events::{KubeEventLog, KubeEvents};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event as CoreEvent;
-use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action as ControllerAction, Controller as KubeController};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Run, Workflow, WorkflowStatus, reasons};
 use crate::auth::kube::KubeAuth;
 use crate::controller::schedules::Scheduler;
-use crate::controller::{self, Controller, EventSink};
-use crate::engine::Event;
-use crate::engine::validate::{self, Capabilities};
+use crate::controller::{self, Controller};
 use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
-use crate::store::events::{EventLog, EventLogError, RecordedEvent};
-use crate::store::kube::{CONTROLLER_MANAGER, KubeSecrets, KubeStore, KubeWorkflows};
+use crate::store::kube::{KubeSecrets, KubeStore, KubeWorkflows};
 use crate::telemetry::Metrics;
 
 /// Settings of the operator.
@@ -61,10 +54,6 @@ pub struct Options {
 
 /// How long the controller's in-flight work may take to finish once told to stop.
 const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How soon a Workflow held back by another one's tool name is validated again. The event that
-/// should free it (the other one changing or going) may reach this controller before the
-/// Workflow cache it decides from, and a verdict made on that cache would otherwise stand.
-const NEIGHBOUR_RECHECK: Duration = Duration::from_secs(5);
 
 /// Key of the state keys within their Secret (the chart's `stateKey.key` default).
 pub(crate) const STATE_KEY_FIELD: &str = "state-key";
@@ -127,140 +116,6 @@ pub enum OperatorError {
     Listen(SocketAddr, std::io::Error),
 }
 
-/// Kubernetes Events for engine transitions, through kube's `Recorder`.
-pub(crate) struct KubeEvents {
-    recorder: Recorder,
-}
-
-impl KubeEvents {
-    /// Events reported as `runway-controller` by `instance`.
-    pub fn new(client: Client, instance: String) -> Self {
-        let reporter = Reporter {
-            controller: CONTROLLER_MANAGER.into(),
-            instance: Some(instance),
-        };
-        Self {
-            recorder: Recorder::new(client, reporter),
-        }
-    }
-}
-
-impl EventSink for KubeEvents {
-    fn record(&self, run: &Run, event: &Event) {
-        controller::LogEvents.record(run, event);
-        let recorder = self.recorder.clone();
-        let reference = run.object_ref(&());
-        let ev = KubeEvent {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.into(),
-            note: Some(event.message.chars().take(1000).collect()),
-            action: event.reason.into(),
-            secondary: None,
-        };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::warn!(error = %e, "cannot record event");
-            }
-        });
-    }
-}
-
-/// A Run's Events read back from the API server (core `v1` Events, which also hold those
-/// written through `events.k8s.io`), for the console and the MCP Apps view.
-pub(crate) struct KubeEventLog {
-    client: Client,
-}
-
-#[async_trait::async_trait]
-impl EventLog for KubeEventLog {
-    async fn recent(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Vec<RecordedEvent>, EventLogError> {
-        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), namespace);
-        let params = ListParams::default().fields(&format!(
-            "involvedObject.kind=Run,involvedObject.name={name}"
-        ));
-        let list = api
-            .list(&params)
-            .await
-            .map_err(|e| EventLogError(e.to_string()))?;
-        let mut events: Vec<RecordedEvent> = list
-            .items
-            .into_iter()
-            .map(|e| RecordedEvent {
-                time: e
-                    .series
-                    .as_ref()
-                    .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0.to_string()))
-                    .or_else(|| e.last_timestamp.as_ref().map(|t| t.0.to_string()))
-                    .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
-                    .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.to_string())),
-                type_: e.type_.unwrap_or_else(|| "Normal".into()),
-                reason: e.reason.unwrap_or_default(),
-                message: e.message.unwrap_or_default(),
-            })
-            .collect();
-        events.sort_by(|a, b| a.time.cmp(&b.time));
-        Ok(events)
-    }
-}
-
-/// What the Workflow validator needs.
-struct WorkflowContext {
-    client: Client,
-    workflows: KubeWorkflows,
-}
-
-/// The `Ready` condition a Workflow should have, given the others of its namespace.
-pub(crate) fn workflow_status(
-    wf: &Workflow,
-    all: &[Arc<Workflow>],
-    now: jiff::Timestamp,
-) -> WorkflowStatus {
-    let caps = Capabilities { jobs: true };
-    let (ok, reason, message) = match validate::readiness(wf, all.iter().map(|w| w.as_ref()), caps)
-    {
-        Err(e) => (false, e.reason, e.message),
-        Ok(()) => (true, reasons::VALID, "workflow is valid".to_owned()),
-    };
-    WorkflowStatus::ready(wf, wf.status.as_ref(), ok, reason, message, now)
-}
-
-async fn reconcile_workflow(
-    wf: Arc<Workflow>,
-    ctx: Arc<WorkflowContext>,
-) -> Result<ControllerAction, kube::Error> {
-    let status = workflow_status(&wf, &ctx.workflows.all(), jiff::Timestamp::now());
-    if wf.status.as_ref() != Some(&status) {
-        let api: Api<Workflow> =
-            Api::namespaced(ctx.client.clone(), &wf.namespace().unwrap_or_default());
-        let patch =
-            json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow", "status": status});
-        api.patch_status(
-            &wf.name_any(),
-            &PatchParams::apply(CONTROLLER_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
-        tracing::info!(namespace = ?wf.namespace(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
-    }
-    if status.conditions[0].reason == reasons::DUPLICATE_TOOL {
-        return Ok(ControllerAction::requeue(NEIGHBOUR_RECHECK));
-    }
-    Ok(ControllerAction::await_change())
-}
-
-fn workflow_error(_: Arc<Workflow>, e: &kube::Error, _: Arc<WorkflowContext>) -> ControllerAction {
-    tracing::warn!(error = %e, "cannot write workflow status");
-    ControllerAction::requeue(Duration::from_secs(5))
-}
-
 /// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
 /// among them.
 async fn lead(
@@ -304,29 +159,7 @@ async fn lead(
             changes,
         },
     );
-    let ctx = Arc::new(WorkflowContext {
-        client: client.clone(),
-        workflows: workflows.clone(),
-    });
-    let api: Api<Workflow> = Api::all(client);
-    // Readiness depends on the other Workflows of the namespace (the tool-name rule): when one
-    // changes or goes, the others are decided again, so a Workflow that waited behind an
-    // older one with its tool name becomes Ready once that one is gone.
-    let neighbours = workflows.clone();
-    let validator = KubeController::new(api.clone(), watcher::Config::default())
-        .watches(api, watcher::Config::default(), move |changed: Workflow| {
-            neighbours
-                .all()
-                .into_iter()
-                .filter(|o| {
-                    o.namespace() == changed.namespace() && o.name_any() != changed.name_any()
-                })
-                .map(|o| kube::runtime::reflector::ObjectRef::from_obj(o.as_ref()))
-                .collect::<Vec<_>>()
-        })
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
-        .run(reconcile_workflow, workflow_error, ctx)
-        .for_each(|_| async {});
+    let validator = workflows::validator(client, workflows.clone(), stop.clone());
     let work = async {
         if validates {
             tokio::join!(

@@ -84,32 +84,10 @@ pub(crate) async fn serve(
         .get(HEADER_SESSION_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    let Some(session) = Session::open(&state, sealed, &bound) else {
-        // A session this server did not issue to this caller on this path: the client starts
-        // a new one, as the transport prescribes for ended sessions.
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            id,
-            codes::INVALID_REQUEST,
-            "unknown session: send initialize again",
-        );
+    let session = match open_session(&state, headers, sealed, &bound, &id) {
+        Ok(s) => s,
+        Err(refused) => return *refused,
     };
-    let version = headers
-        .get(HEADER_PROTOCOL_VERSION)
-        .map(|v| v.to_str().unwrap_or_default().trim());
-    if let Some(v) = version
-        && v != session.version
-    {
-        return rpc_error(
-            StatusCode::BAD_REQUEST,
-            id,
-            codes::INVALID_REQUEST,
-            &format!(
-                "MCP-Protocol-Version {v:?} is not the session's {}",
-                session.version
-            ),
-        );
-    }
     let Some(method) = method else {
         return answer(&state, &caller, &bound, &msg).await;
     };
@@ -164,6 +142,44 @@ pub(crate) async fn serve(
         Err(e) => wire::error(&id, &e),
     };
     json_response(StatusCode::OK, &message)
+}
+
+/// The session a request names, opened for this caller on this path, with the protocol
+/// version header (when sent) agreeing with it; otherwise the refusal to answer with.
+fn open_session(
+    state: &McpState,
+    headers: &HeaderMap,
+    sealed: &str,
+    bound: &str,
+    id: &Value,
+) -> Result<Session, Box<Response>> {
+    let Some(session) = Session::open(state, sealed, bound) else {
+        // A session this server did not issue to this caller on this path: the client starts
+        // a new one, as the transport prescribes for ended sessions.
+        return Err(Box::new(rpc_error(
+            StatusCode::NOT_FOUND,
+            id.clone(),
+            codes::INVALID_REQUEST,
+            "unknown session: send initialize again",
+        )));
+    };
+    let version = headers
+        .get(HEADER_PROTOCOL_VERSION)
+        .map(|v| v.to_str().unwrap_or_default().trim());
+    if let Some(v) = version
+        && v != session.version
+    {
+        return Err(Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id.clone(),
+            codes::INVALID_REQUEST,
+            &format!(
+                "MCP-Protocol-Version {v:?} is not the session's {}",
+                session.version
+            ),
+        )));
+    }
+    Ok(session)
 }
 
 /// `initialize`: negotiate the revision and hand out the sealed session.
