@@ -7,8 +7,8 @@ use super::machine::{Machine, Progress};
 use super::record::fresh_key;
 use super::{Next, duration, template, ts};
 use crate::api::{
-    InputAction, InputRequestSpec, InputStep, Note, OnTimeout, OpenInputRequest, Principal,
-    RunPhase, Step, StepPhase, event_reasons,
+    InputAction, InputRequestSpec, InputResponse, InputStep, Note, OnTimeout, OpenInputRequest,
+    Principal, Run, RunPhase, Step, StepPhase, event_reasons,
 };
 use crate::protocol::METHOD_ELICITATION;
 
@@ -93,6 +93,23 @@ enum Taken {
     Changed,
     /// The step failed (a decline it does not allow).
     Failed,
+}
+
+/// Why an answer from `who` to `req` cannot be taken: not someone who may answer it, or an
+/// accept whose content does not match the form.
+fn refusal(req: &InputRequestSpec, run: &Run, resp: &InputResponse, who: &str) -> Option<String> {
+    may_answer(
+        req,
+        run.spec.requested_by.as_ref(),
+        who,
+        &resp.answered_by_groups,
+    )
+    .err()
+    .or_else(|| {
+        (resp.action == InputAction::Accept)
+            .then(|| answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref()))
+            .flatten()
+    })
 }
 
 impl Machine<'_> {
@@ -278,18 +295,7 @@ impl Machine<'_> {
             return Taken::Nothing;
         };
         let who = resp.answered_by.clone().unwrap_or_else(|| "unknown".into());
-        let refused = may_answer(
-            req,
-            self.run.spec.requested_by.as_ref(),
-            &who,
-            &resp.answered_by_groups,
-        )
-        .err()
-        .or_else(|| {
-            (resp.action == InputAction::Accept)
-                .then(|| answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref()))
-                .flatten()
-        });
+        let refused = refusal(req, self.run, &resp, &who);
         if let Some(why) = refused {
             self.st.notes.push(Note {
                 key: key.clone(),

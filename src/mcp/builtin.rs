@@ -322,21 +322,7 @@ impl RunwayMcp {
             .then(|| found.last().map(|(r, _)| Position::of(r).encode()))
             .flatten();
         let page: Vec<Value> = found.iter().map(|(r, w)| summary(r, w)).collect();
-        let text = if page.is_empty() {
-            "no runs".to_owned()
-        } else {
-            page.iter()
-                .map(|s| {
-                    format!(
-                        "{} {} {}",
-                        s["taskId"].as_str().unwrap_or_default(),
-                        s["phase"].as_str().unwrap_or_default(),
-                        s["statusMessage"].as_str().unwrap_or_default()
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
+        let text = page_text(&page);
         let mut value = json!({ "runs": page });
         if let Some(n) = next {
             value["nextCursor"] = json!(n);
@@ -464,6 +450,24 @@ fn full(
         "error": st.error,
         "events": events,
     })
+}
+
+/// A page of Run summaries as text: one line each (task id, phase, status message).
+fn page_text(page: &[Value]) -> String {
+    if page.is_empty() {
+        return "no runs".to_owned();
+    }
+    page.iter()
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s["taskId"].as_str().unwrap_or_default(),
+                s["phase"].as_str().unwrap_or_default(),
+                s["statusMessage"].as_str().unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

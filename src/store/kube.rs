@@ -143,6 +143,44 @@ fn forget_expired(recent: &Recent, key: Key) {
 
 type Recent = Arc<Mutex<HashMap<Key, (Instant, Run)>>>;
 
+/// What one event of the API server's watch means for the watchers of Runs.
+enum Seen {
+    /// A Run applied or deleted.
+    Event(WatchEvent),
+    /// Nothing (a bookmark): only the version seen moved on.
+    Nothing,
+    /// The watch ended: the version is gone (410) or the server failed it.
+    End(StoreError),
+}
+
+/// Read one watch event, moving `rv` to the version it carries and `recent` past it.
+fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent) -> Seen {
+    match ev {
+        KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
+            if let Some(v) = &r.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            remember_newer(recent, &r);
+            Seen::Event(WatchEvent::Applied(Arc::new(r)))
+        }
+        KubeWatchEvent::Deleted(r) => {
+            if let Some(v) = &r.metadata.resource_version {
+                rv.clone_from(v);
+            }
+            if let Some(k) = Key::of(&r.metadata) {
+                recent.lock().expect("own lock").remove(&k);
+            }
+            Seen::Event(WatchEvent::Deleted(Arc::new(r)))
+        }
+        KubeWatchEvent::Bookmark(b) => {
+            *rv = b.metadata.resource_version;
+            Seen::Nothing
+        }
+        KubeWatchEvent::Error(s) if s.code == 410 => Seen::End(StoreError::Gone),
+        KubeWatchEvent::Error(s) => Seen::End(StoreError::Backend(s.message)),
+    }
+}
+
 /// Keep `run` as the newest known version of its object unless a newer one is known already.
 /// Both this process's writes and what its watch delivers go here: the reflector's cache is fed
 /// by another watch and may lag behind either, and a reconcile triggered by a watch event must
@@ -413,39 +451,13 @@ impl RunStore for KubeStore {
                                 }
                             }
                             Some(Err(e)) => return Some((Err(e), (api, Some(rv), None, true))),
-                            Some(Ok(ev)) => {
-                                let out = match ev {
-                                    KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
-                                        rv = r.metadata.resource_version.clone().unwrap_or(rv);
-                                        remember_newer(&recent, &r);
-                                        WatchEvent::Applied(Arc::new(r))
-                                    }
-                                    KubeWatchEvent::Deleted(r) => {
-                                        rv = r.metadata.resource_version.clone().unwrap_or(rv);
-                                        if let Some(k) = Key::of(&r.metadata) {
-                                            recent.lock().expect("own lock").remove(&k);
-                                        }
-                                        WatchEvent::Deleted(Arc::new(r))
-                                    }
-                                    KubeWatchEvent::Bookmark(b) => {
-                                        rv = b.metadata.resource_version;
-                                        continue;
-                                    }
-                                    KubeWatchEvent::Error(s) if s.code == 410 => {
-                                        return Some((
-                                            Err(StoreError::Gone),
-                                            (api, Some(rv), None, true),
-                                        ));
-                                    }
-                                    KubeWatchEvent::Error(s) => {
-                                        return Some((
-                                            Err(StoreError::Backend(s.message.clone())),
-                                            (api, Some(rv), None, true),
-                                        ));
-                                    }
-                                };
-                                return Some((Ok(out), (api, Some(rv), Some(stream), false)));
-                            }
+                            Some(Ok(ev)) => match seen(ev, &mut rv, &recent) {
+                                Seen::Nothing => {}
+                                Seen::Event(out) => {
+                                    return Some((Ok(out), (api, Some(rv), Some(stream), false)));
+                                }
+                                Seen::End(e) => return Some((Err(e), (api, Some(rv), None, true))),
+                            },
                         }
                     }
                 }

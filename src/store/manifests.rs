@@ -149,48 +149,55 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
             ));
         };
         let key = Key::new(ns, name);
-        let mut unknown = Vec::new();
-        let parsed = serde_path_to_error::deserialize::<_, Workflow>(
-            serde_ignored::Deserializer::new(doc, &mut |path: serde_ignored::Path<'_>| {
-                // `?` marks an optional value's contents: not a part of the path a person writes.
-                let path = path
-                    .to_string()
-                    .split('.')
-                    .filter(|segment| *segment != "?")
-                    .collect::<Vec<_>>()
-                    .join(".");
-                // The type keeps them as its identity, not as fields.
-                if path != "apiVersion" && path != "kind" {
-                    unknown.push(path);
-                }
-            }),
-        );
-        match parsed {
-            Ok(_) if !unknown.is_empty() => {
-                let named = unknown
-                    .iter()
-                    .map(|p| match line_of(source, p) {
-                        Some(l) => format!("{p} (line {l})"),
-                        None => p.clone(),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                out.push(Err((key, format!("unknown field {named}"))));
-            }
-            Ok(mut wf) => {
-                wf.metadata.namespace = Some(key.namespace.clone());
-                out.push(Ok(wf));
-            }
-            Err(e) => {
-                let path = e.path().to_string();
-                let at = line_of(source, &path)
-                    .map(|l| format!(" (line {l})"))
-                    .unwrap_or_default();
-                out.push(Err((key, format!("{path}{at}: {}", e.inner()))));
-            }
-        }
+        out.push(workflow(key, doc, source));
     }
     Ok(out)
+}
+
+/// One Workflow document read into a Workflow, or why it cannot be: a field the type does
+/// not know, or a value of the wrong shape, named by its path and line.
+fn workflow(key: Key, doc: Value, source: (usize, &str)) -> Document {
+    let mut unknown = Vec::new();
+    let parsed = serde_path_to_error::deserialize::<_, Workflow>(serde_ignored::Deserializer::new(
+        doc,
+        &mut |path: serde_ignored::Path<'_>| {
+            // `?` marks an optional value's contents: not a part of the path a person writes.
+            let path = path
+                .to_string()
+                .split('.')
+                .filter(|segment| *segment != "?")
+                .collect::<Vec<_>>()
+                .join(".");
+            // The type keeps them as its identity, not as fields.
+            if path != "apiVersion" && path != "kind" {
+                unknown.push(path);
+            }
+        },
+    ));
+    match parsed {
+        Ok(_) if !unknown.is_empty() => {
+            let named = unknown
+                .iter()
+                .map(|p| match line_of(source, p) {
+                    Some(l) => format!("{p} (line {l})"),
+                    None => p.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            Err((key, format!("unknown field {named}")))
+        }
+        Ok(mut wf) => {
+            wf.metadata.namespace = Some(key.namespace.clone());
+            Ok(wf)
+        }
+        Err(e) => {
+            let path = e.path().to_string();
+            let at = line_of(source, &path)
+                .map(|l| format!(" (line {l})"))
+                .unwrap_or_default();
+            Err((key, format!("{path}{at}: {}", e.inner())))
+        }
+    }
 }
 
 /// Each YAML document of `text` with the index of its first line, split at `---` lines.
