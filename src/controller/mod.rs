@@ -305,10 +305,16 @@ impl Controller {
     }
 
     /// Bring one Run as far as it can go now.
+    #[tracing::instrument(name = "reconcile", skip_all, fields(
+        namespace = %k.namespace, run = %k.name, uid = tracing::field::Empty,
+    ))]
     pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.namespace, &k.name).await {
-                Ok(Some(run)) => run,
+                Ok(Some(run)) => {
+                    crate::telemetry::record_run(&run);
+                    run
+                }
                 Ok(None) => return,
                 Err(e) => return self.retry_later(k, e),
             };
@@ -492,6 +498,14 @@ impl Controller {
     }
 
     /// Run the executor for one attempt; `None` when it was cancelled first.
+    #[tracing::instrument(name = "effect", skip_all, fields(
+        namespace = %k.namespace,
+        run = %k.name,
+        uid = run.metadata.uid.as_deref().unwrap_or_default(),
+        step = %effect.step,
+        attempt = effect.attempt,
+        kind = effect.action.kind(),
+    ))]
     async fn perform(
         &self,
         k: &Key,
@@ -509,14 +523,7 @@ impl Controller {
         }
         let started = std::time::Instant::now();
         let outcome = self.executor.execute(run, effect, token).await;
-        let kind = match &effect.action {
-            engine::Action::Http(_) => "http",
-            engine::Action::Tool { .. } => "tool",
-            engine::Action::Job { .. } => "job",
-            engine::Action::Child { .. } => "workflow",
-            engine::Action::Cleanup(_) => "cleanup",
-        };
-        self.config.metrics.step(kind, started);
+        self.config.metrics.step(effect.action.kind(), started);
         outcome
     }
 

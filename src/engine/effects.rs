@@ -111,6 +111,19 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The kind of work, as metrics and traces name it: the step kind, or `cleanup`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "http",
+            Self::Tool { .. } => "tool",
+            Self::Job { .. } => "job",
+            Self::Child { .. } => "workflow",
+            Self::Cleanup(_) => "cleanup",
+        }
+    }
+}
+
 /// A rendered HTTP request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpRequest {

@@ -226,6 +226,7 @@ pub(super) async fn task_run(
     else {
         return Ok(None);
     };
+    crate::telemetry::record_run(&run);
     Ok(owner_rule_allows(state, t, &run, access)
         .await
         .then_some(run))

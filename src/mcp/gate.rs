@@ -84,6 +84,13 @@ pub(crate) fn router(state: Arc<McpState>) -> Router {
 /// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
 /// their `taskId`, go to rmcp without a tenant: it refuses them (`-32021`, `-32020`) before any
 /// lookup, which is the order the protocol prescribes.
+#[tracing::instrument(name = "request", level = "debug", skip_all, fields(
+    path = %req.uri().path(),
+    method = tracing::field::Empty,
+    namespace = tracing::field::Empty,
+    run = tracing::field::Empty,
+    uid = tracing::field::Empty,
+))]
 async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     if req.method() != Method::POST {
         return gate.rmcp(req).await;
@@ -113,6 +120,9 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             namespace,
             identity,
         });
+    if let Some(tenant) = &tenant {
+        tracing::Span::current().record("namespace", tenant.namespace.as_str());
+    }
     if let Some(tenant) = &tenant
         && let Some(resp) = fast_path(&state, tenant, &parts.headers, &bytes).await
     {
@@ -124,6 +134,9 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, &why);
         }
     };
+    if let Some(method) = msg.get("method").and_then(Value::as_str) {
+        tracing::Span::current().record("method", method);
+    }
     if era2025::recognise(&parts.headers, &msg) {
         let caller = era2025::Caller {
             identity: caller_identity,

@@ -325,7 +325,10 @@ impl RunwayMcp {
             jiff::Timestamp::now().to_string(),
         )]));
         match self.state.store.create(run.clone()).await {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                crate::telemetry::record_run(&r);
+                Ok(r)
+            }
             Err(StoreError::AlreadyExists) if idem.is_some() => {
                 let existing = self
                     .state
