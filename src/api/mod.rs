@@ -139,6 +139,9 @@ pub mod labels {
 
 /// Annotations on Runs.
 pub mod annotations {
+    /// The instant a Run was requested (RFC 3339, nanoseconds): it orders Runs created within
+    /// the same second under a concurrency limit, which `creationTimestamp` cannot.
+    pub const REQUESTED_AT: &str = "runway.dev/requested-at";
     /// The schedule time a scheduled Run was started for (RFC 3339).
     pub const SCHEDULED_FOR: &str = "runway.dev/scheduled-for";
     /// UID of the parent Run of a child Run (a label holds its name; names are reused).

@@ -450,6 +450,60 @@ pub struct OpenInputRequest {
 }
 
 impl Run {
+    /// A Run of Workflow `workflow` to create in `namespace`, requested by `requested_by` at
+    /// `requested_at`: the one recipe of every creator (an MCP call, a `workflow` step, a
+    /// schedule). It carries the Workflow label (what selects a Workflow's Runs) and the
+    /// requested-at annotation (the order of Runs under a concurrency limit, finer than
+    /// `creationTimestamp`); a creator adds its own labels and annotations to these.
+    pub fn requested(
+        namespace: &str,
+        name: &str,
+        workflow: &str,
+        arguments: Value,
+        requested_by: Option<Principal>,
+        requested_at: jiff::Timestamp,
+    ) -> Self {
+        let mut run = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: workflow.to_owned(),
+                },
+                arguments: Some(arguments),
+                requested_by,
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.metadata.namespace = Some(namespace.to_owned());
+        run.metadata.labels = Some(BTreeMap::from([(
+            super::labels::WORKFLOW.to_owned(),
+            workflow.to_owned(),
+        )]));
+        run.metadata.annotations = Some(BTreeMap::from([(
+            super::annotations::REQUESTED_AT.to_owned(),
+            requested_at.to_string(),
+        )]));
+        run
+    }
+
+    /// Add `labels` to the Run's labels.
+    pub fn with_labels<'a>(mut self, labels: impl IntoIterator<Item = (&'a str, String)>) -> Self {
+        let all = self.metadata.labels.get_or_insert_with(BTreeMap::new);
+        all.extend(labels.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        self
+    }
+
+    /// Add `annotations` to the Run's annotations.
+    pub fn with_annotations<'a>(
+        mut self,
+        annotations: impl IntoIterator<Item = (&'a str, String)>,
+    ) -> Self {
+        let all = self.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        all.extend(annotations.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        self
+    }
+
     /// Phase, `Pending` when the controller has not written status yet.
     pub fn phase(&self) -> RunPhase {
         self.status.as_ref().map(|s| s.phase).unwrap_or_default()

@@ -14,10 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::EventSink;
 use crate::api::{
-    CancelRequest, Principal, Run, RunPhase, RunSpec, ScheduleSpec, Workflow, WorkflowRef,
-    annotations, event_reasons, labels,
+    CancelRequest, Principal, Run, RunPhase, ScheduleSpec, Workflow, annotations, event_reasons,
+    labels,
 };
-use crate::engine::concurrency::REQUESTED_AT;
 use crate::engine::schedule::{self, Admit, Finished};
 use crate::engine::{Event, schedule::Timetable};
 use crate::store::{RunStore, StoreError, WorkflowSource};
@@ -206,35 +205,18 @@ impl Scheduler {
         at: Timestamp,
     ) -> bool {
         let name = schedule::run_name(&key.1, &spec.name, at);
-        let mut run = Run::new(
-            &name,
-            RunSpec {
-                workflow_ref: WorkflowRef {
-                    name: key.1.clone(),
-                },
-                arguments: Some(
-                    spec.arguments
-                        .clone()
-                        .unwrap_or_else(|| serde_json::json!({})),
-                ),
-                requested_by: Some(Principal {
-                    username: requester(&key.1, &spec.name),
-                    uid: None,
-                    groups: vec![],
-                }),
-                cancel: None,
-                input_responses: BTreeMap::new(),
-            },
-        );
-        run.metadata.namespace = Some(key.0.clone());
-        run.metadata.labels = Some(BTreeMap::from([
-            (labels::WORKFLOW.to_owned(), key.1.clone()),
-            (labels::SCHEDULE.to_owned(), spec.name.clone()),
-        ]));
-        run.metadata.annotations = Some(BTreeMap::from([
-            (annotations::SCHEDULED_FOR.to_owned(), at.to_string()),
-            (REQUESTED_AT.to_owned(), at.to_string()),
-        ]));
+        let arguments = spec
+            .arguments
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let requester = Principal {
+            username: requester(&key.1, &spec.name),
+            uid: None,
+            groups: vec![],
+        };
+        let run = Run::requested(&key.0, &name, &key.1, arguments, Some(requester), at)
+            .with_labels([(labels::SCHEDULE, spec.name.clone())])
+            .with_annotations([(annotations::SCHEDULED_FOR, at.to_string())]);
         match self.store.create(run).await {
             Ok(created) => {
                 let zone = spec.time_zone.as_deref().unwrap_or("UTC");

@@ -12,11 +12,8 @@ use serde_json::json;
 use super::endings::tool_error_ending;
 use super::machine::Machine;
 use super::{Decision, Next, duration, template};
+use crate::api::annotations::REQUESTED_AT;
 use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
-
-/// Annotation with the instant a Run was requested (RFC 3339, nanoseconds), written by the MCP
-/// endpoint: it orders Runs created within the same second, which `creationTimestamp` cannot.
-pub const REQUESTED_AT: &str = "runway.dev/requested-at";
 
 /// How often a queued Run is looked at again. A peer's end wakes the Runs behind it at once;
 /// this bounds how long one stays held back when that wake-up met a cache that had not caught up

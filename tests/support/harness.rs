@@ -154,7 +154,7 @@ impl Harness {
         run.metadata.namespace = Some("default".into());
         // As the MCP endpoint does: orders Runs created within one second.
         run.metadata.annotations = Some(BTreeMap::from([(
-            runway::engine::concurrency::REQUESTED_AT.to_owned(),
+            runway::api::annotations::REQUESTED_AT.to_owned(),
             jiff::Timestamp::now().to_string(),
         )]));
         self.store.create(run).await.unwrap()
