@@ -19,7 +19,7 @@ use crate::steps::tool::ToolExecutor;
 use crate::steps::{Executors, StaticSecrets};
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{RunStore, StoreError, WorkflowSource};
+use crate::store::{RunChanges, RunStore, StoreError, WorkflowSource};
 
 /// How often the manifest directory is checked for changes.
 pub(crate) const RELOAD_EVERY: Duration = Duration::from_secs(1);
@@ -138,15 +138,15 @@ fn run_controller(
     wf_source: &Arc<dyn WorkflowSource>,
     events: &Arc<MemoryEvents>,
     secrets: StaticSecrets,
+    changes: RunChanges,
 ) -> Arc<Controller> {
     let secrets = Arc::new(secrets);
-    let changes = crate::store::RunChanges::default();
     let executor = Arc::new(
         Executors::new(secrets.clone(), &opts.egress)
             .with_tool(Arc::new(ToolExecutor::new(secrets, &opts.egress)))
             .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
                 run_store.clone(),
-                changes.clone(),
+                changes,
             ))),
     );
     Controller::new(
@@ -159,7 +159,6 @@ fn run_controller(
             workers_per_namespace: 0,
             metrics: opts.mcp.metrics.clone(),
             shards: controller::Shards::all(),
-            changes,
         },
     )
 }
@@ -186,10 +185,25 @@ impl Server {
         let run_store: Arc<dyn RunStore> = Arc::new(store.clone());
         let wf_source: Arc<dyn WorkflowSource> = Arc::new(workflows.clone());
         let events = Arc::new(MemoryEvents::default());
-        let ctl = run_controller(&opts, &run_store, &wf_source, &events, secrets);
+        let mut mcp_config = opts.mcp.clone();
+        if mcp_config.state_keys.is_empty() {
+            mcp_config.state_keys = vec![store.state_key().to_vec()];
+        }
+        let state = mcp::McpState::new(
+            run_store.clone(),
+            wf_source.clone(),
+            authn,
+            authz,
+            events.clone(),
+            mcp_config,
+            shutdown.clone(),
+        )
+        .map_err(StartError::Mcp)?;
+        let changes = state.events.clone();
+        let ctl = run_controller(&opts, &run_store, &wf_source, &events, secrets, changes);
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
-        let scheduler = Scheduler::new(run_store.clone(), wf_source.clone(), events.clone());
+        let scheduler = Scheduler::new(run_store, wf_source, events);
         let token = shutdown.clone();
         tasks.spawn(async move { scheduler.run(token).await });
         let reloader = workflows.spawn_reloader(RELOAD_EVERY);
@@ -198,21 +212,6 @@ impl Server {
             token.cancelled().await;
             reloader.abort();
         });
-
-        let mut mcp_config = opts.mcp.clone();
-        if mcp_config.state_keys.is_empty() {
-            mcp_config.state_keys = vec![store.state_key().to_vec()];
-        }
-        let state = mcp::McpState::new(
-            run_store,
-            wf_source,
-            authn,
-            authz,
-            events,
-            mcp_config,
-            shutdown.clone(),
-        )
-        .map_err(StartError::Mcp)?;
         let app = mcp::router(state).merge(crate::endpoint::health_and_metrics(
             Arc::new(store.clone()),
             opts.mcp.metrics.clone(),

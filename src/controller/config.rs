@@ -51,9 +51,6 @@ pub struct Config {
     /// Which Runs this controller drives (all of them unless the work is split across
     /// replicas).
     pub shards: Shards,
-    /// Where every Run change the watch sees is published (whatever its shard), for parents
-    /// waiting on their children.
-    pub changes: crate::store::RunChanges,
 }
 
 /// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
@@ -95,7 +92,6 @@ impl Default for Config {
             workers_per_namespace: 0,
             metrics: Default::default(),
             shards: Shards::all(),
-            changes: Default::default(),
         }
     }
 }

@@ -173,7 +173,6 @@ impl Controller {
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(WatchEvent::Applied(run)) => {
-                        self.config.changes.publish(&run, false);
                         if run.phase().is_terminal() {
                             self.wake_queued(&run);
                         }
@@ -189,7 +188,6 @@ impl Controller {
                         self.queue.add(k);
                     }
                     Ok(WatchEvent::Deleted(run)) => {
-                        self.config.changes.publish(&run, true);
                         self.wake_queued(&run);
                         if let Some(k) = Key::of(&run.metadata) {
                             self.outcomes.lock().expect("outcomes lock").remove(&k);

@@ -15,7 +15,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::access::{allowed, readable_run};
 use super::caps::declares_tasks_in;
 use super::errors::{forbidden, rpc_error};
-use super::events::Change;
 use super::projection;
 use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
@@ -25,6 +24,7 @@ use crate::protocol::{
     META_SUBSCRIPTION_ID, METHOD_LISTEN, NOTIFICATION_ACKNOWLEDGED, NOTIFICATION_TASK,
     PROTOCOL_VERSION, TASKS_EXTENSION, codes,
 };
+use crate::store::Change;
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers

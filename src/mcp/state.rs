@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::config::Config;
-use super::events::RunEvents;
 use super::headers::AllowedHost;
 use crate::auth::{Authenticator, Authorizer, Identity};
+use crate::store::RunChanges;
 use crate::store::events::EventLog;
 use crate::store::{RunStore, WorkflowSource};
 
@@ -27,7 +27,7 @@ pub struct McpState {
     /// Settings.
     pub config: Config,
     /// Per-Run change feeds.
-    pub events: Arc<RunEvents>,
+    pub events: RunChanges,
     /// Fires on server shutdown (which must not cancel blocking runs).
     pub shutdown: CancellationToken,
     /// One codec per state key, newest first.
@@ -41,7 +41,8 @@ pub struct McpState {
 }
 
 impl McpState {
-    /// Assemble the state; starts the Run change feed.
+    /// Assemble the state; starts the process's feed of Run changes (`events`), which the
+    /// other waiters of the process share.
     pub fn new(
         store: Arc<dyn RunStore>,
         workflows: Arc<dyn WorkflowSource>,
@@ -60,7 +61,7 @@ impl McpState {
             .map(|k| rmcp::model::RequestStateCodec::try_new(k.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("state key: {e}"))?;
-        let events = RunEvents::start(store.clone(), shutdown.clone());
+        let events = RunChanges::follow(store.clone(), shutdown.clone());
         let hosts = config.hosts().iter().map(|h| AllowedHost::new(h)).collect();
         let origins = config.origins();
         Ok(Arc::new(Self {

@@ -22,17 +22,17 @@ use super::caps::{
 };
 use super::delivery::Delivery;
 use super::errors::{err, forbidden, internal, invalid, missing_capability, unknown_task};
-use super::events::Change;
 use super::handler::RunwayMcp;
 use super::projection;
 use super::sealing::{Resume, same_call};
 use super::state::Tenant;
 use super::tasks::progress_due;
-use crate::api::{ExecutionMode, Run, RunPhase, RunSpec, Workflow, WorkflowRef, labels, reasons};
+use crate::api::{ExecutionMode, Run, RunPhase, Workflow, reasons};
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
 use crate::engine::input::answer_schema_error;
 use crate::protocol::{META_IDEMPOTENCY_KEY, METHOD_SAMPLING, TASKS_EXTENSION, codes};
+use crate::store::Change;
 use crate::store::StoreError;
 
 /// Whether `wf` asks the caller's model anywhere.
@@ -303,27 +303,15 @@ impl RunwayMcp {
             }
             None => projection::new_task_id(&wf_name),
         };
-        let mut run = Run::new(
+        let run = Run::requested(
+            &t.namespace,
             &name,
-            RunSpec {
-                workflow_ref: WorkflowRef {
-                    name: wf_name.clone(),
-                },
-                arguments: Some(Value::Object(args)),
-                requested_by: Some(t.identity.principal.clone()),
-                cancel: None,
-                input_responses: BTreeMap::new(),
-            },
-        );
-        run.metadata.namespace = Some(t.namespace.clone());
-        let mut all = labels.clone();
-        all.insert(labels::WORKFLOW.to_owned(), wf_name);
-        run.metadata.labels = Some(all);
-        // Orders Runs requested within one second for concurrency limits.
-        run.metadata.annotations = Some(BTreeMap::from([(
-            crate::engine::concurrency::REQUESTED_AT.to_owned(),
-            jiff::Timestamp::now().to_string(),
-        )]));
+            &wf_name,
+            Value::Object(args),
+            Some(t.identity.principal.clone()),
+            jiff::Timestamp::now(),
+        )
+        .with_labels(labels.iter().map(|(k, v)| (k.as_str(), v.clone())));
         match self.state.store.create(run.clone()).await {
             Ok(r) => {
                 crate::telemetry::record_run(&r);
@@ -435,7 +423,7 @@ impl RunwayMcp {
             }
             tokio::select! {
                 change = changes.recv() => match change {
-                    Ok(Change::Updated(r)) => run = *r,
+                    Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted) => return Err(unknown_task()),
                     Err(_) => {
                         changes = self.state.events.subscribe(&t.namespace, name);

@@ -21,6 +21,7 @@ use crate::controller::{self, Controller};
 use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
+use crate::store::RunChanges;
 use crate::store::kube::{KubeSecrets, KubeStore, KubeWorkflows};
 use crate::telemetry::Metrics;
 
@@ -116,19 +117,32 @@ pub enum OperatorError {
     Listen(SocketAddr, std::io::Error),
 }
 
-/// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
-/// among them.
-async fn lead(
+/// What every shard leader of this process shares: the API server, the stores, and the one
+/// feed of Run changes.
+#[derive(Clone)]
+struct Cluster {
     client: Client,
     store: KubeStore,
     workflows: KubeWorkflows,
+    changes: RunChanges,
+}
+
+/// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
+/// among them.
+async fn lead(
+    cluster: Cluster,
     opts: &Options,
     metrics: Metrics,
     shards: controller::Shards,
     stop: CancellationToken,
 ) {
+    let Cluster {
+        client,
+        store,
+        workflows,
+        changes,
+    } = cluster;
     let validates = shards.owned.contains(&0);
-    let changes = crate::store::RunChanges::default();
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
         .with_tool(Arc::new(ToolExecutor::new(
             Arc::new(KubeSecrets::new(client.clone())),
@@ -137,7 +151,7 @@ async fn lead(
         .with_jobs(Arc::new(JobExecutor::new(client.clone())))
         .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
             Arc::new(store.clone()),
-            changes.clone(),
+            changes,
         )));
     let events = Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone()));
     // Schedules are started where Workflows are validated (the first shard): one scheduler.
@@ -156,7 +170,6 @@ async fn lead(
             workers_per_namespace: 0,
             metrics,
             shards,
-            changes,
         },
     );
     let validator = workflows::validator(client, workflows.clone(), stop.clone());
@@ -229,6 +242,7 @@ pub async fn run_with(
         shutdown.clone(),
     )
     .map_err(OperatorError::Start)?;
+    let changes = state.events.clone();
     let mcp_listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| OperatorError::Listen(opts.listen, e))?;
@@ -246,20 +260,17 @@ pub async fn run_with(
     tasks.spawn(crate::endpoint::serve(metrics_listener, app, token));
     tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
 
+    let cluster = Cluster {
+        client,
+        store,
+        workflows,
+        changes,
+    };
     if opts.leader_election {
-        drive_owned_shards(client, store, workflows, &opts, metrics, &shutdown).await;
+        drive_owned_shards(cluster, &opts, metrics, &shutdown).await;
     } else {
         let all = controller::Shards::all();
-        lead(
-            client,
-            store,
-            workflows,
-            &opts,
-            metrics,
-            all,
-            shutdown.clone(),
-        )
-        .await;
+        lead(cluster, &opts, metrics, all, shutdown.clone()).await;
     }
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
@@ -269,14 +280,12 @@ pub async fn run_with(
 /// Run the controller for the shards this replica holds, restarting it whenever they change,
 /// until `shutdown`; then let the Leases go.
 async fn drive_owned_shards(
-    client: Client,
-    store: KubeStore,
-    workflows: KubeWorkflows,
+    cluster: Cluster,
     opts: &Options,
     metrics: Metrics,
     shutdown: &CancellationToken,
 ) {
-    let (elector, follow) = lease::Elector::start(client.clone(), opts.lease.clone());
+    let (elector, follow) = lease::Elector::start(cluster.client.clone(), opts.lease.clone());
     let none = controller::Shards {
         count: opts.lease.shards,
         owned: Default::default(),
@@ -300,13 +309,8 @@ async fn drive_owned_shards(
                     }
                 }
             };
-            let (c, s, w, m) = (
-                client.clone(),
-                store.clone(),
-                workflows.clone(),
-                metrics.clone(),
-            );
-            tokio::join!(lead(c, s, w, opts, m, shards, stop), until_changed);
+            let (c, m) = (cluster.clone(), metrics.clone());
+            tokio::join!(lead(c, opts, m, shards, stop), until_changed);
             running_tx.send_replace(Default::default());
             if !shutdown.is_cancelled() {
                 tracing::info!(identity = %opts.lease.identity, "the shards held changed; restarting the controller");

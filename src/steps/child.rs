@@ -2,7 +2,6 @@
 //! parent's requester, wait for it to end and take its result; cancel it when the parent no
 //! longer waits for it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,11 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Executor, within_deadline};
 use crate::api::ErrorClass;
-use crate::api::{
-    CancelRequest, Cleanup, Run, RunPhase, RunSpec, WorkflowRef, annotations, labels,
-};
+use crate::api::{CancelRequest, Cleanup, Run, RunPhase, annotations, labels};
 use crate::engine::{Action, Effect, Outcome, budget};
-use crate::store::{RunChanges, RunStore, StoreError};
+use crate::store::{Change, RunChanges, RunStore, StoreError};
 
 /// How often a waiting parent reads its child again even without a change notice: a safety
 /// net for a notice missed while the store's cache caught up.
@@ -55,33 +52,21 @@ impl ChildExecutor {
 
     /// The child Run of `parent` for this attempt, as it is first created.
     fn child(parent: &Run, workflow: &str, arguments: &Value, name: &str, depth: u32) -> Run {
-        let mut run = Run::new(
-            name,
-            RunSpec {
-                workflow_ref: WorkflowRef {
-                    name: workflow.to_owned(),
-                },
-                arguments: Some(arguments.clone()),
-                requested_by: parent.spec.requested_by.clone(),
-                cancel: None,
-                input_responses: BTreeMap::new(),
-            },
-        );
         let parent_name = parent.metadata.name.clone().unwrap_or_default();
         let parent_uid = parent.metadata.uid.clone().unwrap_or_default();
-        run.metadata.namespace = parent.metadata.namespace.clone();
-        run.metadata.labels = Some(BTreeMap::from([
-            (labels::WORKFLOW.to_owned(), workflow.to_owned()),
-            (labels::PARENT.to_owned(), parent_name.clone()),
-        ]));
-        run.metadata.annotations = Some(BTreeMap::from([
-            (annotations::PARENT_UID.to_owned(), parent_uid.clone()),
-            (annotations::DEPTH.to_owned(), depth.to_string()),
-            (
-                crate::engine::concurrency::REQUESTED_AT.to_owned(),
-                jiff::Timestamp::now().to_string(),
-            ),
-        ]));
+        let mut run = Run::requested(
+            parent.metadata.namespace.as_deref().unwrap_or_default(),
+            name,
+            workflow,
+            arguments.clone(),
+            parent.spec.requested_by.clone(),
+            jiff::Timestamp::now(),
+        )
+        .with_labels([(labels::PARENT, parent_name.clone())])
+        .with_annotations([
+            (annotations::PARENT_UID, parent_uid.clone()),
+            (annotations::DEPTH, depth.to_string()),
+        ]);
         // Kubernetes deletes the child with its parent.
         run.metadata.owner_references = Some(vec![OwnerReference {
             api_version: Run::api_version(&()).into_owned(),
@@ -121,7 +106,7 @@ impl ChildExecutor {
 
     /// Wait until the child ends; its ending is the step's outcome.
     async fn follow(&self, ns: &str, name: &str) -> Outcome {
-        let mut changes = self.changes.subscribe();
+        let mut changes = self.changes.subscribe(ns, name);
         loop {
             match self.store.get(ns, name).await {
                 Ok(Some(child)) => {
@@ -136,14 +121,10 @@ impl ChildExecutor {
             let waited = tokio::time::timeout(RECHECK, async {
                 loop {
                     match changes.recv().await {
-                        Ok(run) if is(&run, ns, name) => {
-                            return if run.metadata.deletion_timestamp.is_some() {
-                                Some(Self::failed(format!("child run {name} was deleted")))
-                            } else {
-                                ended(&run)
-                            };
+                        Ok(Change::Updated(run)) => return ended(&run),
+                        Ok(Change::Deleted) => {
+                            return Some(Self::failed(format!("child run {name} was deleted")));
                         }
-                        Ok(_) => continue,
                         Err(RecvError::Lagged(_)) => return None,
                         Err(RecvError::Closed) => {
                             std::future::pending::<()>().await;
@@ -191,10 +172,6 @@ impl ChildExecutor {
         }
         Self::connection(StoreError::Conflict)
     }
-}
-
-fn is(run: &Run, ns: &str, name: &str) -> bool {
-    run.metadata.namespace.as_deref() == Some(ns) && run.metadata.name.as_deref() == Some(name)
 }
 
 fn parent_uid(run: &Run) -> Option<&str> {

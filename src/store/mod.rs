@@ -2,6 +2,7 @@
 //! store-agnostic controller and MCP endpoint and the two backends: SQLite (embedded) and the
 //! Kubernetes API.
 
+pub mod changes;
 pub mod events;
 pub mod kube;
 pub mod manifests;
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::api::{Run, Workflow};
+pub use changes::{Change, RunChanges};
 
 /// Store failures, with the semantics of the Kubernetes API.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -170,35 +172,4 @@ pub(crate) fn key_of(run: &Run) -> Result<crate::api::ObjectKey, StoreError> {
     crate::api::ObjectKey::of(&run.metadata).ok_or_else(|| {
         StoreError::Invalid("metadata.namespace and metadata.name are required".into())
     })
-}
-
-/// Runs as the controller's watch sees them change, for whoever waits on one Run (a parent
-/// waiting for its child). Subscribers that fall behind are told so and read the store again.
-#[derive(Clone, Debug)]
-pub struct RunChanges(tokio::sync::broadcast::Sender<std::sync::Arc<Run>>);
-
-impl Default for RunChanges {
-    fn default() -> Self {
-        Self(tokio::sync::broadcast::channel(1024).0)
-    }
-}
-
-impl RunChanges {
-    /// Tell subscribers that `run` changed (or was deleted: `deleted`).
-    pub fn publish(&self, run: &Run, deleted: bool) {
-        if self.0.receiver_count() > 0 {
-            let mut run = run.clone();
-            if deleted {
-                run.metadata.deletion_timestamp =
-                    Some(crate::api::kube_time(jiff::Timestamp::now()));
-            }
-            // No subscriber is not a failure.
-            let _ = self.0.send(std::sync::Arc::new(run));
-        }
-    }
-
-    /// Changes from now on.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<Run>> {
-        self.0.subscribe()
-    }
 }

@@ -28,7 +28,6 @@ use crate::mcp::builtin::is_builtin;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
 use crate::mcp::errors::{err, forbidden, invalid, missing_capability, unknown_task};
-use crate::mcp::events::Change;
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::projection;
 use crate::mcp::state::Tenant;
@@ -38,6 +37,7 @@ use crate::protocol::{
     META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_CALL_TOOL, METHOD_SAMPLING,
     NOTIFICATION_PROGRESS, NOTIFICATION_TASK_STATUS, codes,
 };
+use crate::store::Change;
 
 /// `execution.taskSupport` of a Workflow's tool.
 pub(crate) fn task_support(wf: &Workflow) -> &'static str {
@@ -319,7 +319,7 @@ impl Held {
             };
             tokio::select! {
                 change = changes.recv() => match change {
-                    Ok(Change::Updated(r)) => run = *r,
+                    Ok(Change::Updated(r)) => run = std::sync::Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted) => return Some(Err(unknown_task())),
                     Err(_) => {
                         changes = state.events.subscribe(&self.t.namespace, &self.name);
