@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::protocol;
+
 /// Prefix of every metric name.
 pub(crate) const PREFIX: &str = "runway";
 
@@ -111,22 +113,22 @@ impl Default for Metrics {
 
 /// The MCP methods counted by name; every other method is counted as `other`.
 pub(crate) const KNOWN_METHODS: &[&str] = &[
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-    "subscriptions/listen",
-    "resources/list",
-    "resources/read",
-    "prompts/list",
-    "prompts/get",
-    "ping",
-    "initialize",
-    "logging/setLevel",
-    "tasks/result",
-    "tasks/list",
+    protocol::METHOD_DISCOVER,
+    protocol::METHOD_LIST_TOOLS,
+    protocol::METHOD_CALL_TOOL,
+    protocol::METHOD_GET_TASK,
+    protocol::METHOD_UPDATE_TASK,
+    protocol::METHOD_CANCEL_TASK,
+    protocol::METHOD_LISTEN,
+    protocol::METHOD_LIST_RESOURCES,
+    protocol::METHOD_READ_RESOURCE,
+    protocol::METHOD_LIST_PROMPTS,
+    protocol::METHOD_GET_PROMPT,
+    protocol::METHOD_PING,
+    protocol::METHOD_INITIALIZE,
+    protocol::METHOD_SET_LEVEL,
+    protocol::METHOD_TASK_RESULT,
+    protocol::METHOD_LIST_TASKS,
 ];
 
 impl Metrics {

@@ -35,12 +35,20 @@ pub(super) fn declares_forms(caps: &Value) -> bool {
 pub(super) fn declares_urls(caps: &Value) -> bool {
     caps.get("elicitation")
         .and_then(|e| e.get("url"))
-        .is_some_and(|v| !v.is_null())
+        .is_some_and(Value::is_object)
 }
 
 /// Whether the client lets the server ask its model (`sampling: {}`).
 pub(super) fn declares_sampling(caps: &Value) -> bool {
     caps.get("sampling").is_some_and(Value::is_object)
+}
+
+/// Whether capabilities read as rmcp's type (as the fast path reads them) declare the Tasks
+/// extension: the same rule as [`declares_tasks`].
+pub(super) fn typed_declares_tasks(caps: &rmcp::model::ClientCapabilities) -> bool {
+    caps.extensions
+        .as_ref()
+        .is_some_and(|e| e.contains_key(TASKS_EXTENSION))
 }
 
 /// Whether a request's `params._meta` declares the Tasks extension.

@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 
 use super::access::allowed;
 use super::builtin::is_builtin;
+use super::caps::typed_declares_tasks;
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
 use super::headers::check_param_headers;
@@ -35,7 +36,7 @@ use crate::auth::{Resource, Verb};
 use crate::protocol::{
     HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
     META_IDEMPOTENCY_KEY, META_PROTOCOL_VERSION, METHOD_CALL_TOOL, METHOD_GET_TASK,
-    PROTOCOL_VERSION, TASKS_EXTENSION,
+    PROTOCOL_VERSION,
 };
 
 const JSON: &str = "application/json";
@@ -93,11 +94,7 @@ pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
     let id = request_id(get.id)?;
     let task_id = get.params.task_id;
     let meta = get.params.meta;
-    let declares_tasks = meta
-        .client_capabilities
-        .extensions
-        .as_ref()
-        .is_some_and(|e| e.contains_key(TASKS_EXTENSION));
+    let declares_tasks = typed_declares_tasks(&meta.client_capabilities);
     // A task id is a DNS subdomain; anything else (a Base64 sentinel among them) is rmcp's.
     let ok = get.jsonrpc == "2.0"
         && get.method == METHOD_GET_TASK
@@ -286,10 +283,7 @@ pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall
     // rmcp reads the capabilities as this type; a value it would refuse is left to it.
     let caps = meta.get(META_CLIENT_CAPABILITIES)?;
     let typed = ClientCapabilities::deserialize(caps).ok()?;
-    let declares_tasks = typed
-        .extensions
-        .as_ref()
-        .is_some_and(|e| e.contains_key(TASKS_EXTENSION));
+    let declares_tasks = typed_declares_tasks(&typed);
     let ok = call.jsonrpc == "2.0"
         && call.method == METHOD_CALL_TOOL
         && meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) == Some(PROTOCOL_VERSION)
@@ -362,6 +356,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::protocol::TASKS_EXTENSION;
     use crate::protocol::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 
     fn eligible(h: &HeaderMap, body: &Value) -> Option<(RequestId, String)> {

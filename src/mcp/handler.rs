@@ -19,7 +19,10 @@ use super::caller::tenant;
 use super::caps::declares_ui;
 use super::errors::{err, invalid};
 use super::state::McpState;
-use crate::protocol::codes;
+use crate::protocol::{
+    METHOD_CALL_TOOL, METHOD_CANCEL_TASK, METHOD_GET_TASK, METHOD_LIST_TOOLS, METHOD_UPDATE_TASK,
+    codes,
+};
 
 /// How long clients may cache `server/discover` (and the empty prompt and resource lists): an
 /// hour, as the specification's example does. What it says — versions, capabilities,
@@ -177,9 +180,8 @@ impl ServerHandler for RunwayMcp {
     ) -> Result<CustomResult, ErrorData> {
         // Known methods land here when their params do not deserialize.
         match request.method.as_str() {
-            "tools/call" | "tasks/get" | "tasks/update" | "tasks/cancel" | "tools/list" => {
-                Err(invalid(format!("invalid params for {}", request.method)))
-            }
+            METHOD_CALL_TOOL | METHOD_GET_TASK | METHOD_UPDATE_TASK | METHOD_CANCEL_TASK
+            | METHOD_LIST_TOOLS => Err(invalid(format!("invalid params for {}", request.method))),
             other => Err(err(
                 codes::METHOD_NOT_FOUND,
                 format!("method not found: {other}"),

@@ -52,6 +52,20 @@ pub const METHOD_CANCEL_TASK: &str = "tasks/cancel";
 pub const METHOD_TASK_RESULT: &str = "tasks/result";
 /// 2025-11-25: list tasks.
 pub const METHOD_LIST_TASKS: &str = "tasks/list";
+/// 2026-07-28: what the server is and offers (replaces `initialize`).
+pub const METHOD_DISCOVER: &str = "server/discover";
+/// Tasks extension: answer a task's open questions.
+pub const METHOD_UPDATE_TASK: &str = "tasks/update";
+/// List resources.
+pub const METHOD_LIST_RESOURCES: &str = "resources/list";
+/// List resource templates.
+pub const METHOD_LIST_RESOURCE_TEMPLATES: &str = "resources/templates/list";
+/// Read a resource.
+pub const METHOD_READ_RESOURCE: &str = "resources/read";
+/// List prompts.
+pub const METHOD_LIST_PROMPTS: &str = "prompts/list";
+/// Get a prompt.
+pub const METHOD_GET_PROMPT: &str = "prompts/get";
 /// Notification of progress on a request.
 pub const NOTIFICATION_PROGRESS: &str = "notifications/progress";
 /// 2025 era: the client cancels one of its requests.

@@ -22,7 +22,8 @@ use crate::mcp::handler::RunwayMcp;
 use crate::mcp::state::{McpState, Tenant};
 use crate::protocol::{
     HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_CALL_TOOL, METHOD_INITIALIZE,
-    METHOD_LIST_TOOLS, METHOD_PING, METHOD_SET_LEVEL, NOTIFICATION_CANCELLED, codes,
+    METHOD_LIST_PROMPTS, METHOD_LIST_RESOURCE_TEMPLATES, METHOD_LIST_RESOURCES, METHOD_LIST_TOOLS,
+    METHOD_PING, METHOD_READ_RESOURCE, METHOD_SET_LEVEL, NOTIFICATION_CANCELLED, codes,
 };
 
 /// Log levels of `logging/setLevel` (RFC 5424 names).
@@ -122,10 +123,10 @@ pub(crate) async fn serve(
             let label = call_label(&state, sealed, &id);
             return held::call(mcp, tenant, session, bound, id, params, label).await;
         }
-        "resources/list" => Ok(json!({"resources": []})),
-        "resources/templates/list" => Ok(json!({"resourceTemplates": []})),
-        "prompts/list" => Ok(json!({"prompts": []})),
-        "resources/read" => read_resource(&params),
+        METHOD_LIST_RESOURCES => Ok(json!({"resources": []})),
+        METHOD_LIST_RESOURCE_TEMPLATES => Ok(json!({"resourceTemplates": []})),
+        METHOD_LIST_PROMPTS => Ok(json!({"prompts": []})),
+        METHOD_READ_RESOURCE => read_resource(&params),
         m if m.starts_with("tasks/") && session.has_tasks() => {
             state.config.metrics.request(m, 200);
             return old_tasks::serve(mcp, tenant, session, bound, id, m, params).await;

@@ -107,7 +107,7 @@ pub(super) fn input_required(what: &str, ir: InputRequiredResult) -> Outcome {
 pub(super) fn request_value(r: &impl serde::Serialize) -> Value {
     let v = serde_json::to_value(r).unwrap_or(Value::Null);
     json!({
-        "method": v.get("method").cloned().unwrap_or_else(|| json!("elicitation/create")),
+        "method": v.get("method").cloned().unwrap_or_else(|| json!(crate::protocol::METHOD_ELICITATION)),
         "params": v.get("params").cloned().unwrap_or_else(|| json!({})),
     })
 }
