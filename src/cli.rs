@@ -136,30 +136,50 @@ pub(crate) struct McpFlags {
     pub(crate) hold_limit: std::time::Duration,
 }
 
-pub(crate) fn parse_namespace(s: &str) -> Result<String, String> {
+/// Why a flag's value is refused (clap prints it after the flag and the value).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FlagError {
+    /// Not a DNS label.
+    #[error("not a namespace name (a DNS label)")]
+    Namespace,
+    /// Not a duration Workflows would accept.
+    #[error(transparent)]
+    Duration(#[from] runway::engine::duration::DurationError),
+    /// A duration the standard library cannot hold.
+    #[error("must not be negative")]
+    Negative(#[source] jiff::Error),
+    /// Zero, where only a positive duration makes sense.
+    #[error("must be longer than zero")]
+    Zero,
+    /// Not an address or CIDR range.
+    #[error(transparent)]
+    Cidr(#[from] runway::steps::egress::CidrError),
+}
+
+pub(crate) fn parse_namespace(s: &str) -> Result<String, FlagError> {
     if runway::api::is_dns_label(s) {
         Ok(s.to_owned())
     } else {
-        Err("not a namespace name (a DNS label)".into())
+        Err(FlagError::Namespace)
     }
 }
 
 /// A duration flag (`1h30m`, or ISO 8601), not negative.
-pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, FlagError> {
     let d = runway::engine::duration::parse(s)?;
-    std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_owned())
+    std::time::Duration::try_from(d).map_err(FlagError::Negative)
 }
 
-pub(crate) fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_positive_duration(s: &str) -> Result<std::time::Duration, FlagError> {
     let d = parse_duration(s)?;
     if d.is_zero() {
-        return Err("must be longer than zero".into());
+        return Err(FlagError::Zero);
     }
     Ok(d)
 }
 
-pub(crate) fn parse_cidr(s: &str) -> Result<runway::steps::egress::Cidr, String> {
-    s.parse()
+pub(crate) fn parse_cidr(s: &str) -> Result<runway::steps::egress::Cidr, FlagError> {
+    Ok(s.parse()?)
 }
 
 impl McpFlags {

@@ -73,8 +73,8 @@ pub enum StartError {
     #[error("{0}")]
     AuthFile(String),
     /// The MCP endpoint cannot be configured.
-    #[error("{0}")]
-    Mcp(String),
+    #[error(transparent)]
+    Mcp(#[from] mcp::StateError),
     /// The workflow directory is missing.
     #[error("workflow directory {0} does not exist")]
     Workflows(PathBuf),

@@ -8,6 +8,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::errors::ClientError;
 use super::output::plain;
+use crate::engine::input::{AnswerSchemaError, answer_schema_error};
 
 /// Reads answers to input requests from the terminal, and notices Ctrl-C.
 pub struct Prompter {
@@ -55,7 +56,7 @@ impl Prompter {
             "\n[{key}] {}",
             params["message"].as_str().unwrap_or("input requested")
         );
-        if request["method"] != "elicitation/create" {
+        if request["method"] != crate::protocol::METHOD_ELICITATION {
             eprintln!("  (this client answers only elicitation requests; declining)");
             return Ok(json!({"action": "decline"}));
         }
@@ -105,6 +106,40 @@ impl Prompter {
         }
         Ok(json!({"action": "accept", "content": content}))
     }
+}
+
+/// Why a value typed at a prompt is not taken (the person is asked again).
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// Nothing typed for a required property without a default.
+    #[error("an answer is required")]
+    Required,
+    /// Not one of the words a boolean is typed as.
+    #[error("not a boolean (y/n)")]
+    NotABoolean,
+    /// An integer property, and no integer.
+    #[error("not an integer")]
+    NotAnInteger(#[source] std::num::ParseIntError),
+    /// A number property, and no number.
+    #[error("not a number")]
+    NotANumber(#[source] std::num::ParseFloatError),
+    /// The value breaks the property's schema (the message without the form's wording).
+    #[error("{}", field_message(field, source))]
+    Schema {
+        /// The property.
+        field: String,
+        /// What the server's check says.
+        #[source]
+        source: AnswerSchemaError,
+    },
+}
+
+/// The server's check of an answer, said of one field: without the form's wording and the
+/// field's path.
+fn field_message(field: &str, e: &AnswerSchemaError) -> String {
+    e.to_string()
+        .replace("the answer does not match requestedSchema: ", "")
+        .replace(&format!("/{field}: "), "")
 }
 
 /// One property of an elicitation form, as the terminal asks it.
@@ -159,12 +194,12 @@ impl<'a> Field<'a> {
     }
 
     /// The value typed, `None` to leave the property out, or why the input is not accepted.
-    fn read(&self, raw: &str) -> Result<Option<Value>, String> {
+    fn read(&self, raw: &str) -> Result<Option<Value>, Refused> {
         if raw.is_empty() {
             return match (self.schema.get("default"), self.required) {
                 (Some(d), _) => Ok(Some(d.clone())),
                 (None, false) => Ok(None),
-                (None, true) => Err("an answer is required".into()),
+                (None, true) => Err(Refused::Required),
             };
         }
         let ty = self.ty();
@@ -172,25 +207,26 @@ impl<'a> Field<'a> {
             "boolean" => match raw.to_ascii_lowercase().as_str() {
                 "y" | "yes" | "true" => Value::Bool(true),
                 "n" | "no" | "false" => Value::Bool(false),
-                _ => return Err("not a boolean (y/n)".into()),
+                _ => return Err(Refused::NotABoolean),
             },
             "integer" => raw
                 .parse::<i64>()
                 .map(Value::from)
-                .map_err(|_| "not an integer".to_owned())?,
+                .map_err(Refused::NotAnInteger)?,
             "number" => raw
                 .parse::<f64>()
                 .map(Value::from)
-                .map_err(|_| "not a number".to_owned())?,
+                .map_err(Refused::NotANumber)?,
             _ => Value::String(raw.to_owned()),
         };
         // The same check the server makes, field by field, so a mistake is caught here.
         let one = json!({"type": "object", "properties": {self.name: self.schema}});
-        match crate::engine::input::answer_schema_error(Some(&one), Some(&json!({self.name: v}))) {
+        match answer_schema_error(Some(&one), Some(&json!({self.name: v}))) {
             None => Ok(Some(v)),
-            Some(why) => Err(why
-                .replace("the answer does not match requestedSchema: ", "")
-                .replace(&format!("/{}: ", self.name), "")),
+            Some(source) => Err(Refused::Schema {
+                field: self.name.to_owned(),
+                source,
+            }),
         }
     }
 }

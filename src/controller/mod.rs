@@ -8,6 +8,7 @@ mod inflight;
 pub mod queue;
 pub mod schedules;
 mod waiting;
+mod watch;
 mod work;
 
 pub use config::{Config, EventSink, LogEvents, Shards};
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use jiff::Timestamp;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Run;
 use crate::engine::{self, Effect, Event, Next, Outcome};
 use crate::steps::Executor;
-use crate::store::{RunStore, StoreError, WatchEvent, WorkflowSource};
+use crate::store::{RunStore, StoreError, WorkflowSource};
 use crate::telemetry::ErrorKind;
 use inflight::Inflight;
 use queue::{Key, Queue};
@@ -146,73 +147,6 @@ impl Controller {
         tasks.shutdown().await;
     }
 
-    async fn watch(&self) {
-        loop {
-            let rv = match self.store.resource_version().await {
-                Ok(rv) => rv,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the store; retrying");
-                    tokio::time::sleep(STORE_RETRY).await;
-                    continue;
-                }
-            };
-            match self.store.list(None, &BTreeMap::new()).await {
-                Ok(runs) => {
-                    let keys = runs.iter().filter_map(|r| Key::of(&r.metadata));
-                    for k in keys.filter(|k| self.config.shards.owns(k)) {
-                        self.queue.add(k);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot list runs; retrying");
-                    tokio::time::sleep(STORE_RETRY).await;
-                    continue;
-                }
-            }
-            let mut stream = self.store.watch(Some(rv));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(WatchEvent::Applied(run)) => {
-                        if run.phase().is_terminal() {
-                            self.wake_queued(&run);
-                        }
-                        let Some(k) = Key::of(&run.metadata) else {
-                            continue;
-                        };
-                        if !self.config.shards.owns(&k) {
-                            continue;
-                        }
-                        if run.spec.cancel.is_some() {
-                            self.inflight.abort(&k);
-                        }
-                        self.queue.add(k);
-                    }
-                    Ok(WatchEvent::Deleted(run)) => {
-                        self.wake_queued(&run);
-                        if let Some(k) = Key::of(&run.metadata) {
-                            self.outcomes.lock().expect("outcomes lock").remove(&k);
-                            self.waiting.leave(&k, &run);
-                            self.inflight.abort(&k);
-                        }
-                    }
-                    Err(StoreError::Gone) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "watch failed; listing again");
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
-    /// A Run ended or went away: the Runs queued behind it here (whatever shard it is in) may
-    /// have a slot now.
-    fn wake_queued(&self, run: &Run) {
-        for k in self.waiting.behind(run) {
-            self.queue.add(k);
-        }
-    }
-
     /// The one status writer: write `status` on `run`, record `events` on what was written,
     /// and apply the one error policy — a status the store refuses as invalid fails the Run
     /// (once: a refused failure is logged and left), a transient store error queues the Run
@@ -321,16 +255,7 @@ impl Controller {
                 Written::Again => continue,
                 Written::Stop => return,
             };
-            let live = if run.status.as_ref().is_none_or(|s| s.workflow.is_none())
-                && !run.phase().is_terminal()
-            {
-                self.workflows
-                    .get(&k.namespace, &run.spec.workflow_ref.name)
-                    .await
-                    .filter(|w| w.is_ready())
-            } else {
-                None
-            };
+            let live = self.live_workflow(k, &run).await;
             if self
                 .hold(k, &run, live.as_ref().map(|w| &w.spec))
                 .await
@@ -371,13 +296,7 @@ impl Controller {
                 Next::WaitUntil(Some(t)) => return self.queue.add_at(k.clone(), instant_at(t)),
                 Next::WaitUntil(None) => return,
                 Next::Finished { delete_at: Some(t) } if t <= Timestamp::now() => {
-                    match self.store.delete(&k.namespace, &k.name).await {
-                        Ok(()) | Err(StoreError::NotFound) => {
-                            tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
-                        }
-                        Err(e) => self.retry_later(k, e),
-                    }
-                    return;
+                    return self.collect(k).await;
                 }
                 Next::Finished { delete_at: Some(t) } => {
                     return self.queue.add_at(k.clone(), instant_at(t));
@@ -386,6 +305,27 @@ impl Controller {
             }
         }
         self.queue.add(k.clone());
+    }
+
+    /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.
+    async fn live_workflow(&self, k: &Key, run: &Run) -> Option<crate::api::Workflow> {
+        if run.phase().is_terminal() || run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
+            return None;
+        }
+        self.workflows
+            .get(&k.namespace, &run.spec.workflow_ref.name)
+            .await
+            .filter(|w| w.is_ready())
+    }
+
+    /// Delete a finished Run whose time to live is over.
+    async fn collect(&self, k: &Key) {
+        match self.store.delete(&k.namespace, &k.name).await {
+            Ok(()) | Err(StoreError::NotFound) => {
+                tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
+            }
+            Err(e) => self.retry_later(k, e),
+        }
     }
 
     /// Perform an effect that may wait a long time (a Job, an upstream task) without holding

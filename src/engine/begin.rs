@@ -53,9 +53,7 @@ impl Machine<'_> {
     ) -> Option<Progress> {
         match step.kind() {
             StepKind::Delay(d) => {
-                let wake = template::render(&d.duration, ctx)
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| duration::parse(&s));
+                let wake = duration::render(&d.duration, ctx);
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
                 match wake {
@@ -71,7 +69,7 @@ impl Machine<'_> {
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
                 if let Err(e) = self.open_sample(i, step, sample, ctx) {
-                    self.fail_fatal(i, e);
+                    self.fail_fatal(i, e.to_string());
                     return Some(Progress::Changed);
                 }
             }
@@ -80,7 +78,7 @@ impl Machine<'_> {
                 self.st.steps.push(rec);
                 let i = self.st.steps.len() - 1;
                 if let Err(e) = self.open_input(i, step, input, ctx) {
-                    self.fail_fatal(i, e);
+                    self.fail_fatal(i, e.to_string());
                     return Some(Progress::Changed);
                 }
             }
@@ -157,7 +155,7 @@ impl Machine<'_> {
         _wf: &WorkflowSpec,
     ) {
         let name = self.st.steps[i].name.clone();
-        let rendered = |t: &str| template::render(t, ctx).map_err(|e| e.to_string());
+        let rendered = |t: &str| template::render(t, ctx);
         let ending = match (&fail.error, &fail.message) {
             (Some(err), _) => match rendered(&err.message) {
                 Ok(message) => Ending {

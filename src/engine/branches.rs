@@ -8,13 +8,28 @@ use serde_json::Value;
 use super::budget::guard_output;
 use super::effects::Next;
 use super::machine::{Machine, Progress};
-use super::{MAX_RESULT_BYTES, budget, template, ts};
+use super::template::{self, TemplateError};
+use super::{MAX_RESULT_BYTES, budget, ts};
 use crate::api::{
     ForEach, Step, StepPhase, StepRecord, WorkflowSpec, event_reasons, item_name, item_of,
 };
 
 /// Items of a `forEach` step in progress at once when it does not say.
 pub const DEFAULT_PARALLELISM: u32 = 10;
+
+/// Why `forEach.items` gives no items.
+#[derive(Debug, thiserror::Error)]
+enum ItemsError {
+    /// The template did not render.
+    #[error("forEach.items: {0}")]
+    Template(#[source] TemplateError),
+    /// More items than [`budget::MAX_ITEMS`].
+    #[error("forEach.items: {0} items; at most {max}", max = budget::MAX_ITEMS)]
+    TooMany(usize),
+    /// Something else than a list.
+    #[error("forEach.items must render to a list, not {0}")]
+    NotAList(Value),
+}
 
 /// The steps that step `index` of `list` waits for: its `dependsOn`, else the step listed
 /// before it (none for the first).
@@ -159,15 +174,11 @@ impl Machine<'_> {
         ctx: &Value,
     ) -> Progress {
         let items = template::render_value(&each.items, ctx)
-            .map_err(|e| format!("forEach.items: {e}"))
+            .map_err(ItemsError::Template)
             .and_then(|v| match v {
                 Value::Array(a) if a.len() <= budget::MAX_ITEMS => Ok(a),
-                Value::Array(a) => Err(format!(
-                    "forEach.items: {} items; at most {}",
-                    a.len(),
-                    budget::MAX_ITEMS
-                )),
-                other => Err(format!("forEach.items must render to a list, not {other}")),
+                Value::Array(a) => Err(ItemsError::TooMany(a.len())),
+                other => Err(ItemsError::NotAList(other)),
             });
         self.st.steps.push(rec);
         let i = self.st.steps.len() - 1;
@@ -179,7 +190,7 @@ impl Machine<'_> {
                 );
                 self.st.steps[i].items = Some(items);
             }
-            Err(e) => self.fail_fatal(i, e),
+            Err(e) => self.fail_fatal(i, e.to_string()),
         }
         Progress::Changed
     }

@@ -42,23 +42,50 @@ pub fn depth(v: &Value) -> usize {
     deepest
 }
 
+/// A value over one of the budgets; the message names the value.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// Nested deeper than [`MAX_DEPTH`].
+    #[error("{what} nests deeper than {MAX_DEPTH} levels")]
+    TooDeep {
+        /// What the value is (`arguments`, `inputResponses.<key>`).
+        what: String,
+    },
+    /// Larger, as JSON, than its budget.
+    #[error("{what} is {size} bytes; at most {max_bytes} are accepted")]
+    TooLarge {
+        /// What the value is.
+        what: String,
+        /// Its size in bytes of JSON.
+        size: usize,
+        /// The budget.
+        max_bytes: usize,
+    },
+}
+
 /// Whether `v` fits `max_bytes` and [`MAX_DEPTH`]; the error names `what`.
-pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), String> {
+pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), BudgetError> {
     if depth(v) > MAX_DEPTH {
-        return Err(format!("{what} nests deeper than {MAX_DEPTH} levels"));
+        return Err(BudgetError::TooDeep { what: what.into() });
     }
     let size = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
     if size > max_bytes {
-        return Err(format!(
-            "{what} is {size} bytes; at most {max_bytes} are accepted"
-        ));
+        return Err(BudgetError::TooLarge {
+            what: what.into(),
+            size,
+            max_bytes,
+        });
     }
     Ok(())
 }
 
 /// Validate arguments against a tool's input schema; the schema errors, as `{path, message}`.
-pub(crate) fn schema_errors(schema: &Value, args: &Value) -> Result<Vec<Value>, String> {
-    let validator = jsonschema::draft202012::new(schema).map_err(|e| e.to_string())?;
+/// `Err` when the schema itself does not compile.
+pub(crate) fn schema_errors(
+    schema: &Value,
+    args: &Value,
+) -> Result<Vec<Value>, jsonschema::ValidationError<'static>> {
+    let validator = jsonschema::draft202012::new(schema)?;
     Ok(validator
         .iter_errors(args)
         .map(|e| serde_json::json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
@@ -99,10 +126,16 @@ mod tests {
         assert!(
             check("x", &nested(MAX_DEPTH + 1), 1024)
                 .unwrap_err()
+                .to_string()
                 .contains("deeper")
         );
         let big = json!("x".repeat(100));
-        assert!(check("x", &big, 50).unwrap_err().contains("at most 50"));
+        assert!(
+            check("x", &big, 50)
+                .unwrap_err()
+                .to_string()
+                .contains("at most 50")
+        );
         // Deeper than serde_json would even parse (128).
         assert_eq!(depth(&nested(1000)), 1000);
     }

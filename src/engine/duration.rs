@@ -1,6 +1,9 @@
 //! Duration strings (`30s`, `5m`, `1h30m`, ISO 8601) used by Workflow fields.
 
 use jiff::SignedDuration;
+use serde_json::Value;
+
+use super::template::{self, TemplateError};
 
 /// The longest duration any field accepts: a year. Every timestamp Runway computes is a real
 /// time plus at most a few of these, so no timestamp arithmetic can leave jiff's range.
@@ -33,27 +36,71 @@ fn documented_form(s: &str) -> bool {
     !s.is_empty()
 }
 
+/// Why a duration string is refused; each message names the string.
+#[derive(Debug, thiserror::Error)]
+pub enum DurationError {
+    /// Not in one of the documented forms (`30s`, `1h30m`, ISO 8601 `PT5M`).
+    #[error("invalid duration {input:?}: write it as 30s, 5m, 1h30m or ISO 8601 PT5M")]
+    Form {
+        /// The string as given.
+        input: String,
+    },
+    /// In a documented form, but not a duration jiff reads.
+    #[error("invalid duration {input:?}: {source}")]
+    Parse {
+        /// The string as given.
+        input: String,
+        /// Why jiff refused it.
+        #[source]
+        source: jiff::Error,
+    },
+    /// Below zero.
+    #[error("invalid duration {input:?}: negative")]
+    Negative {
+        /// The string as given.
+        input: String,
+    },
+    /// Longer than [`MAX`].
+    #[error("invalid duration {input:?}: longer than the maximum of {}h", MAX.as_hours())]
+    TooLong {
+        /// The string as given.
+        input: String,
+    },
+}
+
 /// Parse a duration between zero and [`MAX`].
-pub fn parse(s: &str) -> Result<SignedDuration, String> {
+pub fn parse(s: &str) -> Result<SignedDuration, DurationError> {
+    let input = || s.to_owned();
     if !documented_form(s.trim()) {
-        return Err(format!(
-            "invalid duration {s:?}: write it as 30s, 5m, 1h30m or ISO 8601 PT5M"
-        ));
+        return Err(DurationError::Form { input: input() });
     }
-    let d: SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("invalid duration {s:?}: {e}"))?;
+    let d: SignedDuration = s.trim().parse().map_err(|source| DurationError::Parse {
+        input: input(),
+        source,
+    })?;
     if d.is_negative() {
-        return Err(format!("invalid duration {s:?}: negative"));
+        return Err(DurationError::Negative { input: input() });
     }
     if d > MAX {
-        return Err(format!(
-            "invalid duration {s:?}: longer than the maximum of {}h",
-            MAX.as_hours()
-        ));
+        return Err(DurationError::TooLong { input: input() });
     }
     Ok(d)
+}
+
+/// Why a templated duration field (`timeout`, `delay.duration`) gives no duration.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderedDurationError {
+    /// The template did not render.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// What it rendered to is not a duration.
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+}
+
+/// Render a duration template against `ctx` and parse what it gives.
+pub(crate) fn render(template: &str, ctx: &Value) -> Result<SignedDuration, RenderedDurationError> {
+    Ok(parse(&template::render(template, ctx)?)?)
 }
 
 #[cfg(test)]

@@ -2,15 +2,38 @@
 
 use serde_json::{Map, Value, json};
 
+use super::duration::{self, RenderedDurationError};
 use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
 use super::record::fresh_key;
-use super::{Next, duration, template, ts};
+use super::template::{self, TemplateError};
+use super::{Next, ts};
 use crate::api::{
     InputAction, InputRequestSpec, InputResponse, InputStep, Note, OnTimeout, OpenInputRequest,
     Principal, Run, RunPhase, Step, StepPhase, event_reasons,
 };
 use crate::protocol::METHOD_ELICITATION;
+
+/// Why someone may not answer an input request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerRefusal {
+    /// The request wants someone other than the Run's requester (`distinctFromRequester`).
+    #[error("{username} requested this run and may not answer {request}")]
+    Requester {
+        /// Who tried to answer.
+        username: String,
+        /// The request's name.
+        request: String,
+    },
+    /// The request names its approvers, and they are not among them.
+    #[error("{username} is not an approver of {request}")]
+    NotAnApprover {
+        /// Who tried to answer.
+        username: String,
+        /// The request's name.
+        request: String,
+    },
+}
 
 /// Whether `username` (in `groups`) may answer `request` of a Run requested by `requester`.
 /// `Err` says why not.
@@ -19,12 +42,12 @@ pub(crate) fn may_answer(
     requester: Option<&Principal>,
     username: &str,
     groups: &[String],
-) -> Result<(), String> {
+) -> Result<(), AnswerRefusal> {
     if request.distinct_from_requester && requester.is_some_and(|p| p.username == username) {
-        return Err(format!(
-            "{username} requested this run and may not answer {}",
-            request.name
-        ));
+        return Err(AnswerRefusal::Requester {
+            username: username.to_owned(),
+            request: request.name.clone(),
+        });
     }
     if let Some(approvers) = &request.approvers
         && !(approvers.users.is_empty() && approvers.groups.is_empty())
@@ -32,7 +55,10 @@ pub(crate) fn may_answer(
         let allowed = approvers.users.iter().any(|u| u == username)
             || approvers.groups.iter().any(|g| groups.contains(g));
         if !allowed {
-            return Err(format!("{username} is not an approver of {}", request.name));
+            return Err(AnswerRefusal::NotAnApprover {
+                username: username.to_owned(),
+                request: request.name.clone(),
+            });
         }
     }
     Ok(())
@@ -55,34 +81,73 @@ pub(crate) fn is_named_approver(
         && may_answer(request, requester, username, groups).is_ok()
 }
 
+/// Why an answer is not one a request's `requestedSchema` accepts.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AnswerSchemaError {
+    /// The schema itself does not compile.
+    #[error("requestedSchema cannot be compiled: {0}")]
+    Schema(#[source] jsonschema::ValidationError<'static>),
+    /// The answer breaks the schema: its errors, as `{path, message}`.
+    #[error("the answer does not match requestedSchema: {}", schema_detail(.0))]
+    Mismatch(Vec<Value>),
+}
+
+/// Schema errors (`{path, message}`) as one line: `path: message; …`.
+fn schema_detail(errors: &[Value]) -> String {
+    errors
+        .iter()
+        .map(|e| {
+            let path = e["path"].as_str().unwrap_or_default();
+            let message = e["message"].as_str().unwrap_or_default();
+            if path.is_empty() {
+                message.to_owned()
+            } else {
+                format!("{path}: {message}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Why `content` is not an answer `requested_schema` accepts (`None` when it is). An accept
 /// without content is checked as the empty object, so required fields are enforced.
 pub(crate) fn answer_schema_error(
     requested_schema: Option<&Value>,
     content: Option<&Value>,
-) -> Option<String> {
+) -> Option<AnswerSchemaError> {
     let schema = requested_schema?;
     let empty = json!({});
-    let errors = match super::budget::schema_errors(schema, content.unwrap_or(&empty)) {
-        Ok(errors) => errors,
-        Err(e) => return Some(format!("requestedSchema cannot be compiled: {e}")),
-    };
-    (!errors.is_empty()).then(|| {
-        let detail = errors
-            .iter()
-            .map(|e| {
-                let path = e["path"].as_str().unwrap_or_default();
-                let message = e["message"].as_str().unwrap_or_default();
-                if path.is_empty() {
-                    message.to_owned()
-                } else {
-                    format!("{path}: {message}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        format!("the answer does not match requestedSchema: {detail}")
-    })
+    match super::budget::schema_errors(schema, content.unwrap_or(&empty)) {
+        Ok(errors) if errors.is_empty() => None,
+        Ok(errors) => Some(AnswerSchemaError::Mismatch(errors)),
+        Err(e) => Some(AnswerSchemaError::Schema(e)),
+    }
+}
+
+/// Why an input step's questions cannot be asked: a template of the step did not render.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum InputError {
+    /// `input.timeout` gives no duration.
+    #[error("input.timeout: {0}")]
+    Timeout(#[source] RenderedDurationError),
+    /// A request's `message` did not render.
+    #[error("input {request}: message: {source}")]
+    Message {
+        /// The request's name.
+        request: String,
+        /// The template's error.
+        #[source]
+        source: TemplateError,
+    },
+    /// A request's `url` did not render.
+    #[error("input {request}: url: {source}")]
+    Url {
+        /// The request's name.
+        request: String,
+        /// The template's error.
+        #[source]
+        source: TemplateError,
+    },
 }
 
 /// What one answer did to an input step.
@@ -105,10 +170,12 @@ fn refusal(req: &InputRequestSpec, run: &Run, resp: &InputResponse, who: &str) -
         &resp.answered_by_groups,
     )
     .err()
+    .map(|e| e.to_string())
     .or_else(|| {
         (resp.action == InputAction::Accept)
             .then(|| answer_schema_error(req.requested_schema.as_ref(), resp.content.as_ref()))
             .flatten()
+            .map(|e| e.to_string())
     })
 }
 
@@ -119,7 +186,7 @@ impl Machine<'_> {
         step: &Step,
         input: &InputStep,
         ctx: &Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), InputError> {
         for req in &input.requests {
             // An answer written before the question was asked (with kubectl, say) must not
             // answer it: such a key is taken, and the question gets a fresh one.
@@ -127,10 +194,7 @@ impl Machine<'_> {
             self.ask(i, step, req, key, ctx)?;
         }
         if let Some(t) = &input.timeout {
-            let d = template::render(t, ctx)
-                .map_err(|e| e.to_string())
-                .and_then(|s| duration::parse(&s))
-                .map_err(|e| format!("input.timeout: {e}"))?;
+            let d = duration::render(t, ctx).map_err(InputError::Timeout)?;
             self.st.steps[i].wake_at = Some(ts(self.now + d));
         }
         self.st.phase = RunPhase::Waiting;
@@ -154,13 +218,18 @@ impl Machine<'_> {
         req: &InputRequestSpec,
         key: String,
         ctx: &Value,
-    ) -> Result<(), String> {
-        let message = template::render(&req.message, ctx)
-            .map_err(|e| format!("input {}: message: {e}", req.name))?;
+    ) -> Result<(), InputError> {
+        let message =
+            template::render(&req.message, ctx).map_err(|source| InputError::Message {
+                request: req.name.clone(),
+                source,
+            })?;
         let params = match &req.url {
             Some(url) => {
-                let url = template::render_url(url, ctx)
-                    .map_err(|e| format!("input {}: url: {e}", req.name))?;
+                let url = template::render_url(url, ctx).map_err(|source| InputError::Url {
+                    request: req.name.clone(),
+                    source,
+                })?;
                 json!({"mode": "url", "message": message, "url": url, "elicitationId": key})
             }
             None => {
@@ -354,7 +423,7 @@ impl Machine<'_> {
         self.st.input_requests.remove(old);
         let key = fresh_key(self.run, &self.st, &format!("{}.{}", step.name, req.name));
         if let Err(e) = self.ask(i, step, req, key, ctx) {
-            self.fail_fatal(i, e);
+            self.fail_fatal(i, e.to_string());
         }
         self.refresh_waiting();
     }

@@ -6,13 +6,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::budget::guard_output;
+use super::duration::{self, DurationError};
 use super::effects::{Action, Decision, Effect, Event, Next};
 use super::endings::{fatal_ending, finalize};
 use super::record::{fail_step_fatal, within_budget};
 use super::render::{child_run_name, job_name, running_action};
+use super::template::{self, TemplateError};
 use super::{
-    MAX_OUTPUT_BYTES, budget, context, context_for, duration, idempotency_key, parse_ts, result,
-    template, ts,
+    MAX_OUTPUT_BYTES, budget, context, context_for, idempotency_key, parse_ts, result, ts,
 };
 use crate::api::{
     Ending, Run, RunError, RunPhase, RunStatus, Step, StepKind, StepPhase, StepRecord,
@@ -53,6 +54,17 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
         events: m.events,
         next,
     }
+}
+
+/// Why a step's `timeout` gives no deadline.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StepTimeoutError {
+    /// `timeout` did not render.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// It rendered to something that is not a duration.
+    #[error("timeout: {0}")]
+    Duration(#[source] DurationError),
 }
 
 pub(super) enum Progress {
@@ -224,7 +236,7 @@ impl Machine<'_> {
             })
         };
         if let Err(why) = budget::check("arguments", &args, budget::MAX_ARGUMENT_BYTES) {
-            return refuse(why, None);
+            return refuse(why.to_string(), None);
         }
         if !args.is_object() {
             return refuse("arguments must be an object".into(), None);
@@ -314,7 +326,7 @@ impl Machine<'_> {
         rec: &StepRecord,
         step: &Step,
         ctx: &Value,
-    ) -> Result<Option<Timestamp>, String> {
+    ) -> Result<Option<Timestamp>, StepTimeoutError> {
         let run_deadline = if rec.finally {
             None
         } else {
@@ -323,8 +335,8 @@ impl Machine<'_> {
         let step_deadline = match &step.timeout {
             None => None,
             Some(t) => {
-                let rendered = template::render(t, ctx).map_err(|e| e.to_string())?;
-                let d = duration::parse(&rendered).map_err(|e| format!("timeout: {e}"))?;
+                let rendered = template::render(t, ctx)?;
+                let d = duration::parse(&rendered).map_err(StepTimeoutError::Duration)?;
                 let start = parse_ts(rec.attempt_started_at.as_deref()).unwrap_or(self.now);
                 Some(start + d)
             }
@@ -359,7 +371,7 @@ impl Machine<'_> {
             (kind, StepPhase::Running) => match running_action(self.run, kind, &rec, &ctx) {
                 Some(Ok(action)) => self.execute(i, step, &ctx, action),
                 Some(Err(e)) => {
-                    self.fail_fatal(i, e);
+                    self.fail_fatal(i, e.to_string());
                     Progress::Changed
                 }
                 None => self.impossible(i, &rec),
@@ -427,7 +439,7 @@ impl Machine<'_> {
                 action,
             }))),
             Err(e) => {
-                self.fail_fatal(i, e);
+                self.fail_fatal(i, e.to_string());
                 Progress::Changed
             }
         }

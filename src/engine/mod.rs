@@ -27,7 +27,7 @@ pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpReques
 pub use endings::fail_internal;
 pub use machine::decide;
 pub use record::{record, record_all};
-pub use render::{child_run_name, job_name, upstream_server};
+pub use render::{HeaderError, RenderError, child_run_name, job_name, upstream_server};
 pub use sample::sampling_answer_error;
 
 use jiff::Timestamp;

@@ -7,9 +7,11 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use super::budget::guard_output;
+use super::duration::{self, DurationError};
 use super::effects::{Action, Effect, Outcome};
 use super::endings::{fail_internal, tool_error_ending, upstream_error_ending};
-use super::{MAX_OUTPUT_BYTES, budget, context_for, duration, template, ts};
+use super::template::{self, TemplateError};
+use super::{MAX_OUTPUT_BYTES, budget, context_for, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
     StepRecord,
@@ -259,7 +261,7 @@ fn open_upstream_input(
                 method: request
                     .get("method")
                     .and_then(Value::as_str)
-                    .unwrap_or("elicitation/create")
+                    .unwrap_or(crate::protocol::METHOD_ELICITATION)
                     .to_owned(),
                 params: request.get("params").cloned().unwrap_or_else(|| json!({})),
                 asked_at: Some(ts(now)),
@@ -321,7 +323,7 @@ pub(super) fn fail_attempt(
         Ok(l) => l,
         Err(e) => {
             let name = rec.name.clone();
-            fail_step_fatal(st, idx, &name, e, now);
+            fail_step_fatal(st, idx, &name, e.to_string(), now);
             return;
         }
     };
@@ -333,7 +335,7 @@ pub(super) fn fail_attempt(
             }
             Err(e) => {
                 let name = rec.name.clone();
-                fail_step_fatal(st, idx, &name, e, now);
+                fail_step_fatal(st, idx, &name, e.to_string(), now);
             }
         }
     } else {
@@ -350,20 +352,67 @@ pub(super) fn fail_attempt(
     }
 }
 
-pub(super) fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, String> {
+/// Why a step's retry policy cannot be applied: a template of it did not render, or a value
+/// is out of range.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RetryError {
+    /// `retry.limit` did not render.
+    #[error(transparent)]
+    LimitTemplate(TemplateError),
+    /// `retry.limit` is not a non-negative integer.
+    #[error("retry.limit {rendered:?} is not a non-negative integer")]
+    LimitNotAnInteger {
+        /// The limit as rendered.
+        rendered: String,
+        /// Why it is no `u32`.
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    /// `retry.limit` is over [`budget::MAX_RETRY_LIMIT`].
+    #[error(
+        "retry.limit {limit} exceeds the maximum of {}",
+        budget::MAX_RETRY_LIMIT
+    )]
+    LimitTooHigh {
+        /// The limit.
+        limit: u32,
+    },
+    /// `retry.backoff` or `retry.maxBackoff` did not render.
+    #[error("retry.{field}: {source}")]
+    BackoffTemplate {
+        /// The field's name.
+        field: &'static str,
+        /// The template's error.
+        #[source]
+        source: TemplateError,
+    },
+    /// `retry.backoff` or `retry.maxBackoff` rendered to no duration.
+    #[error("retry.{field} {rendered:?} is not a duration: {source}")]
+    BackoffDuration {
+        /// The field's name.
+        field: &'static str,
+        /// The value as rendered.
+        rendered: String,
+        /// Why it is no duration.
+        #[source]
+        source: DurationError,
+    },
+}
+
+pub(super) fn retry_limit(v: &Value, ctx: &Value) -> Result<u32, RetryError> {
     let rendered = match v {
-        Value::String(s) => template::render(s, ctx).map_err(|e| e.to_string())?,
+        Value::String(s) => template::render(s, ctx).map_err(RetryError::LimitTemplate)?,
         other => other.to_string(),
     };
     let limit = rendered
         .trim()
         .parse::<u32>()
-        .map_err(|_| format!("retry.limit {rendered:?} is not a non-negative integer"))?;
+        .map_err(|source| RetryError::LimitNotAnInteger {
+            rendered: rendered.clone(),
+            source,
+        })?;
     if limit > budget::MAX_RETRY_LIMIT {
-        return Err(format!(
-            "retry.limit {limit} exceeds the maximum of {}",
-            budget::MAX_RETRY_LIMIT
-        ));
+        return Err(RetryError::LimitTooHigh { limit });
     }
     Ok(limit)
 }
@@ -375,13 +424,17 @@ pub(super) fn backoff(
     policy: Option<&crate::api::RetryPolicy>,
     attempt: u32,
     ctx: &Value,
-) -> Result<SignedDuration, String> {
-    let parse = |field: &str, s: Option<&String>, default| match s {
+) -> Result<SignedDuration, RetryError> {
+    let parse = |field: &'static str, s: Option<&String>, default| match s {
         None => Ok(default),
         Some(s) => {
-            let rendered = template::render(s, ctx).map_err(|e| format!("retry.{field}: {e}"))?;
-            duration::parse(&rendered)
-                .map_err(|e| format!("retry.{field} {rendered:?} is not a duration: {e}"))
+            let rendered = template::render(s, ctx)
+                .map_err(|source| RetryError::BackoffTemplate { field, source })?;
+            duration::parse(&rendered).map_err(|source| RetryError::BackoffDuration {
+                field,
+                rendered,
+                source,
+            })
         }
     };
     let base = parse(

@@ -3,61 +3,136 @@
 
 use serde_json::{Value, json};
 
+use super::context;
 use super::effects::{Action, Body, HeaderValue, HttpRequest};
-use super::{context, template};
+use super::template::{self, TemplateError};
 use crate::api::{
     ChildWorkflowStep, Header, HttpStep, Run, Step, StepKind, StepRecord, ToolStep, item_of,
 };
 
-pub(super) fn render_header(h: &Header, ctx: &Value) -> Result<HeaderValue, String> {
+/// Why a step's header has no value.
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    /// Its `value` did not render.
+    #[error("header {name}: {source}")]
+    Template {
+        /// The header's name.
+        name: String,
+        /// The template's error.
+        #[source]
+        source: TemplateError,
+    },
+    /// It has neither `value` nor `valueFrom`.
+    #[error("header {name} has no value")]
+    NoValue {
+        /// The header's name.
+        name: String,
+    },
+}
+
+/// Why a step's templates do not render into work for an executor; the message names the
+/// field.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A header of an `http` step.
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// A header of a `tool` step's server.
+    #[error("tool.server.{0}")]
+    ServerHeader(#[source] HeaderError),
+    /// The `url` of an `http` step did not render.
+    #[error("url: {0}")]
+    Url(#[source] TemplateError),
+    /// The `body` of an `http` step did not render.
+    #[error("body: {0}")]
+    Body(#[source] TemplateError),
+    /// `tool.arguments` or `workflow.arguments` did not render.
+    #[error("{field}: {source}")]
+    Arguments {
+        /// The field.
+        field: &'static str,
+        /// The template's error.
+        #[source]
+        source: TemplateError,
+    },
+    /// `tool.arguments` or `workflow.arguments` rendered to something else than an object.
+    #[error("{field} must render to an object, not {value}")]
+    NotAnObject {
+        /// The field.
+        field: &'static str,
+        /// What it rendered to.
+        value: Value,
+    },
+    /// The Run has not started: there is no snapshot to read the step from.
+    #[error("the run has no workflow snapshot")]
+    NoSnapshot,
+    /// The step named is not a `tool` step of the snapshot.
+    #[error("step {0} is not a tool step")]
+    NotAToolStep(String),
+}
+
+pub(super) fn render_header(h: &Header, ctx: &Value) -> Result<HeaderValue, HeaderError> {
     match (&h.value, &h.value_from) {
         (Some(v), _) => Ok(HeaderValue::Inline {
             name: h.name.clone(),
-            value: template::render(v, ctx).map_err(|e| format!("header {}: {e}", h.name))?,
+            value: template::render(v, ctx).map_err(|source| HeaderError::Template {
+                name: h.name.clone(),
+                source,
+            })?,
         }),
         (None, Some(from)) => Ok(HeaderValue::Secret {
             name: h.name.clone(),
             secret: from.secret_key_ref.name.clone(),
             key: from.secret_key_ref.key.clone(),
         }),
-        (None, None) => Err(format!("header {} has no value", h.name)),
+        (None, None) => Err(HeaderError::NoValue {
+            name: h.name.clone(),
+        }),
     }
+}
+
+/// Render `tool.arguments` or `workflow.arguments` (named `field`): an object, `{}` when
+/// absent.
+fn render_arguments(
+    field: &'static str,
+    arguments: Option<&Value>,
+    ctx: &Value,
+) -> Result<Value, RenderError> {
+    let value = match arguments {
+        None => json!({}),
+        Some(a) => template::render_value(a, ctx)
+            .map_err(|source| RenderError::Arguments { field, source })?,
+    };
+    if !value.is_object() {
+        return Err(RenderError::NotAnObject { field, value });
+    }
+    Ok(value)
 }
 
 /// Render a `tool` step's arguments (an object; `{}` when absent) and server headers.
 pub(super) fn render_tool(
     tool: &ToolStep,
     ctx: &Value,
-) -> Result<(Value, Vec<HeaderValue>), String> {
-    let arguments = match &tool.arguments {
-        None => json!({}),
-        Some(a) => template::render_value(a, ctx).map_err(|e| format!("tool.arguments: {e}"))?,
-    };
-    if !arguments.is_object() {
-        return Err(format!(
-            "tool.arguments must render to an object, not {arguments}"
-        ));
-    }
+) -> Result<(Value, Vec<HeaderValue>), RenderError> {
+    let arguments = render_arguments("tool.arguments", tool.arguments.as_ref(), ctx)?;
     Ok((arguments, tool_headers(tool, ctx)?))
 }
 
-pub(super) fn tool_headers(tool: &ToolStep, ctx: &Value) -> Result<Vec<HeaderValue>, String> {
+pub(super) fn tool_headers(tool: &ToolStep, ctx: &Value) -> Result<Vec<HeaderValue>, RenderError> {
     tool.server
         .headers
         .iter()
         .map(|h| render_header(h, ctx))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("tool.server.{e}"))
+        .map_err(RenderError::ServerHeader)
 }
 
 /// The server and rendered headers of `tool` step `step` of a started Run, for work that
 /// reaches its upstream outside an attempt (cancelling the upstream task).
-pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderValue>), String> {
-    let wf = run
-        .workflow_snapshot()
-        .ok_or("the run has no workflow snapshot")?;
+pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderValue>), RenderError> {
+    let wf = run.workflow_snapshot().ok_or(RenderError::NoSnapshot)?;
     let Some(StepKind::Tool(tool)) = wf.step(step).map(Step::kind) else {
-        return Err(format!("step {step} is not a tool step"));
+        return Err(RenderError::NotAToolStep(step.to_owned()));
     };
     let status = run.status.clone().unwrap_or_default();
     let ctx = context(run, &status);
@@ -94,8 +169,8 @@ fn dns_part(name: &str) -> String {
 }
 
 /// The request of an `http` step, its templates rendered.
-pub(super) fn render_http(http: &HttpStep, ctx: &Value) -> Result<HttpRequest, String> {
-    let url = template::render_url(&http.url, ctx).map_err(|e| format!("url: {e}"))?;
+pub(super) fn render_http(http: &HttpStep, ctx: &Value) -> Result<HttpRequest, RenderError> {
+    let url = template::render_url(&http.url, ctx).map_err(RenderError::Url)?;
     let headers = http
         .headers
         .iter()
@@ -104,10 +179,10 @@ pub(super) fn render_http(http: &HttpStep, ctx: &Value) -> Result<HttpRequest, S
     let body = match &http.body {
         None => None,
         Some(Value::String(s)) => Some(Body::Text(
-            template::render(s, ctx).map_err(|e| format!("body: {e}"))?,
+            template::render(s, ctx).map_err(RenderError::Body)?,
         )),
         Some(v) => Some(Body::Json(
-            template::render_value(v, ctx).map_err(|e| format!("body: {e}"))?,
+            template::render_value(v, ctx).map_err(RenderError::Body)?,
         )),
     };
     let method = http
@@ -131,7 +206,7 @@ pub(super) fn running_action(
     kind: StepKind<'_>,
     rec: &StepRecord,
     ctx: &Value,
-) -> Option<Result<Action, String>> {
+) -> Option<Result<Action, RenderError>> {
     let run_name = run.metadata.name.as_deref().unwrap_or("run");
     Some(match kind {
         StepKind::Http(http) => render_http(http, ctx).map(Action::Http),
@@ -163,18 +238,8 @@ fn child_action(
     child: &ChildWorkflowStep,
     rec: &StepRecord,
     ctx: &Value,
-) -> Result<Action, String> {
-    let arguments = match &child.arguments {
-        None => json!({}),
-        Some(a) => {
-            template::render_value(a, ctx).map_err(|e| format!("workflow.arguments: {e}"))?
-        }
-    };
-    if !arguments.is_object() {
-        return Err(format!(
-            "workflow.arguments must render to an object, not {arguments}"
-        ));
-    }
+) -> Result<Action, RenderError> {
+    let arguments = render_arguments("workflow.arguments", child.arguments.as_ref(), ctx)?;
     Ok(Action::Child {
         workflow: child.name.clone(),
         arguments,

@@ -3,9 +3,11 @@
 
 use serde_json::{Map, Value, json};
 
+use super::duration::{self, RenderedDurationError};
 use super::machine::{Machine, Progress};
 use super::record::fresh_key;
-use super::{Next, duration, template, ts};
+use super::template::{self, TemplateError};
+use super::{Next, ts};
 use crate::api::{InputAction, Note, OpenInputRequest, SampleStep, Step, event_reasons};
 use crate::protocol::METHOD_SAMPLING;
 
@@ -33,6 +35,20 @@ pub fn sampling_answer_error(content: Option<&Value>) -> Option<String> {
         _ => false,
     };
     (!content_ok).then(|| "a sampling answer needs content with a type".into())
+}
+
+/// Why a `sample` step's question cannot be asked: a template of the step did not render.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SampleError {
+    /// `sample.prompt` did not render.
+    #[error("sample.prompt: {0}")]
+    Prompt(#[source] TemplateError),
+    /// `sample.systemPrompt` did not render.
+    #[error("sample.systemPrompt: {0}")]
+    SystemPrompt(#[source] TemplateError),
+    /// `sample.timeout` gives no duration.
+    #[error("sample.timeout: {0}")]
+    Timeout(#[source] RenderedDurationError),
 }
 
 /// The step's output from the model's message: its text (text blocks joined), `model`,
@@ -66,17 +82,15 @@ impl Machine<'_> {
         step: &Step,
         sample: &SampleStep,
         ctx: &Value,
-    ) -> Result<(), String> {
-        let prompt =
-            template::render(&sample.prompt, ctx).map_err(|e| format!("sample.prompt: {e}"))?;
+    ) -> Result<(), SampleError> {
+        let prompt = template::render(&sample.prompt, ctx).map_err(SampleError::Prompt)?;
         let mut params = json!({
             "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
             "maxTokens": sample.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
         });
         if let Some(system) = &sample.system_prompt {
-            params["systemPrompt"] = json!(
-                template::render(system, ctx).map_err(|e| format!("sample.systemPrompt: {e}"))?
-            );
+            params["systemPrompt"] =
+                json!(template::render(system, ctx).map_err(SampleError::SystemPrompt)?);
         }
         let key = fresh_key(self.run, &self.st, &format!("{}.{NAME}", step.name));
         self.st.input_requests.insert(
@@ -95,10 +109,7 @@ impl Machine<'_> {
         if rec.wake_at.is_none()
             && let Some(t) = &sample.timeout
         {
-            let d = template::render(t, ctx)
-                .map_err(|e| e.to_string())
-                .and_then(|s| duration::parse(&s))
-                .map_err(|e| format!("sample.timeout: {e}"))?;
+            let d = duration::render(t, ctx).map_err(SampleError::Timeout)?;
             rec.wake_at = Some(ts(self.now + d));
         }
         self.st.phase = crate::api::RunPhase::Waiting;
@@ -146,7 +157,7 @@ impl Machine<'_> {
                 self.st.input_requests.remove(key);
                 let ctx = super::context(self.run, &self.st);
                 if let Err(e) = self.open_sample(i, step, sample, &ctx) {
-                    self.fail_fatal(i, e);
+                    self.fail_fatal(i, e.to_string());
                 }
                 return Progress::Changed;
             }

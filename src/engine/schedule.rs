@@ -27,28 +27,99 @@ pub struct Timetable {
 
 const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
+/// Why a schedule's `cron` or `timeZone` cannot be read; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// `timeZone` names no zone of the time zone database.
+    #[error("timeZone {zone:?}: {source}")]
+    TimeZone {
+        /// The zone as given.
+        zone: String,
+        /// Why jiff does not know it.
+        #[source]
+        source: jiff::Error,
+    },
+    /// `cron` has neither five nor six fields, and is no `@` macro.
+    #[error(
+        "cron {cron:?} has {fields} fields: give five (minute hour day-of-month month \
+         day-of-week), six with a leading seconds field, or @hourly/@daily/@weekly/\
+         @monthly/@yearly"
+    )]
+    FieldCount {
+        /// The expression as given.
+        cron: String,
+        /// How many fields it has.
+        fields: usize,
+    },
+    /// The day-of-week field of `cron` is wrong.
+    #[error("cron {cron:?}: {source}")]
+    DayOfWeek {
+        /// The expression as given.
+        cron: String,
+        /// What is wrong with the field.
+        #[source]
+        source: DayOfWeekError,
+    },
+    /// The cron library does not read the expression.
+    #[error("cron {cron:?}: {source}")]
+    Cron {
+        /// The expression as given.
+        cron: String,
+        /// Why the library refused it.
+        #[source]
+        source: jiff_cron::error::Error,
+    },
+}
+
+/// What is wrong with a day-of-week field of a cron expression.
+#[derive(Debug, thiserror::Error)]
+pub enum DayOfWeekError {
+    /// A day number above 7.
+    #[error("day of week {0} is not 0-7")]
+    OutOfRange(usize),
+    /// A `/step` that is not a positive number.
+    #[error("bad step in {item:?}")]
+    BadStep {
+        /// The item of the field (`1-5/x`).
+        item: String,
+        /// Why the step is no number; `None` for a step of zero.
+        #[source]
+        source: Option<std::num::ParseIntError>,
+    },
+    /// A range whose start is after its end.
+    #[error("day-of-week range {0:?} runs backwards")]
+    Backwards(String),
+}
+
+/// The step of a day-of-week item (`1-5/2`): a number above zero.
+fn day_step(item: &str, step: &str) -> Result<usize, DayOfWeekError> {
+    match step.parse::<usize>() {
+        Ok(s) if s > 0 => Ok(s),
+        Ok(_) => Err(DayOfWeekError::BadStep {
+            item: item.to_owned(),
+            source: None,
+        }),
+        Err(e) => Err(DayOfWeekError::BadStep {
+            item: item.to_owned(),
+            source: Some(e),
+        }),
+    }
+}
+
 /// A standard day-of-week field (0–7, both 0 and 7 Sunday) in the names the cron library reads
 /// unambiguously (it numbers Sunday 1).
-fn day_of_week(field: &str) -> Result<String, String> {
-    let day = |s: &str| -> Result<Option<usize>, String> {
+fn day_of_week(field: &str) -> Result<String, DayOfWeekError> {
+    let day = |s: &str| -> Result<Option<usize>, DayOfWeekError> {
         match s.parse::<usize>() {
             Ok(n @ 0..=7) => Ok(Some(n % 7)),
-            Ok(n) => Err(format!("day of week {n} is not 0-7")),
+            Ok(n) => Err(DayOfWeekError::OutOfRange(n)),
             Err(_) => Ok(None),
         }
     };
     let mut out = Vec::new();
     for item in field.split(',') {
         let (range, step) = match item.split_once('/') {
-            Some((r, s)) => (
-                r,
-                Some(
-                    s.parse::<usize>()
-                        .ok()
-                        .filter(|s| *s > 0)
-                        .ok_or_else(|| format!("bad step in {item:?}"))?,
-                ),
-            ),
+            Some((r, s)) => (r, Some(day_step(item, s)?)),
             None => (item, None),
         };
         let bounds = match range.split_once('-') {
@@ -66,7 +137,7 @@ fn day_of_week(field: &str) -> Result<String, String> {
                 // `5-7` ends on Sunday (7), which is 0 here.
                 let b = if b == 0 && range.ends_with('7') { 7 } else { b };
                 if a > b {
-                    return Err(format!("day-of-week range {range:?} runs backwards"));
+                    return Err(DayOfWeekError::Backwards(range.to_owned()));
                 }
                 out.extend(
                     (a..=b)
@@ -81,9 +152,12 @@ fn day_of_week(field: &str) -> Result<String, String> {
 }
 
 /// Read a schedule's `cron` and `timeZone`.
-pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, String> {
+pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, ScheduleError> {
     let zone = spec.time_zone.as_deref().unwrap_or("UTC");
-    let tz = TimeZone::get(zone).map_err(|e| format!("timeZone {zone:?}: {e}"))?;
+    let tz = TimeZone::get(zone).map_err(|source| ScheduleError::TimeZone {
+        zone: zone.to_owned(),
+        source,
+    })?;
     let text = spec.cron.trim();
     let expr = if text.starts_with('@') {
         text.to_owned()
@@ -93,20 +167,25 @@ pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, String> {
             5 => ("0", &fields[..]),
             6 => (fields[0], &fields[1..]),
             n => {
-                return Err(format!(
-                    "cron {text:?} has {n} fields: give five (minute hour day-of-month month \
-                     day-of-week), six with a leading seconds field, or @hourly/@daily/@weekly/\
-                     @monthly/@yearly"
-                ));
+                return Err(ScheduleError::FieldCount {
+                    cron: text.to_owned(),
+                    fields: n,
+                });
             }
         };
-        let dow = day_of_week(rest[4]).map_err(|e| format!("cron {text:?}: {e}"))?;
+        let dow = day_of_week(rest[4]).map_err(|source| ScheduleError::DayOfWeek {
+            cron: text.to_owned(),
+            source,
+        })?;
         format!(
             "{seconds} {} {} {} {} {dow}",
             rest[0], rest[1], rest[2], rest[3]
         )
     };
-    let cron = jiff_cron::Schedule::from_str(&expr).map_err(|e| format!("cron {text:?}: {e}"))?;
+    let cron = jiff_cron::Schedule::from_str(&expr).map_err(|source| ScheduleError::Cron {
+        cron: text.to_owned(),
+        source,
+    })?;
     Ok(Timetable { cron, tz })
 }
 
@@ -345,7 +424,9 @@ mod tests {
             ("0 2 * * 5-1", None, "backwards"),
             ("0 2 * * *", Some("Mars/Olympus"), "timeZone"),
         ] {
-            let e = timetable(&spec(json!({"cron": cron, "timeZone": tz}))).unwrap_err();
+            let e = timetable(&spec(json!({"cron": cron, "timeZone": tz})))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(says), "{cron}: {e}");
         }
     }

@@ -9,7 +9,7 @@ use super::errors::internal;
 use super::state::{McpState, Tenant};
 use crate::api::Run;
 use crate::auth::{Resource, Verb};
-use crate::engine::input::{is_named_approver, may_answer};
+use crate::engine::input::{AnswerRefusal, is_named_approver, may_answer};
 
 pub(super) async fn allowed(
     state: &McpState,
@@ -128,6 +128,26 @@ pub(super) fn awaiting_keys(
         .into()
 }
 
+/// Why a caller may not answer one question of a Run.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum QuestionRefusal {
+    /// The question is not one of the Workflow's input requests (an upstream tool's, the
+    /// caller's model's), and the caller may not act on the whole Run.
+    #[error("only the requester may answer this question")]
+    RequesterOnly,
+    /// The request's own rules (approvers, `distinctFromRequester`) refuse the caller.
+    #[error(transparent)]
+    Refused(#[from] AnswerRefusal),
+    /// The request names no approvers, and the caller may not act on the whole Run.
+    #[error(
+        "{request} names no approvers: only the requester or someone who may list runs may answer it"
+    )]
+    NoApprovers {
+        /// The request's name.
+        request: String,
+    },
+}
+
 /// Whether `me` may answer one question of `run`: its approvers (and the requester rule) when
 /// it names approvers; otherwise only whoever may act on the whole Run (`for_anyone`), so that
 /// being the approver of one question gives no say over another.
@@ -136,12 +156,12 @@ pub(super) fn may_answer_question(
     run: &Run,
     me: &crate::api::Principal,
     for_anyone: bool,
-) -> Result<(), String> {
+) -> Result<(), QuestionRefusal> {
     let Some(spec) = spec else {
         return if for_anyone {
             Ok(())
         } else {
-            Err("only the requester may answer this question".into())
+            Err(QuestionRefusal::RequesterOnly)
         };
     };
     may_answer(
@@ -160,10 +180,9 @@ pub(super) fn may_answer_question(
     {
         Ok(())
     } else {
-        Err(format!(
-            "{} names no approvers: only the requester or someone who may list runs may answer it",
-            spec.name
-        ))
+        Err(QuestionRefusal::NoApprovers {
+            request: spec.name.clone(),
+        })
     }
 }
 

@@ -7,13 +7,13 @@ use jiff::Timestamp;
 use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 
-use super::access::{acts_for_anyone, may_answer_question};
+use super::access::{QuestionRefusal, acts_for_anyone, may_answer_question};
 use super::errors::{err, internal, unknown_task};
 use super::handler::RunwayMcp;
 use super::state::Tenant;
 use crate::api::{InputAction, InputResponse, Run};
-use crate::engine::budget;
-use crate::engine::input::answer_schema_error;
+use crate::engine::budget::{self, BudgetError};
+use crate::engine::input::{AnswerSchemaError, answer_schema_error};
 use crate::engine::sampling_answer_error;
 use crate::protocol::METHOD_SAMPLING;
 use crate::protocol::codes;
@@ -51,6 +51,29 @@ impl Answers {
     }
 }
 
+/// Why an answer to an open question is refused (the question stays open).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AnswerError {
+    /// A sampling answer that is not a model's message: what it lacks.
+    #[error("{0}")]
+    NotAModelMessage(String),
+    /// `action` is missing, or none of accept, decline and cancel.
+    #[error("action must be accept, decline or cancel")]
+    Action(#[source] Option<serde_json::Error>),
+    /// `content` is given and is not an object.
+    #[error("content must be an object")]
+    ContentNotAnObject,
+    /// The answer is over the answer budget.
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    /// The caller may not answer this question.
+    #[error(transparent)]
+    Refused(#[from] QuestionRefusal),
+    /// An accept's content does not match the form the client was shown.
+    #[error(transparent)]
+    Schema(#[from] AnswerSchemaError),
+}
+
 /// Whether `value` may answer the open request `req`: a known action, an object as content
 /// within the answer budget, from someone the request lets answer, and (for `accept`) content
 /// that matches the `requestedSchema` the client was shown.
@@ -62,11 +85,11 @@ pub(super) fn check_answer(
     run: &Run,
     me: &crate::api::Principal,
     for_anyone: bool,
-) -> Result<(InputAction, Option<Value>), String> {
+) -> Result<(InputAction, Option<Value>), AnswerError> {
     if req.method == METHOD_SAMPLING {
         // The answer is the model's message itself (a CreateMessageResult).
         if let Some(why) = sampling_answer_error(Some(value)) {
-            return Err(why);
+            return Err(AnswerError::NotAModelMessage(why));
         }
         may_answer_question(spec, run, me, for_anyone)?;
         budget::check(
@@ -76,11 +99,11 @@ pub(super) fn check_answer(
         )?;
         return Ok((InputAction::Accept, Some(value.clone())));
     }
-    let action = value
-        .get("action")
-        .cloned()
-        .and_then(|a| serde_json::from_value::<InputAction>(a).ok())
-        .ok_or_else(|| "action must be accept, decline or cancel".to_owned())?;
+    let action = match value.get("action") {
+        Some(a) => serde_json::from_value::<InputAction>(a.clone())
+            .map_err(|e| AnswerError::Action(Some(e)))?,
+        None => return Err(AnswerError::Action(None)),
+    };
     // A URL-mode answer has no content: whatever the page collected never passes through here.
     let url_mode = req.params.get("mode").and_then(Value::as_str) == Some("url");
     let content = value
@@ -88,7 +111,7 @@ pub(super) fn check_answer(
         .cloned()
         .filter(|c| !c.is_null() && !url_mode);
     if content.as_ref().is_some_and(|c| !c.is_object()) {
-        return Err("content must be an object".into());
+        return Err(AnswerError::ContentNotAnObject);
     }
     if let Some(c) = &content {
         budget::check(
@@ -101,7 +124,7 @@ pub(super) fn check_answer(
     if action == InputAction::Accept
         && let Some(why) = answer_schema_error(req.params.get("requestedSchema"), content.as_ref())
     {
-        return Err(why);
+        return Err(why.into());
     }
     Ok((action, content))
 }
@@ -152,7 +175,7 @@ impl RunwayMcp {
                     }
                     Err(why) => {
                         tracing::info!(namespace = %t.namespace, run = name, key, reason = crate::api::event_reasons::INPUT_REJECTED, "answer refused: {why}");
-                        outcome.refused.insert(key.clone(), why);
+                        outcome.refused.insert(key.clone(), why.to_string());
                     }
                 }
             }

@@ -87,22 +87,33 @@ impl Config {
 /// Shortest state key accepted.
 pub(crate) const MIN_STATE_KEY_BYTES: usize = 32;
 
+/// Why a key file or Secret holds no usable state keys.
+#[derive(Debug, thiserror::Error)]
+pub enum StateKeyError {
+    /// Nothing but blank lines.
+    #[error("no state key")]
+    NoKey,
+    /// A key too short to sign with.
+    #[error("state key {index} is shorter than {MIN_STATE_KEY_BYTES} bytes")]
+    TooShort {
+        /// Which key, counting from 1 (blank lines not counted).
+        index: usize,
+    },
+}
+
 /// State keys as a key file or Secret holds them: one per line, newest first; blank lines and
 /// surrounding whitespace are ignored.
-pub fn parse_state_keys(text: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn parse_state_keys(text: &[u8]) -> Result<Vec<Vec<u8>>, StateKeyError> {
     let keys: Vec<Vec<u8>> = text
         .split(|b| *b == b'\n')
         .map(|l| l.trim_ascii().to_vec())
         .filter(|l| !l.is_empty())
         .collect();
     if keys.is_empty() {
-        return Err("no state key".into());
+        return Err(StateKeyError::NoKey);
     }
     if let Some(i) = keys.iter().position(|k| k.len() < MIN_STATE_KEY_BYTES) {
-        return Err(format!(
-            "state key {} is shorter than {MIN_STATE_KEY_BYTES} bytes",
-            i + 1
-        ));
+        return Err(StateKeyError::TooShort { index: i + 1 });
     }
     Ok(keys)
 }

@@ -18,7 +18,7 @@ use super::caller::caller;
 use super::config::MAX_BODY_BYTES;
 use super::errors::{busy, rpc_error};
 use super::handler::RunwayMcp;
-use super::headers::{check_param_headers, protocol_headers, task_headers_agree};
+use super::headers::{ParamHeaderError, check_param_headers, protocol_headers, task_headers_agree};
 use super::state::{McpState, Tenant};
 use super::{console, delivery, era2025, fast, listen};
 use crate::protocol::{METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, codes};
@@ -130,8 +130,9 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     }
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
-        Err((code, why)) => {
-            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, code, &why);
+        Err(why) => {
+            let message = why.to_string();
+            return rpc_error(StatusCode::BAD_REQUEST, Value::Null, why.code(), &message);
         }
     };
     if let Some(method) = msg.get("method").and_then(Value::as_str) {
@@ -185,7 +186,12 @@ async fn serve(
     if method == METHOD_CALL_TOOL
         && let Err(why) = tool_param_headers(&state, &tenant, params, &parts.headers).await
     {
-        return rpc_error(StatusCode::BAD_REQUEST, id, codes::HEADER_MISMATCH, &why);
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            &why.to_string(),
+        );
     }
     let metrics = state.config.metrics.clone();
     let resp = if method == METHOD_LISTEN {
@@ -253,15 +259,33 @@ async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Respons
     }
 }
 
-/// The request body as one JSON-RPC object, or the JSON-RPC code and message refusing it.
-fn parse_message(bytes: &[u8]) -> Result<Value, (i64, String)> {
+/// Why a request body is not one JSON-RPC object.
+#[derive(Debug, thiserror::Error)]
+enum MessageError {
+    /// Not JSON.
+    #[error("parse error: {0}")]
+    Parse(#[source] serde_json::Error),
+    /// JSON, but not an object (a batch, say).
+    #[error("one JSON-RPC object per request (batches are not supported)")]
+    NotAnObject,
+}
+
+impl MessageError {
+    /// The JSON-RPC code that refuses the request.
+    fn code(&self) -> i64 {
+        match self {
+            Self::Parse(_) => codes::PARSE_ERROR,
+            Self::NotAnObject => codes::INVALID_REQUEST,
+        }
+    }
+}
+
+/// The request body as one JSON-RPC object, or why it is refused.
+fn parse_message(bytes: &[u8]) -> Result<Value, MessageError> {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(msg) if msg.is_object() => Ok(msg),
-        Ok(_) => Err((
-            codes::INVALID_REQUEST,
-            "one JSON-RPC object per request (batches are not supported)".into(),
-        )),
-        Err(e) => Err((codes::PARSE_ERROR, format!("parse error: {e}"))),
+        Ok(_) => Err(MessageError::NotAnObject),
+        Err(e) => Err(MessageError::Parse(e)),
     }
 }
 
@@ -272,7 +296,7 @@ async fn tool_param_headers(
     tenant: &Tenant,
     params: Option<&Value>,
     headers: &HeaderMap,
-) -> Result<(), String> {
+) -> Result<(), ParamHeaderError> {
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
     };

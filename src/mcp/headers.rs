@@ -1,6 +1,7 @@
 //! Checks on what a request carries besides its body: `Host` and `Origin`, the protocol
 //! version header, `Mcp-Name` on `tasks/*` and the `Mcp-Param-*` mirrors of arguments.
 
+use axum::http::header::ToStrError;
 use axum::http::{HeaderMap, header};
 use serde_json::Value;
 
@@ -89,8 +90,19 @@ pub(super) fn host_and_origin_allowed(
     })
 }
 
+/// Why a header value in the `=?base64?…?=` form cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HeaderValueError {
+    /// The part between the markers is not Base64.
+    #[error("invalid base64 header value: {0}")]
+    Base64(#[source] data_encoding::DecodeError),
+    /// It decodes to bytes that are not UTF-8.
+    #[error("base64 header value is not UTF-8")]
+    NotUtf8(#[source] std::string::FromUtf8Error),
+}
+
 /// Decode a header value, honouring the `=?base64?…?=` sentinel.
-pub(super) fn decode_header_value(v: &str) -> Result<String, String> {
+pub(super) fn decode_header_value(v: &str) -> Result<String, HeaderValueError> {
     match v
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
@@ -98,11 +110,53 @@ pub(super) fn decode_header_value(v: &str) -> Result<String, String> {
         Some(b64) => {
             let bytes = data_encoding::BASE64
                 .decode(b64.as_bytes())
-                .map_err(|e| format!("invalid base64 header value: {e}"))?;
-            String::from_utf8(bytes).map_err(|_| "base64 header value is not UTF-8".to_string())
+                .map_err(HeaderValueError::Base64)?;
+            String::from_utf8(bytes).map_err(HeaderValueError::NotUtf8)
         }
         None => Ok(v.to_owned()),
     }
+}
+
+/// Why the `Mcp-Param-*` headers of a call do not mirror its arguments; the message names the
+/// header.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ParamHeaderError {
+    /// The header's value is not visible ASCII.
+    #[error("Mcp-Param-{suffix} is not valid text")]
+    NotText {
+        /// The header's name after `Mcp-Param-`.
+        suffix: String,
+        /// Why its value is not text.
+        #[source]
+        source: ToStrError,
+    },
+    /// The argument is given and its header is not.
+    #[error("missing header Mcp-Param-{suffix} for argument {argument}")]
+    Missing {
+        /// The header's name after `Mcp-Param-`.
+        suffix: String,
+        /// The argument it mirrors.
+        argument: String,
+    },
+    /// The header is given and its argument is not.
+    #[error("header Mcp-Param-{suffix} given without argument {argument}")]
+    WithoutArgument {
+        /// The header's name after `Mcp-Param-`.
+        suffix: String,
+        /// The argument it mirrors.
+        argument: String,
+    },
+    /// The header's value is in the Base64 form and cannot be decoded.
+    #[error(transparent)]
+    Value(#[from] HeaderValueError),
+    /// The header says something else than the argument.
+    #[error("header Mcp-Param-{suffix} does not match argument {argument}")]
+    Mismatch {
+        /// The header's name after `Mcp-Param-`.
+        suffix: String,
+        /// The argument it mirrors.
+        argument: String,
+    },
 }
 
 /// Arguments marked `x-mcp-header` must be mirrored, exactly, in `Mcp-Param-<name>` headers.
@@ -110,7 +164,7 @@ pub(super) fn check_param_headers(
     schema: &Value,
     args: &serde_json::Map<String, Value>,
     headers: &HeaderMap,
-) -> Result<(), String> {
+) -> Result<(), ParamHeaderError> {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return Ok(());
     };
@@ -124,24 +178,26 @@ pub(super) fn check_param_headers(
             Value::String(s) => s.clone(),
             other => other.to_string(),
         });
+        // Only a refusal needs the names as its own.
+        let names = || (suffix.to_owned(), prop.clone());
         match (body, header) {
             (None, None) => {}
-            (_, Some(Err(_))) => return Err(format!("Mcp-Param-{suffix} is not valid text")),
+            (_, Some(Err(source))) => {
+                let suffix = suffix.to_owned();
+                return Err(ParamHeaderError::NotText { suffix, source });
+            }
             (Some(_), None) => {
-                return Err(format!(
-                    "missing header Mcp-Param-{suffix} for argument {prop}"
-                ));
+                let (suffix, argument) = names();
+                return Err(ParamHeaderError::Missing { suffix, argument });
             }
             (None, Some(Ok(_))) => {
-                return Err(format!(
-                    "header Mcp-Param-{suffix} given without argument {prop}"
-                ));
+                let (suffix, argument) = names();
+                return Err(ParamHeaderError::WithoutArgument { suffix, argument });
             }
             (Some(b), Some(Ok(h))) => {
                 if decode_header_value(h)? != b {
-                    return Err(format!(
-                        "header Mcp-Param-{suffix} does not match argument {prop}"
-                    ));
+                    let (suffix, argument) = names();
+                    return Err(ParamHeaderError::Mismatch { suffix, argument });
                 }
             }
         }

@@ -30,6 +30,6 @@ mod state;
 mod tasks;
 mod tools;
 
-pub use config::{Config, MAX_BODY_BYTES, TaskAccess, parse_state_keys};
+pub use config::{Config, MAX_BODY_BYTES, StateKeyError, TaskAccess, parse_state_keys};
 pub(crate) use gate::router;
-pub use state::{McpState, Tenant};
+pub use state::{McpState, StateError, Tenant};

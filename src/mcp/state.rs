@@ -40,6 +40,17 @@ pub struct McpState {
     pub(super) streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
 
+/// Why the endpoint's state cannot be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The configuration has no state key.
+    #[error("no state key")]
+    NoKey,
+    /// A state key cannot sign (too short).
+    #[error("state key: {0}")]
+    Key(#[source] rmcp::model::RequestStateError),
+}
+
 impl McpState {
     /// Assemble the state; starts the process's feed of Run changes (`events`), which the
     /// other waiters of the process share.
@@ -51,16 +62,16 @@ impl McpState {
         event_log: Arc<dyn EventLog>,
         config: Config,
         shutdown: CancellationToken,
-    ) -> Result<Arc<Self>, String> {
+    ) -> Result<Arc<Self>, StateError> {
         if config.state_keys.is_empty() {
-            return Err("no state key".into());
+            return Err(StateError::NoKey);
         }
         let codecs = config
             .state_keys
             .iter()
             .map(|k| rmcp::model::RequestStateCodec::try_new(k.clone()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("state key: {e}"))?;
+            .map_err(StateError::Key)?;
         let events = RunChanges::follow(store.clone(), shutdown.clone());
         let hosts = config.hosts().iter().map(|h| AllowedHost::new(h)).collect();
         let origins = config.origins();

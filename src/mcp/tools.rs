@@ -31,7 +31,9 @@ use crate::api::{ExecutionMode, Run, RunPhase, Workflow, reasons};
 use crate::auth::{Resource, Verb};
 use crate::engine::budget;
 use crate::engine::input::answer_schema_error;
-use crate::protocol::{META_IDEMPOTENCY_KEY, METHOD_SAMPLING, TASKS_EXTENSION, codes};
+use crate::protocol::{
+    META_IDEMPOTENCY_KEY, METHOD_ELICITATION, METHOD_SAMPLING, TASKS_EXTENSION, codes,
+};
 use crate::store::Change;
 use crate::store::StoreError;
 
@@ -88,7 +90,8 @@ pub(super) fn tool_of(wf: &Workflow) -> Tool {
 
 pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
     let instance = Value::Object(args.clone());
-    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES).map_err(invalid)?;
+    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES)
+        .map_err(|e| invalid(e.to_string()))?;
     let Some(schema) = &wf.spec.tool.input_schema else {
         return Ok(());
     };
@@ -259,7 +262,7 @@ impl RunwayMcp {
             ));
         }
         let request: InputRequest = serde_json::from_value(json!({
-            "method": "elicitation/create",
+            "method": METHOD_ELICITATION,
             "params": {"mode": "form", "message": q.message, "requestedSchema": q.requested_schema},
         }))
         .map_err(internal)?;

@@ -61,6 +61,23 @@ pub struct Settings {
     pub retry_period: Duration,
 }
 
+/// Why lease settings cannot work; the message names the flags.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// `--shards` is out of range.
+    #[error("--shards must be between 1 and {MAX_SHARDS}")]
+    Shards,
+    /// `--lease-duration` is not a whole, positive number of seconds (a Lease counts seconds).
+    #[error("--lease-duration must be a whole number of seconds")]
+    Duration,
+    /// The retry period, renew deadline and lease duration are not in increasing order.
+    #[error(
+        "lease timings must satisfy 0 < --lease-retry-period < --lease-renew-deadline \
+         < --lease-duration"
+    )]
+    Timings,
+}
+
 impl Settings {
     /// One shard (leader election) and the default timings.
     pub fn new(name: &str, namespace: &str, identity: &str) -> Self {
@@ -76,22 +93,18 @@ impl Settings {
     }
 
     /// Why these settings cannot work, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), SettingsError> {
         if !(1..=MAX_SHARDS).contains(&self.shards) {
-            return Err(format!("--shards must be between 1 and {MAX_SHARDS}"));
+            return Err(SettingsError::Shards);
         }
         if self.duration.as_secs() < 1 || self.duration.subsec_nanos() != 0 {
-            return Err("--lease-duration must be a whole number of seconds".into());
+            return Err(SettingsError::Duration);
         }
         if self.retry_period.is_zero()
             || self.retry_period >= self.renew_deadline
             || self.renew_deadline >= self.duration
         {
-            return Err(
-                "lease timings must satisfy 0 < --lease-retry-period < --lease-renew-deadline \
-                 < --lease-duration"
-                    .into(),
-            );
+            return Err(SettingsError::Timings);
         }
         Ok(())
     }
@@ -589,7 +602,7 @@ mod tests {
             renew_deadline: RENEW_DEADLINE,
             retry_period: RETRY_PERIOD,
         };
-        assert_eq!(ok.check(), Ok(()));
+        assert!(ok.check().is_ok());
         assert_eq!(ok.shard_lease(0), "runway-controller");
         assert_eq!(ok.shard_lease(2), "runway-controller-2");
         for bad in [

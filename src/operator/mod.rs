@@ -82,7 +82,7 @@ async fn state_keys_from_secret(
                 .as_ref()
                 .and_then(|d| d.get(STATE_KEY_FIELD))
                 .ok_or_else(|| fail(format!("has no key {STATE_KEY_FIELD}")))?;
-            return mcp::parse_state_keys(&data.0).map_err(fail);
+            return mcp::parse_state_keys(&data.0).map_err(|e| fail(e.to_string()));
         }
         let mut secret = Secret::default();
         secret.metadata.name = Some(name.to_owned());
@@ -241,7 +241,7 @@ pub async fn run_with(
         mcp_config,
         shutdown.clone(),
     )
-    .map_err(OperatorError::Start)?;
+    .map_err(|e| OperatorError::Start(e.to_string()))?;
     let changes = state.events.clone();
     let mcp_listener = tokio::net::TcpListener::bind(opts.listen)
         .await

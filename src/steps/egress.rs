@@ -5,7 +5,8 @@
 //! operator's own ports are. The check runs after DNS resolution, on every connection reqwest
 //! makes (redirects included), and on IP-literal hosts before a request is sent.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{AddrParseError, IpAddr, Ipv6Addr, SocketAddr};
+use std::num::ParseIntError;
 use std::sync::Arc;
 
 /// An address range, `addr/prefix`.
@@ -15,26 +16,53 @@ pub struct Cidr {
     prefix: u8,
 }
 
-impl std::str::FromStr for Cidr {
-    type Err = String;
+/// Why a string is not an address or CIDR range.
+#[derive(Debug, thiserror::Error)]
+pub enum CidrError {
+    /// The part before `/` is not an IP address.
+    #[error("{input:?} is not an address or CIDR range")]
+    Address {
+        /// The string as given.
+        input: String,
+        /// Why it is no address.
+        #[source]
+        source: AddrParseError,
+    },
+    /// The prefix is not a number of bits the address has.
+    #[error("{input:?}: the prefix must be 0-{max}")]
+    Prefix {
+        /// The string as given.
+        input: String,
+        /// The address's length in bits (32 or 128).
+        max: u8,
+        /// Why the prefix is no number; `None` for a number that is too large.
+        #[source]
+        source: Option<ParseIntError>,
+    },
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Self, CidrError> {
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let net: IpAddr = addr
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?} is not an address or CIDR range"))?;
+        let net: IpAddr = addr.trim().parse().map_err(|source| CidrError::Address {
+            input: s.to_owned(),
+            source,
+        })?;
         let max = if net.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(|| format!("{s:?}: the prefix must be 0-{max}"))?,
+        let bad = |source| CidrError::Prefix {
+            input: s.to_owned(),
+            max,
+            source,
+        };
+        let prefix = match prefix.map(|p| p.trim().parse::<u8>()) {
+            Some(Ok(p)) if p <= max => p,
+            Some(Ok(_)) => return Err(bad(None)),
+            Some(Err(e)) => return Err(bad(Some(e))),
             None => max,
         };
         Ok(Self { net, prefix })
@@ -118,7 +146,7 @@ impl Egress {
     }
 
     /// Check a URL whose host is an IP literal (reqwest does not resolve those).
-    pub(crate) fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
+    pub(crate) fn check_url(&self, url: &reqwest::Url) -> Result<(), EgressDenied> {
         let host = url.host_str().unwrap_or_default();
         let Ok(ip) = host
             .trim_start_matches('[')
@@ -130,7 +158,7 @@ impl Egress {
         if self.permits(ip) {
             Ok(())
         } else {
-            Err(denied(&ip.to_string()))
+            Err(EgressDenied(ip.to_string()))
         }
     }
 
@@ -160,9 +188,10 @@ impl Egress {
     }
 }
 
-fn denied(what: &str) -> String {
-    format!("egress to {what} is not allowed (see --egress-allow)")
-}
+/// A connection the egress policy does not allow, to the host or address named.
+#[derive(Debug, thiserror::Error)]
+#[error("egress to {0} is not allowed (see --egress-allow)")]
+pub struct EgressDenied(String);
 
 struct Resolver(Egress);
 
@@ -178,7 +207,7 @@ impl reqwest::dns::Resolve for Resolver {
                 .filter(|a| policy.permits(a.ip()))
                 .collect();
             if allowed.is_empty() && !all.is_empty() {
-                return Err(denied(&host).into());
+                return Err(EgressDenied(host).into());
             }
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
@@ -246,7 +275,12 @@ mod tests {
             .send()
             .await
             .unwrap_err();
-        let chain = format!("{:?}", err);
+        let mut chain = err.to_string();
+        let mut cause = std::error::Error::source(&err);
+        while let Some(c) = cause {
+            chain = format!("{chain}: {c}");
+            cause = c.source();
+        }
         assert!(
             chain.contains("egress to localhost is not allowed"),
             "{chain}"

@@ -15,6 +15,17 @@ pub(crate) const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 /// Largest response body read, in bytes.
 pub(crate) const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
+/// Why a response body was not read whole.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The connection failed while reading.
+    #[error(transparent)]
+    Read(#[from] reqwest::Error),
+    /// The body is larger than [`MAX_RESPONSE_BYTES`].
+    #[error("response body larger than {MAX_RESPONSE_BYTES} bytes")]
+    TooLarge,
+}
+
 /// Executes `http` steps with one shared connection pool.
 pub(crate) struct HttpExecutor {
     client: reqwest::Client,
@@ -66,7 +77,7 @@ impl HttpExecutor {
         match reqwest::Url::parse(&req.url) {
             Ok(url) => {
                 if let Err(e) = self.egress.check_url(&url) {
-                    return Outcome::internal(e);
+                    return Outcome::internal(e.to_string());
                 }
             }
             Err(e) => return Outcome::internal(format!("url {:?}: {e}", req.url)),
@@ -81,7 +92,7 @@ impl HttpExecutor {
                     builder = builder.header(name, value);
                 }
             }
-            Err(e) => return Outcome::internal(e),
+            Err(e) => return Outcome::internal(e.to_string()),
         }
         builder = match &req.body {
             None => builder,
@@ -116,11 +127,11 @@ impl HttpExecutor {
             .collect();
         let body = match read_body(resp).await {
             Ok(b) => b,
-            Err(message) => {
+            Err(e) => {
                 return Outcome::Failed {
                     detail: None,
                     class: ErrorClass::Connection,
-                    message,
+                    message: e.to_string(),
                 };
             }
         };
@@ -161,13 +172,11 @@ fn response_outcome(
     }
 }
 
-async fn read_body(mut resp: reqwest::Response) -> Result<Value, String> {
+async fn read_body(mut resp: reqwest::Response) -> Result<Value, BodyError> {
     let mut buf = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = resp.chunk().await? {
         if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(format!(
-                "response body larger than {MAX_RESPONSE_BYTES} bytes"
-            ));
+            return Err(BodyError::TooLarge);
         }
         buf.extend_from_slice(&chunk);
     }

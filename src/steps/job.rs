@@ -42,6 +42,17 @@ impl JobExecutor {
     }
 }
 
+/// Why a `job` step's template makes no Job.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobTemplateError {
+    /// The template is not an object with a `spec` object.
+    #[error("job.template needs a pod spec")]
+    NoPodSpec,
+    /// The Job built from it is not a valid `batch/v1` Job.
+    #[error("job.template: {0}")]
+    Invalid(#[source] serde_json::Error),
+}
+
 /// The Job for one attempt of a step.
 pub(crate) fn build_job(
     run: &Run,
@@ -50,10 +61,10 @@ pub(crate) fn build_job(
     step: &JobStep,
     env: &[(String, String)],
     active_deadline: Option<i64>,
-) -> Result<Job, String> {
+) -> Result<Job, JobTemplateError> {
     let mut template = step.template.clone();
     if !template.is_object() || !template.get("spec").is_some_and(Value::is_object) {
-        return Err("job.template needs a pod spec".into());
+        return Err(JobTemplateError::NoPodSpec);
     }
     if !env.is_empty()
         && let Some(containers) = template["spec"]
@@ -101,7 +112,7 @@ pub(crate) fn build_job(
         },
         "spec": spec,
     }))
-    .map_err(|e| format!("job.template: {e}"))
+    .map_err(JobTemplateError::Invalid)
 }
 
 fn finished(job: &Job) -> Option<bool> {
@@ -142,7 +153,7 @@ async fn ensure_job(
             left.map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
         ) {
             Ok(j) => j,
-            Err(e) => return Some(Outcome::internal(e)),
+            Err(e) => return Some(Outcome::internal(e.to_string())),
         };
         match api.create(&PostParams::default(), &job).await {
             Ok(_) => {}

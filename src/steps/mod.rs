@@ -140,12 +140,27 @@ impl SecretSource for StaticSecrets {
     }
 }
 
+/// A `valueFrom` header whose Secret key cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("header {name}: secret {secret}/{key}: {source}")]
+pub(crate) struct SecretHeaderError {
+    /// The header's name.
+    name: String,
+    /// The Secret's name.
+    secret: String,
+    /// The key in the Secret.
+    key: String,
+    /// Why it cannot be read.
+    #[source]
+    source: crate::store::StoreError,
+}
+
 /// Rendered headers as `(name, value)` pairs, reading `valueFrom` Secrets in the Run's namespace.
 pub(crate) async fn resolve_headers(
     secrets: &dyn SecretSource,
     run: &Run,
     headers: &[crate::engine::HeaderValue],
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, SecretHeaderError> {
     let ns = run.metadata.namespace.as_deref().unwrap_or_default();
     let mut out = Vec::with_capacity(headers.len());
     for h in headers {
@@ -156,7 +171,14 @@ pub(crate) async fn resolve_headers(
             crate::engine::HeaderValue::Secret { name, secret, key } => {
                 match secrets.get(ns, secret, key).await {
                     Ok(v) => out.push((name.clone(), v)),
-                    Err(e) => return Err(format!("header {name}: secret {secret}/{key}: {e}")),
+                    Err(source) => {
+                        return Err(SecretHeaderError {
+                            name: name.clone(),
+                            secret: secret.clone(),
+                            key: key.clone(),
+                            source,
+                        });
+                    }
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! to whoever waits on a Run (a blocking call, a listen stream, a held 2025-era call, a parent
 //! waiting for its child). Only Runs someone waits on are copied.
 //!
-//! A subscriber that falls behind by more than [`PER_RUN_BUFFER`] changes gets
+//! A subscriber that falls behind by more than `PER_RUN_BUFFER` changes gets
 //! `RecvError::Lagged` and reads the Run again; a Run that is deleted gives [`Change::Deleted`];
 //! after a gap in the watch (the store restarted, the resume point expired) every watched Run's
 //! current state is sent again. Subscribers subscribe first and read the Run second, so that no

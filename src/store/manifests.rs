@@ -97,7 +97,26 @@ fn fingerprint(files: &[PathBuf]) -> Vec<(PathBuf, SystemTime, u64)> {
 }
 
 /// A Workflow document of a file, or the key and error of one that does not deserialize.
-type Document = Result<Workflow, (Key, String)>;
+type Document = Result<Workflow, (Key, DocumentError)>;
+
+/// Why a document of a file is not a Workflow; the message names the fields and lines.
+#[derive(Debug, thiserror::Error)]
+enum DocumentError {
+    /// Fields the type does not know: their paths, with lines where found.
+    #[error("unknown field {0}")]
+    UnknownFields(String),
+    /// A value of the wrong shape.
+    #[error("{path}{at}: {source}")]
+    Shape {
+        /// Its path.
+        path: String,
+        /// ` (line N)` when its line is found.
+        at: String,
+        /// Why it does not deserialize.
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 /// The API group of Runway's resources; a document of this group must be a kind this server
 /// reads, so that `kind: Workfow` or a wrong version is an error, not a skipped file.
@@ -105,10 +124,40 @@ const GROUP: &str = "runway.dev";
 /// The `apiVersion` of the Workflows this server reads.
 const API_VERSION: &str = "runway.dev/v1alpha1";
 
+/// Why a manifest file is not read at all (the Workflows it defined before are kept).
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    /// The file cannot be read.
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    /// It is not YAML.
+    #[error(transparent)]
+    Yaml(#[from] serde_saphyr::Error),
+    /// A Workflow without `apiVersion`, at a 1-based line.
+    #[error("line {0}: a Workflow without apiVersion (use {API_VERSION})")]
+    NoApiVersion(usize),
+    /// A document of Runway's API group that is not a Workflow of the version this server
+    /// reads.
+    #[error(
+        "line {line}: {api_version} {kind} is not something this server reads (it reads kind Workflow of {API_VERSION})"
+    )]
+    NotAWorkflow {
+        /// The 1-based line the document starts on.
+        line: usize,
+        /// Its `apiVersion`.
+        api_version: String,
+        /// Its kind, as `kind <Kind>` or `without kind`.
+        kind: String,
+    },
+    /// A Workflow without `metadata.name`, at a 1-based line.
+    #[error("line {0}: a Workflow without metadata.name")]
+    NoName(usize),
+}
+
 /// Parse one file into Workflow documents; documents of other API groups are skipped.
-fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| e.to_string())?;
+fn parse_file(file: &Path) -> Result<Vec<Document>, FileError> {
+    let text = std::fs::read_to_string(file)?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)?;
     let sources = document_texts(&text);
     let mut out = Vec::new();
     for (n, doc) in docs.into_iter().enumerate() {
@@ -121,20 +170,16 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
         let ours = api_version.is_some_and(|v| v.split('/').next() == Some(GROUP));
         if !ours {
             if kind == Some("Workflow") && api_version.is_none() {
-                return Err(format!(
-                    "line {}: a Workflow without apiVersion (use {API_VERSION})",
-                    source.0 + 1
-                ));
+                return Err(FileError::NoApiVersion(source.0 + 1));
             }
             continue;
         }
         if api_version != Some(API_VERSION) || kind != Some("Workflow") {
-            return Err(format!(
-                "line {}: {} {} is not something this server reads (it reads kind Workflow of {API_VERSION})",
-                source.0 + 1,
-                api_version.unwrap_or_default(),
-                kind.map_or_else(|| "without kind".to_owned(), |k| format!("kind {k}")),
-            ));
+            return Err(FileError::NotAWorkflow {
+                line: source.0 + 1,
+                api_version: api_version.unwrap_or_default().to_owned(),
+                kind: kind.map_or_else(|| "without kind".to_owned(), |k| format!("kind {k}")),
+            });
         }
         let meta = doc.get("metadata");
         let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
@@ -143,10 +188,7 @@ fn parse_file(file: &Path) -> Result<Vec<Document>, String> {
             .and_then(Value::as_str)
             .unwrap_or(DEFAULT_NAMESPACE);
         let Some(name) = name else {
-            return Err(format!(
-                "line {}: a Workflow without metadata.name",
-                source.0 + 1
-            ));
+            return Err(FileError::NoName(source.0 + 1));
         };
         let key = Key::new(ns, name);
         out.push(workflow(key, doc, source));
@@ -184,7 +226,7 @@ fn workflow(key: Key, doc: Value, source: (usize, &str)) -> Document {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            Err((key, format!("unknown field {named}")))
+            Err((key, DocumentError::UnknownFields(named)))
         }
         Ok(mut wf) => {
             wf.metadata.namespace = Some(key.namespace.clone());
@@ -195,7 +237,14 @@ fn workflow(key: Key, doc: Value, source: (usize, &str)) -> Document {
             let at = line_of(source, &path)
                 .map(|l| format!(" (line {l})"))
                 .unwrap_or_default();
-            Err((key, format!("{path}{at}: {}", e.inner())))
+            Err((
+                key,
+                DocumentError::Shape {
+                    path,
+                    at,
+                    source: e.into_inner(),
+                },
+            ))
         }
     }
 }
@@ -293,8 +342,8 @@ impl ManifestWorkflows {
                                 let prev = previous.get(&key_of(&wf));
                                 self.validated(wf, prev)
                             }
-                            Err((key, message)) => {
-                                invalid_manifest(&key, file, &message, previous.get(&key))
+                            Err((key, e)) => {
+                                invalid_manifest(&key, file, &e.to_string(), previous.get(&key))
                             }
                         };
                         let key = key_of(&wf);
@@ -303,11 +352,12 @@ impl ManifestWorkflows {
                     }
                     by_file.insert(file.clone(), keys);
                 }
-                Err(message) => {
+                Err(e) => {
+                    let message = e.to_string();
                     tracing::error!(file = %file.display(), %message, "cannot load workflow manifest");
                     problems.push(Problem {
                         file: file.clone(),
-                        message: message.clone(),
+                        message,
                     });
                     // Keep what this file defined before it broke, as an API server would.
                     if let Some(keys) = state.by_file.get(file) {

@@ -188,7 +188,7 @@ fn schedules(spec: &WorkflowSpec) -> Result<(), Invalid> {
         if !names.insert(s.name.as_str()) {
             return Err(bad(&s.name, "name is used twice".into()));
         }
-        crate::engine::schedule::timetable(s).map_err(|e| bad(&s.name, e))?;
+        crate::engine::schedule::timetable(s).map_err(|e| bad(&s.name, e.to_string()))?;
         if let Some(d) = &s.starting_deadline {
             duration::parse(d).map_err(|e| bad(&s.name, format!("startingDeadline: {e}")))?;
         }

@@ -4,6 +4,7 @@
 //! principal and the path it was issued on: another caller's, another tenant's or a forged id
 //! opens as nothing.
 
+use rmcp::model::RequestStateError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -77,11 +78,13 @@ impl Session {
     }
 
     /// The id to hand to the client.
-    pub(crate) fn seal(&self, state: &McpState, binding: &str) -> Result<String, String> {
+    pub(crate) fn seal(
+        &self,
+        state: &McpState,
+        binding: &str,
+    ) -> Result<String, RequestStateError> {
         let opts = rmcp::model::SealOptions::new().associated_data(binding.as_bytes());
-        state.codecs[0]
-            .seal_json_with(self, &opts)
-            .map_err(|e| e.to_string())
+        state.codecs[0].seal_json_with(self, &opts)
     }
 
     /// The session an id names, if this server (under any of its state keys) issued it for
@@ -131,12 +134,14 @@ pub(crate) struct Question {
 
 impl Question {
     /// The request id to send.
-    pub(crate) fn seal(&self, state: &McpState, binding: &str) -> Result<String, String> {
+    pub(crate) fn seal(
+        &self,
+        state: &McpState,
+        binding: &str,
+    ) -> Result<String, RequestStateError> {
         let ad = format!("question\0{binding}");
         let opts = rmcp::model::SealOptions::new().associated_data(ad.as_bytes());
-        state.codecs[0]
-            .seal_json_with(self, &opts)
-            .map_err(|e| e.to_string())
+        state.codecs[0].seal_json_with(self, &opts)
     }
 
     /// The question an answer's id names, if it was asked of this caller on this path.

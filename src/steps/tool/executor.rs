@@ -47,7 +47,9 @@ impl ToolExecutor {
         let url = reqwest::Url::parse(&step.server.url).map_err(|e| {
             Outcome::internal(format!("tool.server.url {:?}: {e}", step.server.url))
         })?;
-        self.egress.check_url(&url).map_err(Outcome::internal)?;
+        self.egress
+            .check_url(&url)
+            .map_err(|e| Outcome::internal(e.to_string()))?;
         let resolved = crate::steps::resolve_headers(&*self.secrets, run, headers)
             .await
             .map_err(|e| Outcome::internal(format!("tool.server.{e}")))?;
@@ -70,7 +72,7 @@ impl ToolExecutor {
     async fn cleanup(&self, run: &Run, step: &str, task_id: &str) -> Outcome {
         let (tool, headers) = match engine::upstream_server(run, step) {
             Ok(s) => s,
-            Err(e) => return Outcome::internal(e),
+            Err(e) => return Outcome::internal(e.to_string()),
         };
         let up = match self.upstream(run, &tool, &headers).await {
             Ok(up) => up,

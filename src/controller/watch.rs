@@ -1,0 +1,82 @@
+//! Following the store's watch: what each change of a Run means for this controller.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+
+use super::queue::Key;
+use super::{Controller, STORE_RETRY};
+use crate::api::Run;
+use crate::store::{StoreError, WatchEvent};
+
+impl Controller {
+    /// Follow the store: queue every Run of this controller's shards that changes, abort
+    /// the effects of Runs cancelled or deleted, and wake the Runs waiting behind one that
+    /// ended.
+    pub(super) async fn watch(&self) {
+        loop {
+            let rv = match self.store.resource_version().await {
+                Ok(rv) => rv,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the store; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            };
+            match self.store.list(None, &BTreeMap::new()).await {
+                Ok(runs) => {
+                    let keys = runs.iter().filter_map(|r| Key::of(&r.metadata));
+                    for k in keys.filter(|k| self.config.shards.owns(k)) {
+                        self.queue.add(k);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot list runs; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
+                }
+            }
+            let mut stream = self.store.watch(Some(rv));
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(WatchEvent::Applied(run)) => {
+                        if run.phase().is_terminal() {
+                            self.wake_queued(&run);
+                        }
+                        let Some(k) = Key::of(&run.metadata) else {
+                            continue;
+                        };
+                        if !self.config.shards.owns(&k) {
+                            continue;
+                        }
+                        if run.spec.cancel.is_some() {
+                            self.inflight.abort(&k);
+                        }
+                        self.queue.add(k);
+                    }
+                    Ok(WatchEvent::Deleted(run)) => {
+                        self.wake_queued(&run);
+                        if let Some(k) = Key::of(&run.metadata) {
+                            self.outcomes.lock().expect("outcomes lock").remove(&k);
+                            self.waiting.leave(&k, &run);
+                            self.inflight.abort(&k);
+                        }
+                    }
+                    Err(StoreError::Gone) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "watch failed; listing again");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A Run ended or went away: the Runs queued behind it here (whatever shard it is in) may
+    /// have a slot now.
+    fn wake_queued(&self, run: &Run) {
+        for k in self.waiting.behind(run) {
+            self.queue.add(k);
+        }
+    }
+}
