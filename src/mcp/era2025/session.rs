@@ -4,6 +4,7 @@
 //! principal and the path it was issued on: another caller's, another tenant's or a forged id
 //! opens as nothing.
 
+use crate::mcp::caps::{declares_forms, declares_sampling, declares_urls};
 use rmcp::model::RequestStateError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -52,29 +53,19 @@ impl Session {
         self.version.as_str() >= TASKS_VERSION
     }
 
-    /// Whether the client can show a form (`elicitation: {}` or `{form: {}}`).
+    /// Whether the client can show a form (the rule of both eras, `caps::declares_forms`).
     pub(crate) fn elicits_forms(&self) -> bool {
-        match self.capabilities.get("elicitation") {
-            Some(Value::Object(modes)) => modes.is_empty() || modes.contains_key("form"),
-            _ => false,
-        }
+        declares_forms(&self.capabilities)
     }
 
-    /// Whether the client can send a person to a URL (2025-11-25 `elicitation: {url: {}}`).
+    /// Whether the client can send a person to a URL (from 2025-11-25, `elicitation: {url: {}}`).
     pub(crate) fn elicits_urls(&self) -> bool {
-        self.has_tasks()
-            && self
-                .capabilities
-                .get("elicitation")
-                .and_then(|e| e.get("url"))
-                .is_some_and(Value::is_object)
+        self.has_tasks() && declares_urls(&self.capabilities)
     }
 
     /// Whether the client lets the server ask its model.
     pub(crate) fn samples(&self) -> bool {
-        self.capabilities
-            .get("sampling")
-            .is_some_and(Value::is_object)
+        declares_sampling(&self.capabilities)
     }
 
     /// The id to hand to the client.
