@@ -189,6 +189,7 @@ impl Server {
         if mcp_config.state_keys.is_empty() {
             mcp_config.state_keys = vec![store.state_key().to_vec()];
         }
+        let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
         let state = mcp::McpState::new(
             run_store.clone(),
             wf_source.clone(),
@@ -203,7 +204,7 @@ impl Server {
         let ctl = run_controller(&opts, &run_store, &wf_source, &events, secrets, changes);
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
-        let scheduler = Scheduler::new(run_store, wf_source, events);
+        let scheduler = Scheduler::new(run_store, wf_source, events, name_key);
         let token = shutdown.clone();
         tasks.spawn(async move { scheduler.run(token).await });
         let reloader = workflows.spawn_reloader(RELOAD_EVERY);

@@ -150,6 +150,32 @@ pub mod annotations {
     pub const DEPTH: &str = "runway.dev/depth";
 }
 
+/// Longest workflow-name prefix of a task id (the id stays within 63 characters).
+const MAX_PREFIX: usize = 36;
+
+/// A task id (a Run's name) from 16 bytes — random, or an HMAC for idempotent calls and
+/// scheduled Runs: `<workflow prefix>-<26 lowercase base32 characters>`. Every taskId has
+/// this shape and these 128 bits, so none can be guessed from another.
+pub fn task_id_from(workflow: &str, bytes: &[u8; 16]) -> String {
+    let mut prefix: String = workflow
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(MAX_PREFIX)
+        .collect();
+    prefix = prefix.trim_matches('-').to_owned();
+    if prefix.is_empty() {
+        prefix = "run".into();
+    }
+    let suffix = data_encoding::BASE32_NOPAD.encode(bytes).to_lowercase();
+    format!("{prefix}-{suffix}")
+}
+
 /// A Kubernetes `Time` for `t`, at the whole-second precision the API server keeps.
 pub fn kube_time(t: jiff::Timestamp) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

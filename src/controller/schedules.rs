@@ -39,6 +39,8 @@ pub struct Scheduler {
     /// The latest time each schedule acted on (started, or skipped under `Forbid`), so that a
     /// skipped time is not started later; Runs carry the rest of the state.
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
+    /// The key of scheduled Run names.
+    name_key: Vec<u8>,
 }
 
 /// The user name scheduled Runs are requested by.
@@ -56,16 +58,19 @@ fn scheduled_for(run: &Run) -> Option<Timestamp> {
 }
 
 impl Scheduler {
-    /// A scheduler over `store` and `workflows`.
+    /// A scheduler over `store` and `workflows`; the names of the Runs it starts are keyed by
+    /// `name_key` (the server's state key).
     pub fn new(
         store: Arc<dyn RunStore>,
         workflows: Arc<dyn WorkflowSource>,
         events: Arc<dyn EventSink>,
+        name_key: Vec<u8>,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
             workflows,
             events,
+            name_key,
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
         })
@@ -204,7 +209,7 @@ impl Scheduler {
         key: &ScheduleKey,
         at: Timestamp,
     ) -> bool {
-        let name = schedule::run_name(&key.1, &spec.name, at);
+        let name = schedule::run_name(&self.name_key, &key.0, &key.1, &spec.name, at);
         let arguments = spec
             .arguments
             .clone()

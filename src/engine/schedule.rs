@@ -337,20 +337,27 @@ pub fn prune(spec: &ScheduleSpec, newest: Option<Timestamp>, finished: &[Finishe
     out
 }
 
-/// The name of the Run schedule `schedule` of `workflow` starts for `at`: the same every time,
-/// so that starting it twice (two passes, two replicas, a restart) makes one Run.
-pub fn run_name(workflow: &str, schedule: &str, at: Timestamp) -> String {
-    let mut prefix = format!("{workflow}-{schedule}");
-    if prefix.len() > 46 {
-        let mut h: u32 = 0x811c_9dc5;
-        for b in prefix.bytes() {
-            h ^= u32::from(b);
-            h = h.wrapping_mul(0x0100_0193);
-        }
-        prefix.truncate(38);
-        prefix = format!("{}-{h:08x}", prefix.trim_end_matches('-'));
+/// The name of the Run a schedule starts for `at`: a taskId like every other, its 128 bits an
+/// HMAC under `key` (the server's state key) of the namespace, Workflow, schedule and time.
+/// The same firing always gets the same name, so two schedulers (or one after a restart)
+/// cannot both start it, and nobody without the key can name a scheduled Run in advance.
+pub fn run_name(
+    key: &[u8],
+    namespace: &str,
+    workflow: &str,
+    schedule: &str,
+    at: Timestamp,
+) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    for part in [namespace, workflow, schedule, &at.as_second().to_string()] {
+        mac.update(part.as_bytes());
+        mac.update(&[0]);
     }
-    format!("{prefix}-{}", at.as_second())
+    let digest = mac.finalize().into_bytes();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    crate::api::task_id_from(workflow, &b)
 }
 
 #[cfg(test)]
@@ -542,19 +549,34 @@ mod tests {
     }
 
     #[test]
-    fn run_names_are_stable_short_and_distinct() {
+    fn run_names_are_keyed_stable_short_and_distinct() {
         let t = at("2027-01-15T02:00:00Z");
+        let name = |key: &[u8], ns: &str, wf: &str, at| run_name(key, ns, wf, "nightly", at);
+        let first = name(b"key", "prod", "report", t);
+        // A taskId like any other: the Workflow's name, then 128 bits in base32.
+        let (prefix, bits) = first.rsplit_once('-').unwrap();
+        assert_eq!(prefix, "report");
+        assert_eq!(bits.len(), 26);
         assert_eq!(
-            run_name("report", "nightly", t),
-            format!("report-nightly-{}", t.as_second())
+            first,
+            name(b"key", "prod", "report", t),
+            "the same firing, the same name"
         );
-        assert_eq!(
-            run_name("report", "nightly", t),
-            run_name("report", "nightly", t)
-        );
-        let long = run_name(&"w".repeat(60), "nightly", t);
+        for other in [
+            name(b"other key", "prod", "report", t),
+            name(b"key", "dev", "report", t),
+            name(
+                b"key",
+                "prod",
+                "report",
+                t + jiff::SignedDuration::from_secs(60),
+            ),
+            run_name(b"key", "prod", "report", "hourly", t),
+        ] {
+            assert_ne!(first, other);
+        }
+        let long = name(b"key", "prod", &"w".repeat(60), t);
         assert!(long.len() <= 63, "{long}");
-        assert_ne!(long, run_name(&"w".repeat(61), "nightly", t));
         assert!(crate::api::is_dns_subdomain(&long));
     }
 }

@@ -12,35 +12,11 @@ use crate::engine::duration;
 
 /// `pollIntervalMs` when a Workflow gives none.
 pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 1000;
-/// Longest workflow-name prefix of a task id (the id stays within 63 characters).
-const MAX_PREFIX: usize = 36;
-
 /// A fresh task id: `<workflow prefix>-<26 lowercase base32 chars of 128 random bits>`.
 pub(crate) fn new_task_id(workflow: &str) -> String {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("the OS random source works");
-    task_id_from(workflow, &b)
-}
-
-/// A task id from 16 bytes (random, or an HMAC for idempotent calls).
-pub(crate) fn task_id_from(workflow: &str, bytes: &[u8; 16]) -> String {
-    let mut prefix: String = workflow
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .take(MAX_PREFIX)
-        .collect();
-    prefix = prefix.trim_matches('-').to_owned();
-    if prefix.is_empty() {
-        prefix = "run".into();
-    }
-    let suffix = data_encoding::BASE32_NOPAD.encode(bytes).to_lowercase();
-    format!("{prefix}-{suffix}")
+    crate::api::task_id_from(workflow, &b)
 }
 
 fn ms(d: SignedDuration) -> u64 {

@@ -9,7 +9,6 @@ use sha2::Sha256;
 
 use super::errors::{internal, invalid};
 use super::handler::RunwayMcp;
-use super::projection;
 use super::state::Tenant;
 use crate::api::{Run, Workflow};
 
@@ -55,7 +54,7 @@ pub(super) fn idempotent_name(state_key: &[u8], t: &Tenant, wf: &Workflow, key: 
     let digest = mac.finalize().into_bytes();
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
-    projection::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
+    crate::api::task_id_from(wf.metadata.name.as_deref().unwrap_or("run"), &b)
 }
 
 impl RunwayMcp {

@@ -125,6 +125,8 @@ struct Cluster {
     store: KubeStore,
     workflows: KubeWorkflows,
     changes: RunChanges,
+    /// The key of scheduled Run names (the first state key).
+    name_key: Vec<u8>,
 }
 
 /// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
@@ -141,6 +143,7 @@ async fn lead(
         store,
         workflows,
         changes,
+        name_key,
     } = cluster;
     let validates = shards.owned.contains(&0);
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
@@ -159,6 +162,7 @@ async fn lead(
         Arc::new(store.clone()),
         Arc::new(workflows.clone()),
         events.clone(),
+        name_key,
     );
     let ctl = Controller::new(
         Arc::new(store),
@@ -230,6 +234,7 @@ pub async fn run_with(
         mcp_config.state_keys =
             state_keys_from_secret(&client, &opts.lease.namespace, &opts.state_key_secret).await?;
     }
+    let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
     let state = mcp::McpState::new(
         Arc::new(store.clone()),
         Arc::new(workflows.clone()),
@@ -265,6 +270,7 @@ pub async fn run_with(
         store,
         workflows,
         changes,
+        name_key,
     };
     if opts.leader_election {
         drive_owned_shards(cluster, &opts, metrics, &shutdown).await;
