@@ -46,6 +46,28 @@ impl Machine<'_> {
         Progress::Changed
     }
 
+    /// A cancel that came after the main steps ended, while `finally` steps or cleanups still
+    /// ran (the task still showed as working): the Run ends cancelled all the same, since the
+    /// caller was told its cancel was taken; what runs on is left to finish.
+    pub(super) fn cancel_decided(&mut self, cancel: crate::api::CancelRequest) -> Progress {
+        let who = cancel.requested_by.unwrap_or_else(|| "unknown".into());
+        let why = cancel.reason.unwrap_or_else(|| "no reason given".into());
+        self.event(
+            event_reasons::CANCEL_REQUESTED,
+            format!("cancel requested by {who} after the steps ended: {why}"),
+        );
+        self.st.ending = Some(Ending {
+            phase: RunPhase::Cancelled,
+            result: None,
+            error: None,
+            message: Some(format!("cancelled by {who} after its steps ended: {why}")),
+        });
+        self.st.input_requests.clear();
+        self.st.waiting_for = None;
+        self.st.phase = RunPhase::Cancelling;
+        Progress::Changed
+    }
+
     /// Queue the cleanup of an interrupted step: its upstream task or its Job.
     pub(super) fn interrupt(&mut self, wf: &WorkflowSpec, i: usize) {
         let rec = &self.st.steps[i];
@@ -100,7 +122,11 @@ impl Machine<'_> {
         }
         self.st.input_requests.clear();
         self.st.waiting_for = None;
-        let timeout = wf.execution.timeout.clone().unwrap_or_default();
+        let timeout = wf
+            .execution
+            .timeout
+            .clone()
+            .unwrap_or_else(|| super::duration::DEFAULT_RUN_TIMEOUT_TEXT.into());
         self.st.ending = Some(tool_error_ending(format!(
             "run deadline exceeded (execution.timeout {timeout})"
         )));

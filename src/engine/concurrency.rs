@@ -85,13 +85,11 @@ pub fn hold<P: Borrow<Run>>(
     }
     let created = place(run).0;
     let timeout = spec.execution.timeout.as_deref();
-    let deadline = timeout
-        .and_then(|t| duration::parse(t).ok())
-        .map(|d| created + d);
+    let deadline = duration::run_timeout(timeout).ok().map(|d| created + d);
     if queued && deadline.is_some_and(|d| now >= d) {
         let message = format!(
             "run deadline exceeded while queued (execution.timeout {})",
-            timeout.unwrap_or_default()
+            timeout.unwrap_or(duration::DEFAULT_RUN_TIMEOUT_TEXT)
         );
         return Some(end(run, tool_error_ending(message), now));
     }
@@ -299,9 +297,10 @@ mod tests {
             .unwrap();
         assert_eq!(expired.phase, RunPhase::Failed);
         assert!(expired.workflow.is_none() && expired.steps.is_empty());
+        assert_eq!(expired.status_message.as_deref(), Some("failed"));
         assert_eq!(
-            expired.status_message.as_deref(),
-            Some("run deadline exceeded while queued (execution.timeout 60s)")
+            expired.conditions[0].message,
+            "run deadline exceeded while queued (execution.timeout 60s)"
         );
         assert_eq!(expired.result.unwrap()["isError"], true);
         // Cancelled while queued: it ends Cancelled, never started. A Run cancelled before it
@@ -316,9 +315,10 @@ mod tests {
         let st = ended.status.unwrap();
         assert_eq!(st.phase, RunPhase::Cancelled);
         assert!(st.workflow.is_none());
+        assert_eq!(st.status_message.as_deref(), Some("cancelled"));
         assert_eq!(
-            st.status_message.as_deref(),
-            Some("cancelled by alice while queued: not now")
+            st.conditions[0].message,
+            "cancelled by alice while queued: not now"
         );
         assert_eq!(ended.events[0].reason, crate::api::event_reasons::FINISHED);
         let mut fresh = run("b", 2, "x");

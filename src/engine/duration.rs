@@ -68,6 +68,18 @@ pub enum DurationError {
     },
 }
 
+/// How long a Run may take from its creation when its Workflow sets no `execution.timeout`:
+/// a week. Without a bound an input step nobody answers, or an upstream task that never ends,
+/// would hold its Run (and a concurrency slot) forever.
+pub const DEFAULT_RUN_TIMEOUT: SignedDuration = SignedDuration::from_secs(7 * 24 * 3600);
+/// [`DEFAULT_RUN_TIMEOUT`] as `execution.timeout` would spell it.
+pub const DEFAULT_RUN_TIMEOUT_TEXT: &str = "168h";
+
+/// A Run's absolute timeout: its Workflow's `execution.timeout`, else [`DEFAULT_RUN_TIMEOUT`].
+pub fn run_timeout(timeout: Option<&str>) -> Result<SignedDuration, DurationError> {
+    timeout.map_or(Ok(DEFAULT_RUN_TIMEOUT), parse)
+}
+
 /// Parse a duration between zero and [`MAX`].
 pub fn parse(s: &str) -> Result<SignedDuration, DurationError> {
     let input = || s.to_owned();

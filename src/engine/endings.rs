@@ -78,7 +78,7 @@ pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &m
             ending.message.clone().unwrap_or_else(|| "failed".into()),
         ),
     };
-    st.status_message = Some(message.clone());
+    st.status_message = Some(outcome_summary(st, ending.phase));
     st.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         type_: conditions::FINISHED.into(),
         status: conditions::TRUE.into(),
@@ -93,6 +93,23 @@ pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &m
         message: format!("run {}: {message}", ending.phase.as_str()),
         warning,
     });
+}
+
+/// A finished Run's `statusMessage`: its outcome and, for a failure, the first step that
+/// failed. It is the task's `statusMessage`, which the protocol lets clients show to a person
+/// or a model, so it never carries what a step or an upstream said, an error's text, nor who
+/// cancelled the Run and why: those stay in the `Finished` condition, the Run's Events and
+/// `spec.cancel`, for those who may read the Run.
+pub(super) fn outcome_summary(st: &RunStatus, phase: RunPhase) -> String {
+    match phase {
+        RunPhase::Succeeded => "run succeeded".into(),
+        RunPhase::Cancelled => "cancelled".into(),
+        _ => st
+            .steps
+            .iter()
+            .find(|r| !r.finally && r.phase == crate::api::StepPhase::Failed)
+            .map_or_else(|| "failed".into(), |r| format!("step {} failed", r.name)),
+    }
 }
 
 /// End a Run that this process could not handle (a panic while deciding or executing it): it

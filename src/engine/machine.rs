@@ -164,6 +164,14 @@ impl Machine<'_> {
             .ending
             .as_ref()
             .is_some_and(|e| e.phase == RunPhase::Cancelled);
+        if let Some(cancel) = self.run.spec.cancel.clone()
+            && !cancelled
+            && self.st.ending.is_some()
+            && self.running(false).is_empty()
+        {
+            // Acknowledged while the task still showed as working: the cancel sticks.
+            return self.cancel_decided(cancel);
+        }
         if self.st.ending.is_none() || (!cancelled && !self.running(false).is_empty()) {
             if let Some(cancel) = self.run.spec.cancel.clone() {
                 return self.begin_cancel(&wf, cancel);
@@ -208,13 +216,12 @@ impl Machine<'_> {
             self.finish_with(why);
             return Progress::Changed;
         }
-        match wf.execution.timeout.as_deref().map(duration::parse) {
-            Some(Ok(d)) => self.st.deadline = Some(ts(created + d)),
-            Some(Err(e)) => {
+        match duration::run_timeout(wf.execution.timeout.as_deref()) {
+            Ok(d) => self.st.deadline = Some(ts(created + d)),
+            Err(e) => {
                 self.finish_with(fatal_ending(format!("execution.timeout: {e}")));
                 return Progress::Changed;
             }
-            None => {}
         }
         Progress::Changed
     }

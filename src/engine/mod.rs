@@ -5,6 +5,7 @@
 pub mod budget;
 pub mod concurrency;
 pub mod duration;
+pub mod forms;
 pub mod input;
 mod result;
 pub mod schedule;

@@ -96,7 +96,14 @@ pub(super) fn record_outcome(
         Outcome::NeedsInput {
             requests,
             request_state,
-        } => open_upstream_input(run, &mut st, idx, requests, request_state, now),
+        } => match super::forms::unanswerable(&requests) {
+            None => open_upstream_input(run, &mut st, idx, requests, request_state, now),
+            Some(why) => {
+                let name = rec.name.clone();
+                fail_step_fatal(&mut st, idx, &name, why, now);
+                cancel_abandoned_upstream_task(&mut st, idx);
+            }
+        },
         Outcome::Succeeded(output) => succeeded(rec, output, now),
         Outcome::Failed {
             class,

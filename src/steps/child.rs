@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Executor, within_deadline};
 use crate::api::ErrorClass;
-use crate::api::{CancelRequest, Cleanup, Run, RunPhase, annotations, labels};
+use crate::api::{CancelRequest, Cleanup, Run, RunPhase, annotations, conditions, labels};
 use crate::engine::{Action, Effect, Outcome, budget};
 use crate::store::{Change, RunChanges, RunStore, StoreError};
 
@@ -197,7 +197,15 @@ fn depth(run: &Run) -> u32 {
 fn ended(child: &Run) -> Option<Outcome> {
     let st = child.status.as_ref()?;
     let name = child.metadata.name.as_deref().unwrap_or_default();
-    let why = st.status_message.clone().unwrap_or_default();
+    // The detail (the Finished condition) rather than the content-free statusMessage: the
+    // parent's step message is read by those who may read the parent.
+    let why = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::FINISHED)
+        .map(|c| c.message.clone())
+        .or_else(|| st.status_message.clone())
+        .unwrap_or_default();
     match st.phase {
         RunPhase::Succeeded => {
             let result = st.result.clone().unwrap_or(Value::Null);

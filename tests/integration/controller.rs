@@ -226,7 +226,8 @@ async fn cancellation_runs_finally_then_ends_cancelled() {
     assert_eq!(st.steps[0].phase, StepPhase::Cancelled);
     assert_eq!(st.steps[1].name, "cleanup");
     assert_eq!(st.steps[1].phase, StepPhase::Succeeded);
-    assert!(st.status_message.unwrap().contains("changed my mind"));
+    assert_eq!(st.status_message.as_deref(), Some("cancelled"));
+    assert!(st.conditions[0].message.contains("changed my mind"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,6 +123,18 @@ async fn broken_manifests_are_not_ready_and_say_why() {
             "field password asks for a secret",
         ),
         (
+            "pinform",
+            "  steps:\n    - name: pay\n      input:\n        requests:\n          - { name: card, message: m, requestedSchema: { type: object, properties: { cardPin: { type: string, writeOnly: true } } } }\n",
+            "InvalidSpec",
+            "field cardPin asks for a secret",
+        ),
+        (
+            "secretelicit",
+            "  elicit:\n    - { key: who, message: m, requestedSchema: { type: object, properties: { otp: { type: string } } } }\n  steps: []\n",
+            "InvalidSpec",
+            "elicit who: requestedSchema: field otp asks for a secret",
+        ),
+        (
             "urlandform",
             "  steps:\n    - name: pay\n      input:\n        requests:\n          - { name: p, message: m, url: \"https://pay.example.com\", requestedSchema: { type: object } }\n",
             "InvalidSpec",

@@ -405,13 +405,9 @@ async fn children_nest_eight_deep_at_most() {
                 == Some(&"8".to_owned())
         })
         .unwrap();
-    let message = deepest
-        .status
-        .as_ref()
-        .unwrap()
-        .status_message
-        .clone()
-        .unwrap();
+    let message = deepest.status.as_ref().unwrap().conditions[0]
+        .message
+        .clone();
     assert!(message.contains("nest deeper than 8"), "{message}");
     let t = alice.get(&id).await.result().clone();
     assert_eq!(t["result"]["isError"], true, "{t}");

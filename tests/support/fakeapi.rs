@@ -227,7 +227,9 @@ impl FakeApi {
             obj["metadata"]["generation"] = json!(1);
         }
         if obj["metadata"]["creationTimestamp"].is_null() {
-            obj["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+            // As an API server does: now, to the second (a Run's deadline counts from it).
+            let now = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
+            obj["metadata"]["creationTimestamp"] = json!(now.to_string());
         }
         inner.objects.insert(key, obj.clone());
         let ty = if existed { "MODIFIED" } else { "ADDED" };

@@ -392,10 +392,11 @@ fn a_failed_item_fails_its_step_and_stops_the_others() {
     assert_eq!(rec(&run, "deploy").unwrap().phase, StepPhase::Failed);
     assert!(rec(&run, "report").is_none());
     assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.status_message.as_deref(), Some("step deploy failed"));
     assert!(
-        st.status_message.as_deref().unwrap().contains("deploy[0]"),
+        st.conditions[0].message.contains("deploy[0]"),
         "{:?}",
-        st.status_message
+        st.conditions
     );
 }
 

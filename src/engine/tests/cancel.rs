@@ -55,7 +55,59 @@ fn cancellation_runs_finally_then_ends_cancelled() {
     settle(&mut run, &w, at(6));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Cancelled);
-    assert!(st.status_message.as_deref().unwrap().contains("stop"));
+    // Who cancelled and why are for those who read the Run, not in the task's statusMessage.
+    assert_eq!(st.status_message.as_deref(), Some("cancelled"));
+    assert!(
+        st.conditions[0].message.contains("alice") && st.conditions[0].message.contains("stop")
+    );
+}
+
+#[test]
+fn a_cancel_after_the_steps_ended_sticks_and_lets_finally_finish() {
+    let w = wf(json!({
+        "steps": [{"name": "call", "http": {"url": "http://x/call"}}],
+        "finally": [{"name": "cleanup", "http": {"url": "http://x/cleanup"}}]
+    }));
+    let mut run = new_run(json!({}));
+    let first = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &first,
+        Outcome::Succeeded(json!({"ok": true})),
+        at(1),
+    );
+    let Next::Execute(cleanup) = settle(&mut run, &w, at(1)) else {
+        panic!("finally should run")
+    };
+    assert_eq!(cleanup.step, "cleanup");
+    // The task still shows as working while finally runs; a cancel now is acknowledged...
+    run.spec.cancel = Some(CancelRequest {
+        reason: Some("too late?".into()),
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    let d = decide(&run, Some(&w), at(2));
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == event_reasons::CANCEL_REQUESTED && e.message.contains("after"))
+    );
+    run.status = d.status;
+    assert_eq!(status(&run).phase, RunPhase::Cancelling);
+    // ...the finally step is not interrupted...
+    report(
+        &mut run,
+        &Next::Execute(cleanup),
+        Outcome::Succeeded(json!(null)),
+        at(3),
+    );
+    settle(&mut run, &w, at(3));
+    // ...and the Run ends as the caller was told: cancelled.
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert_eq!(st.steps[0].phase, StepPhase::Succeeded);
+    assert_eq!(st.steps[1].phase, StepPhase::Succeeded);
+    assert_eq!(st.status_message.as_deref(), Some("cancelled"));
 }
 
 #[test]
@@ -104,4 +156,28 @@ fn cancel_after_finish_changes_nothing() {
         requested_at: None,
     });
     assert!(decide(&run, Some(&w), at(1)).status.is_none());
+}
+
+#[test]
+fn a_run_without_a_timeout_still_has_a_deadline_a_week_out() {
+    // An input nobody answers would otherwise hold the Run forever.
+    let w = wf(json!({"steps": [{"name": "ask", "input": {"requests": [
+        {"name": "go", "message": "go?", "requestedSchema": {"type": "object", "properties": {}}}
+    ]}}]}));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    assert_eq!(status(&run).phase, RunPhase::Waiting);
+    let week = 7 * 24 * 3600;
+    let Next::WaitUntil(Some(wake)) = settle(&mut run, &w, at(week - 1)) else {
+        panic!("the wait is bounded by the deadline")
+    };
+    assert!(wake <= at(week), "{wake}");
+    settle(&mut run, &w, at(week));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(
+        st.conditions[0].message.contains("deadline"),
+        "{:?}",
+        st.conditions
+    );
 }

@@ -79,7 +79,11 @@ fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Waiting);
     assert_eq!(st.input_requests["up.approve"].params["message"], "ok?");
-    assert_eq!(settle(&mut run, &w, at(2)), Next::WaitUntil(None));
+    // Waiting for the answer, until the Run's deadline at the latest.
+    assert_eq!(
+        settle(&mut run, &w, at(2)),
+        Next::WaitUntil(Some(at(0) + duration::DEFAULT_RUN_TIMEOUT))
+    );
     answer(
         &mut run,
         "up.approve",
@@ -575,4 +579,55 @@ fn workflows_may_not_offer_a_tool_under_runways_own_prefix() {
     let err = named("runway_list_runs").unwrap_err();
     assert_eq!(err.reason, reasons::INVALID_SPEC);
     assert!(err.message.contains("Runway's own tools"), "{err}");
+}
+
+#[test]
+fn an_upstream_question_a_run_cannot_pass_on_fails_the_step_and_cancels_the_task() {
+    let w = tool_wf();
+    for (what, req) in [
+        (
+            "secret",
+            json!({"method": "elicitation/create", "params": {"message": "PIN?",
+                "requestedSchema": {"type": "object", "properties": {"pin": {"type": "string"}}}}}),
+        ),
+        ("roots", json!({"method": "roots/list", "params": {}})),
+    ] {
+        let mut run = new_run(json!({"x": 1}));
+        let next = settle(&mut run, &w, at(0));
+        report(
+            &mut run,
+            &next,
+            Outcome::Checkpoint {
+                upstream_task_id: Some("up-1".into()),
+                job_name: None,
+            },
+            at(0),
+        );
+        let next = settle(&mut run, &w, at(0));
+        report(
+            &mut run,
+            &next,
+            Outcome::NeedsInput {
+                requests: [("ask".to_string(), req)].into(),
+                request_state: None,
+            },
+            at(1),
+        );
+        let st = status(&run);
+        assert!(
+            st.input_requests.is_empty(),
+            "{what}: never put to the caller"
+        );
+        assert_eq!(st.steps[0].phase, StepPhase::Failed, "{what}");
+        let message = st.steps[0].message.as_deref().unwrap();
+        assert!(
+            message.contains("the upstream server asked"),
+            "{what}: {message}"
+        );
+        assert_eq!(
+            st.cleanups[0].cancel_upstream_task.as_deref(),
+            Some("up-1"),
+            "{what}: the upstream task is not left waiting"
+        );
+    }
 }

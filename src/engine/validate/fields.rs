@@ -91,33 +91,19 @@ pub(super) fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
     }
 }
 
-/// Words in a form field's name, title or format that mean a secret a form must not collect.
-pub(super) const SECRET_WORDS: [&str; 12] = [
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "token",
-    "apikey",
-    "api_key",
-    "api-key",
-    "cardnumber",
-    "card_number",
-    "cvv",
-    "cvc",
-];
-
-/// The first property of an elicitation schema that asks for a secret, by name, title or
-/// `format: password`.
-pub(super) fn secret_field(schema: &Value) -> Option<String> {
-    let props = schema.get("properties")?.as_object()?;
-    props.iter().find_map(|(name, p)| {
-        let title = p.get("title").and_then(Value::as_str).unwrap_or_default();
-        let hay = format!("{name} {title}").to_ascii_lowercase();
-        let secret = SECRET_WORDS.iter().any(|w| hay.contains(w))
-            || p.get("format").and_then(Value::as_str) == Some("password");
-        secret.then(|| name.clone())
-    })
+/// Refuse a form (`field` names its `requestedSchema`) that asks for a secret.
+pub(super) fn no_secret(field: &str, schema: &Value) -> Result<(), Invalid> {
+    match crate::engine::forms::secret_field(schema) {
+        None => Ok(()),
+        Some(secret) => Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "{field}: field {secret} asks for a secret; forms must not collect passwords, \
+                 tokens, API keys, PINs or card data (their answers are stored in the Run): use \
+                 url mode (url:) to send the person to a page that takes it"
+            ),
+        )),
+    }
 }
 
 pub(super) fn url(field: &str, s: &str) -> Result<(), Invalid> {

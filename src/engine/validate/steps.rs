@@ -335,17 +335,7 @@ pub(super) fn input_step(
         let field = |x: &str| f(&format!("input.requests[{}].{x}", r.name));
         if let Some(s) = &r.requested_schema {
             json_schema(&field("requestedSchema"), s)?;
-            if let Some(secret) = secret_field(s) {
-                return Err(invalid(
-                    reasons::INVALID_SPEC,
-                    format!(
-                        "{}: field {secret} asks for a secret; forms must not collect \
-                         passwords, tokens, API keys or card data: use url mode (url:) \
-                         to send the person to a page that takes it",
-                        field("requestedSchema")
-                    ),
-                ));
-            }
+            no_secret(&field("requestedSchema"), s)?;
         }
         if let Some(u) = &r.url {
             if r.requested_schema.is_some() {

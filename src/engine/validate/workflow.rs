@@ -99,6 +99,10 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
         json_schema("tool.outputSchema", schema)?;
     }
     for e in &spec.elicit {
+        no_secret(
+            &format!("elicit {}: requestedSchema", e.key),
+            &e.requested_schema,
+        )?;
         if !e
             .requested_schema
             .get("properties")
