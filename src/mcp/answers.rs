@@ -43,9 +43,15 @@ impl Answers {
             .map(|(k, v)| format!("{k}: {v}"))
             .collect::<Vec<_>>()
             .join("; ");
+        // The error is the protocol's only way to say why; it leads with what was taken, so a
+        // caller does not read it as "nothing happened" and send those answers again.
+        let taken = match self.taken.as_slice() {
+            [] => "no answer taken".to_owned(),
+            keys => format!("answers taken: {}", keys.join(", ")),
+        };
         Err(err(
             codes::INVALID_PARAMS,
-            format!("answer refused, the question stays open: {why}"),
+            format!("{taken}; answer refused, the question stays open: {why}"),
             Some(json!({"taken": self.taken, "refused": self.refused, "ignored": self.ignored})),
         ))
     }

@@ -21,7 +21,7 @@ use super::errors::{err, invalid};
 use super::state::McpState;
 use crate::protocol::{
     METHOD_CALL_TOOL, METHOD_CANCEL_TASK, METHOD_GET_TASK, METHOD_LIST_TOOLS, METHOD_UPDATE_TASK,
-    codes,
+    UI_EXTENSION, UI_MIME_TYPE, codes,
 };
 
 /// How long clients may cache `server/discover` (and the empty prompt and resource lists): an
@@ -42,14 +42,21 @@ impl RunwayMcp {
 
 impl ServerHandler for RunwayMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_prompts()
-                .enable_resources()
-                .enable_tasks()
-                .build(),
-        )
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_tasks()
+            .build();
+        // The run view (`ui://runway/run`) is always served, so MCP Apps is declared with it.
+        capabilities.extensions.get_or_insert_default().insert(
+            UI_EXTENSION.to_owned(),
+            json!({ "mimeTypes": [UI_MIME_TYPE] })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("runway", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Each tool is a Runway Workflow. Calls run durably as Runs; with the Tasks extension a call \

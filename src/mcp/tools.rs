@@ -391,6 +391,11 @@ impl RunwayMcp {
             declares_urls(&caps),
             declares_sampling(&caps),
         );
+        // A client that declared the Tasks extension gets a task for a Run that outlives the
+        // call: one that waits for answers, or runs past the hold limit.
+        let tasks = declares_tasks(&caps);
+        let limit = tokio::time::sleep(self.state.config.hold_limit);
+        tokio::pin!(limit);
         let mut sent: Option<(f64, String)> = None;
         let mut run = self.stored_run(t, name).await?;
         loop {
@@ -404,6 +409,12 @@ impl RunwayMcp {
             }
             if run.phase().is_terminal() {
                 return run_result(&run);
+            }
+            if tasks
+                && run.phase() == RunPhase::Waiting
+                && !projection::open_requests(&run).is_empty()
+            {
+                return Ok(CreateTaskResult::new(projection::task(&run, None)).into());
             }
             if run.phase() == RunPhase::Waiting && (forms || urls || sampling) {
                 // Only the requests this client can answer; others wait for someone else.
@@ -433,6 +444,9 @@ impl RunwayMcp {
                         run = self.stored_run(t, name).await?;
                     }
                 },
+                _ = &mut limit, if tasks => {
+                    return Ok(CreateTaskResult::new(projection::task(&run, None)).into());
+                }
                 _ = ctx.ct.cancelled() => {
                     if !self.state.shutdown.is_cancelled() {
                         // Logged inside; the client is gone and cannot be told.

@@ -70,6 +70,29 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: sync-approve, namespace: NS }
+spec:
+  tool: { description: Answers on the call; needs an approval. }
+  execution: { mode: sync }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "Proceed?", requestedSchema: { type: object, properties: { yes: { type: boolean } } } }
+  result:
+    content: [ { type: text, text: "approved={{ inputs.ok.yes }}" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: sync-slow, namespace: NS }
+spec:
+  tool: { description: Answers on the call; takes an hour. }
+  execution: { mode: sync }
+  steps:
+    - { name: wait, delay: { duration: 1h } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: hello, namespace: NS }
 spec:
   tool:
@@ -125,6 +148,11 @@ async fn discover_advertises_tasks_and_cache_hints() {
     let res = r.result();
     assert_eq!(res["supportedVersions"], json!(["2026-07-28"]));
     assert!(res["capabilities"]["extensions"][TASKS].is_object());
+    // The run view is served, so MCP Apps is declared, with the view's MIME type.
+    assert_eq!(
+        res["capabilities"]["extensions"]["io.modelcontextprotocol/ui"],
+        json!({"mimeTypes": ["text/html;profile=mcp-app"]})
+    );
     // The same for every caller and stable until a new release: an hour, shared caches allowed.
     assert_eq!(res["ttlMs"], 3_600_000);
     assert_eq!(res["cacheScope"], "public");
@@ -151,7 +179,9 @@ async fn tools_list_is_stable_private_and_per_tenant() {
             "only-task",
             "runway_list_runs",
             "slow",
-            "steps"
+            "steps",
+            "sync-approve",
+            "sync-slow"
         ]
     );
     assert_eq!(r.result()["cacheScope"], "private");
@@ -168,7 +198,7 @@ async fn tools_list_is_stable_private_and_per_tenant() {
         .at("/mcp")
         .rpc("tools/list", None, json!({}))
         .await;
-    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 7);
+    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 9);
     // alice's default namespace is team-a
     let a = alice
         .clone()
@@ -573,6 +603,57 @@ async fn a_blocking_run_that_needs_input_answers_input_required_and_resumes() {
         )
         .await;
     assert_eq!(r2.result()["content"][0]["text"], "approved=true");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_client_gets_a_task_for_a_sync_run_that_outlives_the_call() {
+    let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
+        c.hold_limit = Duration::from_millis(300);
+    })
+    .await;
+    let tasks = s.client("alice-token");
+    // A Run that waits for an answer outlives the call: the client that can follow tasks gets
+    // one (in input_required), not an input_required result it would have to hold on to.
+    let r = tasks.call("sync-approve", json!({})).await;
+    let res = r.result().clone();
+    assert_eq!(
+        (res["resultType"].as_str(), res["status"].as_str()),
+        (Some("task"), Some("input_required")),
+        "{res}"
+    );
+    let id = res["taskId"].as_str().unwrap().to_owned();
+    let key = tasks.await_status(&id, "input_required").await["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    tasks
+        .update(
+            &id,
+            json!({key: {"action": "accept", "content": {"yes": true}}}),
+        )
+        .await
+        .assert_complete();
+    let done = tasks.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "approved=true");
+    // A Run still running when the hold limit passes: a task too, working, not cancelled.
+    let r = tasks.call("sync-slow", json!({})).await;
+    let res = r.result().clone();
+    assert_eq!(
+        (res["resultType"].as_str(), res["status"].as_str()),
+        (Some("task"), Some("working")),
+        "{res}"
+    );
+    let slow = res["taskId"].as_str().unwrap();
+    assert_eq!(tasks.get(slow).await.result()["status"], "working");
+    // Without the extension the call is held and asks on the call, as `sync` says.
+    let plain = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let r = plain.call("sync-approve", json!({})).await;
+    assert_eq!(r.result()["resultType"], "input_required");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
