@@ -1,6 +1,6 @@
 //! `runway call`: call a tool, then follow the task it may become.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -181,6 +181,8 @@ pub(super) async fn follow(
 ) -> Result<u8, ClientError> {
     let mut last_message = None;
     let mut interval = Duration::from_millis(poll_ms.unwrap_or(1000).max(50));
+    // Keys answered here: the server takes answers eventually, so a poll may still list them.
+    let mut answered = BTreeSet::new();
     let mut outage = Outage::default();
     loop {
         let got = match poll(target, &mut session, id, &mut outage, prompter).await? {
@@ -223,9 +225,12 @@ pub(super) async fn follow(
             }
             TaskPayload::InputRequired { input_requests } => {
                 let requests = serde_json::to_value(input_requests).unwrap_or(Value::Null);
-                let asked = ask(&session, id, &requests, awaiting.as_deref(), prompter).await?;
-                match asked {
-                    Asked::Answered => continue,
+                let mine = Mine {
+                    awaiting: awaiting.as_deref(),
+                    answered: &mut answered,
+                };
+                match ask(&session, id, &requests, mine, prompter).await? {
+                    Asked::Answered => {}
                     Asked::Interrupted => return Ok(interrupted(id)),
                     Asked::NotMine(note) if last_message.as_deref() != Some(note.as_str()) => {
                         eprintln!("  {note}");
@@ -241,6 +246,14 @@ pub(super) async fn follow(
             _ = prompter.interrupted() => return Ok(interrupted(id)),
         }
     }
+}
+
+/// Which open questions are this caller's to answer now.
+struct Mine<'a> {
+    /// The keys the server says wait for this caller (`None`: it does not say, so all).
+    awaiting: Option<&'a [String]>,
+    /// The keys answered already; each is answered once.
+    answered: &'a mut BTreeSet<String>,
 }
 
 /// What became of a task's open questions.
@@ -259,13 +272,21 @@ async fn ask(
     session: &Session,
     id: &str,
     requests: &Value,
-    awaiting: Option<&[String]>,
+    me: Mine<'_>,
     prompter: &mut Prompter,
 ) -> Result<Asked, ClientError> {
     let open = requests.as_object().into_iter().flatten();
     let mine: Vec<(&String, &Value)> = open
         .clone()
-        .filter(|(k, _)| awaiting.is_none_or(|a| a.contains(k)))
+        .filter(|(k, _)| me.awaiting.is_none_or(|a| a.contains(k)))
+        .collect();
+    if !mine.is_empty() && mine.iter().all(|(k, _)| me.answered.contains(*k)) {
+        // Sent already; the server has not taken them yet.
+        return Ok(Asked::Answered);
+    }
+    let mine: Vec<(&String, &Value)> = mine
+        .into_iter()
+        .filter(|(k, _)| !me.answered.contains(*k))
         .collect();
     if mine.is_empty() {
         let others: Vec<&str> = open.map(|(k, _)| k.as_str()).collect();
@@ -283,9 +304,10 @@ async fn ask(
         };
     }
     // A refused answer leaves its question open: say why, and the next round asks again.
+    let keys: Vec<String> = answers.keys().cloned().collect();
     let update = UpdateTaskParams::new(id.to_owned(), answers.into_iter().collect());
     match session.update_task(update).await.map_err(ClientError::from) {
-        Ok(()) => {}
+        Ok(()) => me.answered.extend(keys),
         Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
             eprintln!("  {message}");
         }

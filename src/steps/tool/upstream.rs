@@ -30,9 +30,15 @@ pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Poll interval when the upstream suggests none.
 pub(super) const DEFAULT_POLL: Duration = Duration::from_secs(1);
-/// Bounds of the poll interval, whatever the upstream suggests.
+/// The shortest poll interval, whatever the upstream suggests.
 pub(super) const MIN_POLL: Duration = Duration::from_millis(50);
-pub(super) const MAX_POLL: Duration = Duration::from_secs(60);
+
+/// How long to wait between polls of an upstream task that suggested `asked` milliseconds:
+/// what it asked (clients should honour it, and polling faster may get the step rate-limited),
+/// never below [`MIN_POLL`]; the attempt's deadline still bounds every wait.
+pub(super) fn poll_interval(asked: u64) -> Duration {
+    Duration::from_millis(asked).max(MIN_POLL)
+}
 
 /// What one attempt asks of the upstream.
 pub(super) struct Call<'a> {
@@ -191,7 +197,7 @@ impl Upstream {
                 Err(out) => return out,
             };
             if let Some(ms) = task.task.poll_interval_ms {
-                interval = Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL);
+                interval = poll_interval(ms);
             }
             match task.payload {
                 TaskPayload::Completed { result } => {
@@ -261,5 +267,17 @@ impl Upstream {
             tokio::time::sleep(interval).await;
             interval = (interval * 2).min(GET_BACKOFF * 8);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_poll_interval_is_honoured_above_the_floor() {
+        assert_eq!(poll_interval(300_000), Duration::from_secs(300));
+        assert_eq!(poll_interval(1_500), Duration::from_millis(1_500));
+        assert_eq!(poll_interval(0), MIN_POLL);
     }
 }
