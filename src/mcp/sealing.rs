@@ -4,6 +4,8 @@
 use hmac::{KeyInit, Mac};
 use rmcp::model::{ErrorData, SealOptions};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
@@ -16,10 +18,60 @@ use crate::api::{Run, Workflow};
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub(super) enum Resume {
-    /// Arguments collected so far, before any Run exists.
-    Args { tool: String, args: Value },
-    /// A blocking Run that waits for input.
-    Run { run: String },
+    /// Arguments collected so far, before any Run exists: the tool, the round (its random id
+    /// names the Run a completed round starts, so that a replay of the state finds that Run)
+    /// and the one question it asked.
+    Args {
+        tool: String,
+        args: Value,
+        #[serde(default)]
+        round: String,
+        #[serde(default)]
+        asked: String,
+    },
+    /// A blocking Run that waits for input: the Run by name and uid (a Run deleted and created
+    /// again under the name is another Run) and the questions the state asked.
+    Run {
+        run: String,
+        #[serde(default)]
+        uid: String,
+        #[serde(default)]
+        asked: Vec<String>,
+    },
+}
+
+impl Resume {
+    /// The answers this state may carry: those to the questions it asked. Without a state a
+    /// call answers nothing; a state sealed before rounds were named (no `asked`) keeps the
+    /// answers it came with.
+    pub(super) fn answers(
+        resume: Option<&Self>,
+        responses: BTreeMap<String, Value>,
+    ) -> BTreeMap<String, Value> {
+        let asked = |k: &String| match resume {
+            None => false,
+            Some(Self::Args { asked, .. }) => asked.is_empty() || asked == k,
+            Some(Self::Run { asked, .. }) => asked.is_empty() || asked.contains(k),
+        };
+        responses.into_iter().filter(|(k, _)| asked(k)).collect()
+    }
+}
+
+/// The idempotency key of the Run a completed pre-run round starts: the round's id, under a
+/// prefix no caller's key can take (caller keys are HMACed under their principal and tool
+/// alike, so only the prefix tells them apart in messages).
+pub(super) fn round_key(round: &str) -> String {
+    format!("{ROUND_KEY_PREFIX}{round}")
+}
+
+/// Prefix of [`round_key`]s.
+pub(super) const ROUND_KEY_PREFIX: &str = "runway-round:";
+
+/// A fresh round id: 128 random bits.
+pub(super) fn fresh_round() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    data_encoding::BASE32_NOPAD.encode(&b).to_lowercase()
 }
 
 /// The Run an idempotency key named earlier, if it is the same call (same Workflow and
@@ -28,11 +80,17 @@ pub(super) fn same_call(
     existing: Run,
     wf: &Workflow,
     args: &Map<String, Value>,
+    key: &str,
 ) -> Result<Run, ErrorData> {
     let same = existing.spec.workflow_ref.name == wf.metadata.name.clone().unwrap_or_default()
         && existing.spec.arguments.as_ref().and_then(Value::as_object) == Some(args);
     if same {
         Ok(existing)
+    } else if key.starts_with(ROUND_KEY_PREFIX) {
+        Err(invalid(
+            "invalid requestState: its question was answered already, otherwise; call the tool \
+             again without it to start over",
+        ))
     } else {
         Err(invalid("idempotency key reused with different arguments"))
     }

@@ -24,7 +24,7 @@ use super::delivery::Delivery;
 use super::errors::{err, forbidden, internal, invalid, missing_capability, unknown_task};
 use super::handler::RunwayMcp;
 use super::projection;
-use super::sealing::{Resume, same_call};
+use super::sealing::{Resume, fresh_round, round_key, same_call};
 use super::state::Tenant;
 use super::tasks::progress_due;
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, reasons};
@@ -273,6 +273,8 @@ impl RunwayMcp {
             &Resume::Args {
                 tool: wf.tool_name().to_owned(),
                 args: Value::Object(args),
+                round: fresh_round(),
+                asked: q.key.clone(),
             },
         )?;
         Ok(Err(InputRequiredResult::new(Some(reqs), Some(state)).into()))
@@ -299,7 +301,7 @@ impl RunwayMcp {
                         .await
                         .map_err(internal)?
                     {
-                        return same_call(e, wf, &args);
+                        return same_call(e, wf, &args, k);
                     }
                 }
                 names[0].clone()
@@ -336,6 +338,7 @@ impl RunwayMcp {
                             .as_ref()
                             .and_then(Value::as_object)
                             .unwrap_or(&Map::new()),
+                        idem.unwrap_or_default(),
                     ),
                     None => Err(internal("idempotent run vanished; retry")),
                 }
@@ -430,6 +433,8 @@ impl RunwayMcp {
                         t,
                         &Resume::Run {
                             run: name.to_owned(),
+                            uid: run.metadata.uid.clone().unwrap_or_default(),
+                            asked: open.keys().cloned().collect(),
                         },
                     )?;
                     return Ok(InputRequiredResult::new(Some(open), Some(state)).into());
@@ -458,6 +463,29 @@ impl RunwayMcp {
         }
     }
 
+    /// An MRTR retry of a blocking call: record the answers on the Run the state names (the
+    /// same Run: its uid must match), and keep waiting.
+    async fn resume_run(
+        &self,
+        t: &Tenant,
+        run: &str,
+        uid: &str,
+        responses: &BTreeMap<String, Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let current = readable_run(&self.state, t, run)
+            .await
+            .ok_or_else(|| invalid("invalid requestState"))?;
+        if current.spec.workflow_ref.name.is_empty() {
+            return Err(unknown_task());
+        }
+        if !uid.is_empty() && current.metadata.uid.as_deref() != Some(uid) {
+            return Err(invalid("invalid requestState: its run is gone"));
+        }
+        self.answer(t, run, responses).await?;
+        self.await_run(t, run, ctx).await
+    }
+
     /// `tools/call`: resume or start a call, create its Run, and answer with a task or wait.
     pub(super) async fn call(
         &self,
@@ -475,26 +503,14 @@ impl RunwayMcp {
         if !allowed(&self.state, &t, Verb::Create, Resource::Runs).await? {
             return Err(forbidden(&t, Verb::Create, Resource::Runs));
         }
-        let responses: BTreeMap<String, Value> = request
-            .input_responses
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
         let resume = match &request.request_state {
             Some(s) => Some(self.open(&t, s)?),
             None => None,
         };
-        if let Some(Resume::Run { run }) = &resume {
-            // An MRTR retry of a blocking call: record the answers, keep waiting.
-            let current = readable_run(&self.state, &t, run)
-                .await
-                .ok_or_else(|| invalid("invalid requestState"))?;
-            if current.spec.workflow_ref.name.is_empty() {
-                return Err(unknown_task());
-            }
-            self.answer(&t, run, &responses).await?;
-            return self.await_run(&t, run, &ctx).await;
+        let given = request.input_responses.clone().unwrap_or_default();
+        let responses = Resume::answers(resume.as_ref(), given.into_iter().collect());
+        if let Some(Resume::Run { run, uid, .. }) = &resume {
+            return self.resume_run(&t, run, uid, &responses, &ctx).await;
         }
         let wf = self
             .tool(&t, &request.name)
@@ -502,7 +518,14 @@ impl RunwayMcp {
             .ok_or_else(|| invalid(format!("unknown tool: {}", request.name)))?;
         let as_task = answer_mode(&wf, &raw_caps(&ctx))?;
         let mut args = request.arguments.clone().unwrap_or_default();
-        if let Some(Resume::Args { tool, args: saved }) = resume {
+        let mut round = None;
+        if let Some(Resume::Args {
+            tool,
+            args: saved,
+            round: id,
+            ..
+        }) = resume
+        {
             if tool != wf.tool_name() {
                 return Err(invalid("invalid requestState"));
             }
@@ -511,6 +534,7 @@ impl RunwayMcp {
                     args.entry(k).or_insert(v);
                 }
             }
+            round = (!id.is_empty()).then(|| Value::String(round_key(&id)));
         }
         let args = match self.elicit(&t, &wf, &ctx, args, &responses)? {
             Ok(args) => args,
@@ -520,7 +544,9 @@ impl RunwayMcp {
             .extensions
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Delivery>());
-        let idem = ctx.meta.get(META_IDEMPOTENCY_KEY);
+        // A completed round names its Run (unless the caller named it): a replay of the
+        // state finds that Run instead of starting another.
+        let idem = ctx.meta.get(META_IDEMPOTENCY_KEY).or(round.as_ref());
         let run = self
             .start(&t, &wf, args, idem, delivery, as_task, &BTreeMap::new())
             .await?;

@@ -606,6 +606,66 @@ async fn a_blocking_run_that_needs_input_answers_input_required_and_resumes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_is_one_round_whose_replays_find_its_run() {
+    let s = server().await;
+    let c = s
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let runs_of_hello = || async {
+        runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.spec.workflow_ref.name == "hello")
+            .count()
+    };
+    // Answers without a state answer nothing: the question is asked.
+    let ada = json!({"who": {"action": "accept", "content": {"name": "Ada"}}});
+    let unasked = c
+        .rpc(
+            "tools/call",
+            Some("hello"),
+            json!({"name": "hello", "arguments": {}, "inputResponses": ada}),
+        )
+        .await;
+    assert_eq!(unasked.result()["resultType"], "input_required");
+    let state = unasked.result()["requestState"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let retry = |answer: Value| {
+        c.rpc(
+            "tools/call",
+            Some("hello"),
+            json!({"name": "hello", "arguments": {}, "inputResponses": answer, "requestState": state}),
+        )
+    };
+    assert_eq!(
+        retry(ada.clone()).await.result()["content"][0]["text"],
+        "Hello, Ada!"
+    );
+    assert_eq!(runs_of_hello().await, 1);
+    // The same round again (a client that lost the answer and retries) is the same Run.
+    assert_eq!(
+        retry(ada.clone()).await.result()["content"][0]["text"],
+        "Hello, Ada!"
+    );
+    assert_eq!(runs_of_hello().await, 1, "a replay starts nothing new");
+    // The round was answered: another answer to it is refused, and starts nothing.
+    let other = retry(json!({"who": {"action": "accept", "content": {"name": "Eve"}}})).await;
+    assert_eq!(other.error_code(), -32602);
+    assert!(
+        other.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("answered already"),
+        "{:?}",
+        other.messages
+    );
+    assert_eq!(runs_of_hello().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tasks_client_gets_a_task_for_a_sync_run_that_outlives_the_call() {
     let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| {
         c.hold_limit = Duration::from_millis(300);
