@@ -419,26 +419,10 @@ impl RunwayMcp {
             {
                 return Ok(CreateTaskResult::new(projection::task(&run, None)).into());
             }
-            if run.phase() == RunPhase::Waiting && (forms || urls || sampling) {
-                // Only the requests this client can answer; others wait for someone else.
-                let mut open = projection::open_requests(&run);
-                let asked = run.status.as_ref().map(|s| &s.input_requests);
-                open.retain(|key, _| match asked.and_then(|a| a.get(key)) {
-                    Some(r) if r.method == METHOD_SAMPLING => sampling,
-                    Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => urls,
-                    _ => forms,
-                });
-                if !open.is_empty() {
-                    let state = self.seal(
-                        t,
-                        &Resume::Run {
-                            run: name.to_owned(),
-                            uid: run.metadata.uid.clone().unwrap_or_default(),
-                            asked: open.keys().cloned().collect(),
-                        },
-                    )?;
-                    return Ok(InputRequiredResult::new(Some(open), Some(state)).into());
-                }
+            if run.phase() == RunPhase::Waiting
+                && let Some(ask) = self.ask_on_call(t, &run, (forms, urls, sampling))?
+            {
+                return Ok(ask);
             }
             tokio::select! {
                 change = changes.recv() => match change {
@@ -461,6 +445,39 @@ impl RunwayMcp {
                 }
             }
         }
+    }
+
+    /// The `input_required` answer of a held call whose Run waits: the open questions this
+    /// client can answer (`can` = forms, URLs, its model), with a state naming the Run and
+    /// them; `None` when it can answer none (they wait for someone else).
+    fn ask_on_call(
+        &self,
+        t: &Tenant,
+        run: &Run,
+        can: (bool, bool, bool),
+    ) -> Result<Option<CallToolResponse>, ErrorData> {
+        let (forms, urls, sampling) = can;
+        let mut open = projection::open_requests(run);
+        let asked = run.status.as_ref().map(|s| &s.input_requests);
+        open.retain(|key, _| match asked.and_then(|a| a.get(key)) {
+            Some(r) if r.method == METHOD_SAMPLING => sampling,
+            Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => urls,
+            _ => forms,
+        });
+        if open.is_empty() {
+            return Ok(None);
+        }
+        let state = self.seal(
+            t,
+            &Resume::Run {
+                run: run.metadata.name.clone().unwrap_or_default(),
+                uid: run.metadata.uid.clone().unwrap_or_default(),
+                asked: open.keys().cloned().collect(),
+            },
+        )?;
+        Ok(Some(
+            InputRequiredResult::new(Some(open), Some(state)).into(),
+        ))
     }
 
     /// An MRTR retry of a blocking call: record the answers on the Run the state names (the
