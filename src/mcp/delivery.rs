@@ -48,11 +48,14 @@ impl Guard {
         self.delivery.take();
     }
 
-    /// `body`, which marks the answer delivered once the connection has taken its first frame.
-    pub(super) fn watch(self, body: Body) -> Body {
+    /// `body`, which marks the answer delivered once the connection has taken the frame that
+    /// carries it: the first frame of a JSON answer; on an SSE stream (`sse`), the event that
+    /// holds the JSON-RPC response, not the progress notifications before it.
+    pub(super) fn watch(self, body: Body, sse: bool) -> Body {
         Body::new(Watched {
             inner: body,
             guard: Some(self),
+            sse,
         })
     }
 }
@@ -79,10 +82,19 @@ impl Drop for Guard {
     }
 }
 
-/// A response body that reports when its first frame has been handed to the connection.
+/// A response body that reports when the frame carrying the answer has been handed to the
+/// connection.
 struct Watched {
     inner: Body,
     guard: Option<Guard>,
+    sse: bool,
+}
+
+/// Whether an SSE frame carries the JSON-RPC response (a `result` or `error` member; a
+/// notification has neither, and a key inside a string would be escaped).
+fn is_response(data: &[u8]) -> bool {
+    let has = |key: &[u8]| data.windows(key.len()).any(|w| w == key);
+    has(b"\"result\":") || has(b"\"error\":")
 }
 
 impl hyper::body::Body for Watched {
@@ -94,10 +106,17 @@ impl hyper::body::Body for Watched {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        // The answer is one JSON frame: once the connection has taken it, it has left. (Clients
+        // A JSON answer is one frame; on SSE it is the event with the response. Once the
+        // connection has taken it, it has left. (Clients
         // need not read a body to its end: one that parsed the answer may close at once. A held
         // call streaming progress is cancelled by its own handler when the client goes away.)
-        let handed_over = matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Ok(_))));
+        let handed_over = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(frame))) => {
+                !self.sse || frame.data_ref().is_some_and(|d| is_response(d))
+            }
+            _ => false,
+        };
         if handed_over && let Some(guard) = self.guard.take() {
             guard.delivered();
         }
@@ -188,14 +207,14 @@ mod tests {
 
         let delivered = Delivery::default();
         delivered.announce(&tenant, "kept");
-        let mut body = Guard::new(delivered, state.clone()).watch(Body::from("the task"));
+        let mut body = Guard::new(delivered, state.clone()).watch(Body::from("the task"), false);
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap(), "the task");
         drop(body);
 
         let lost = Delivery::default();
         lost.announce(&tenant, "lost");
-        drop(Guard::new(lost, state.clone()).watch(Body::from("the task")));
+        drop(Guard::new(lost, state.clone()).watch(Body::from("the task"), false));
 
         let Some(Ok(WatchEvent::Applied(changed))) = changes.next().await else {
             panic!("no change")
@@ -209,6 +228,36 @@ mod tests {
         assert_eq!(cancel.requested_by.as_deref(), Some("alice"));
         let kept = store.get("default", "kept").await.unwrap().unwrap();
         assert!(kept.spec.cancel.is_none());
+
+        // On an SSE answer, the progress before the response does not count as delivery.
+        let sse = |events: &[&'static str]| {
+            let frames: Vec<Result<Bytes, std::io::Error>> =
+                events.iter().map(|e| Ok(Bytes::from(*e))).collect();
+            Body::from_stream(futures::stream::iter(frames))
+        };
+        let progress = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
+        let answer = "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"resultType\":\"input_required\"}}\n\n";
+        store.create(run("streamed")).await.unwrap();
+        store.create(run("cut-off")).await.unwrap();
+        let mut changes = store.watch(Some(store.resource_version().await.unwrap()));
+        let streamed = Delivery::default();
+        streamed.announce(&tenant, "streamed");
+        let mut body = Guard::new(streamed, state.clone()).watch(sse(&[progress, answer]), true);
+        body.frame().await.unwrap().unwrap();
+        body.frame().await.unwrap().unwrap();
+        drop(body);
+        let cut_off = Delivery::default();
+        cut_off.announce(&tenant, "cut-off");
+        let mut body = Guard::new(cut_off, state.clone()).watch(sse(&[progress, answer]), true);
+        body.frame().await.unwrap().unwrap();
+        drop(body);
+        let Some(Ok(WatchEvent::Applied(changed))) = changes.next().await else {
+            panic!("no change")
+        };
+        assert_eq!(changed.metadata.name.as_deref(), Some("cut-off"));
+        assert!(changed.spec.cancel.is_some());
+        let streamed = store.get("default", "streamed").await.unwrap().unwrap();
+        assert!(streamed.spec.cancel.is_none());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

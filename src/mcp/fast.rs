@@ -348,7 +348,7 @@ pub(super) async fn call_tool(
         )
         .await
         .map(|run| CreateTaskResult::new(projection::task(&run, Some(&wf.spec))));
-    Some(reply(id, started, ServerResult::CreateTaskResult).map(|body| guard.watch(body)))
+    Some(reply(id, started, ServerResult::CreateTaskResult).map(|body| guard.watch(body, false)))
 }
 
 #[cfg(test)]

@@ -206,7 +206,12 @@ async fn serve(
         let resp = gate
             .rmcp(Request::from_parts(parts, Body::from(bytes)))
             .await;
-        resp.map(|body| guard.watch(body))
+        let sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        resp.map(|body| guard.watch(body, sse))
     } else {
         parts.extensions.insert(tenant);
         gate.rmcp(Request::from_parts(parts, Body::from(bytes)))

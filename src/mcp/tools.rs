@@ -499,6 +499,14 @@ impl RunwayMcp {
         if !uid.is_empty() && current.metadata.uid.as_deref() != Some(uid) {
             return Err(invalid("invalid requestState: its run is gone"));
         }
+        // The retry holds the Run now: its answer must reach the client, as the first one's did.
+        if let Some(delivery) = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Delivery>())
+        {
+            delivery.announce(t, run);
+        }
         self.answer(t, run, responses).await?;
         self.await_run(t, run, ctx).await
     }

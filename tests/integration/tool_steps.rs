@@ -451,3 +451,50 @@ async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_
     assert_eq!(on_b.phase(), RunPhase::Cancelled, "{:?}", on_b.status);
     assert!(run.status.unwrap().cleanups.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_upstream_call_carries_its_idempotency_key_blocking_calls_and_retries_too() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let url = endpoint(proxy.addr);
+    let a = Mcp::start_in(server_dir(
+        &[
+            (
+                "blocking.yaml",
+                &relay("relay-block", "echo", &url, "", "task: never"),
+            ),
+            (
+                "mrtr.yaml",
+                &relay("relay-ask", "approve", &url, "", "task: never"),
+            ),
+        ],
+        &auth_a(),
+    ))
+    .await;
+    let c = a.client("alice-token");
+    // A blocking call (task: never) that the upstream answers at once.
+    let id = task_id(&c.call("relay-block", json!({"msg": "hi"})).await);
+    c.await_status(&id, "completed").await;
+    // A blocking call whose answer is an MRTR round: the first call and its retry.
+    let asked = task_id(&c.call("relay-ask", json!({"msg": "ship"})).await);
+    c.await_status(&asked, "input_required").await;
+    c.update(
+        &asked,
+        json!({"call.approval.decision": {"action": "accept", "content": {"ok": true}}}),
+    )
+    .await
+    .assert_complete();
+    c.await_status(&asked, "completed").await;
+    let keys = proxy.call_keys();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for (header, meta) in &keys {
+        assert!(
+            header.is_some(),
+            "every call sends Idempotency-Key: {keys:?}"
+        );
+        assert_eq!(header, meta, "the header and _meta name the same attempt");
+    }
+    // The MRTR retry is the same attempt as its first call, so it carries the same key.
+    assert_eq!(keys[1], keys[2]);
+    assert_ne!(keys[0], keys[1]);
+}

@@ -23,6 +23,9 @@ struct Seen {
     by_method: Mutex<BTreeMap<String, usize>>,
     /// Requests of a method to answer with an HTTP status instead of forwarding them.
     failing: Mutex<BTreeMap<String, (usize, u16)>>,
+    /// The idempotency keys of each `tools/call` forwarded: its `Idempotency-Key` header and
+    /// its `_meta` key.
+    call_keys: Mutex<Vec<(Option<String>, Option<String>)>>,
 }
 
 /// A proxy that forwards every request to `target` and counts them.
@@ -61,9 +64,28 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
             out = out.header(k, v);
         }
     }
+    let header_key = req
+        .headers()
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
         .await
         .unwrap_or_default();
+    if method == "tools/call" {
+        let meta_key = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| {
+                v["params"]["_meta"]["dev.runway/idempotencyKey"]
+                    .as_str()
+                    .map(str::to_owned)
+            });
+        s.seen
+            .call_keys
+            .lock()
+            .unwrap()
+            .push((header_key, meta_key));
+    }
     let injected = {
         let mut failing = s.seen.failing.lock().unwrap();
         match failing.get_mut(&method) {
@@ -140,6 +162,11 @@ impl Proxy {
             .lock()
             .unwrap()
             .insert(method.to_owned(), (n, status));
+    }
+
+    /// The idempotency keys (header, `_meta`) of every `tools/call` seen, in order.
+    pub fn call_keys(&self) -> Vec<(Option<String>, Option<String>)> {
+        self.seen.call_keys.lock().unwrap().clone()
     }
 
     /// Requests with this `Mcp-Method` forwarded so far.

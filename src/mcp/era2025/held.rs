@@ -79,7 +79,7 @@ pub(crate) async fn call(
         Ok(Answer::Task(run)) => {
             let live = crate::mcp::tasks::live_spec(&mcp.state, &run).await;
             let body = wire::result(&id, created(&run, live.as_ref()));
-            json_response(StatusCode::OK, &body).map(|b| guard.watch(b))
+            json_response(StatusCode::OK, &body).map(|b| guard.watch(b, false))
         }
         Ok(Answer::Hold(run)) => {
             // The stream owns the Run from here: its end, not its first frame, is the delivery.

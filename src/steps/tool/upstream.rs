@@ -30,6 +30,8 @@ pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Poll interval when the upstream suggests none.
 pub(super) const DEFAULT_POLL: Duration = Duration::from_secs(1);
+/// The HTTP header of an attempt's idempotency key (lowercase, as `HeaderName` wants it).
+const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The shortest poll interval, whatever the upstream suggests.
 pub(super) const MIN_POLL: Duration = Duration::from_millis(50);
 
@@ -59,9 +61,21 @@ pub(super) struct Upstream {
 }
 
 impl Upstream {
+    /// A session with the upstream.
     pub(super) async fn connect(&self) -> Result<Session, Outcome> {
-        let cfg = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-            .custom_headers(self.headers.clone());
+        self.connect_keyed(None).await
+    }
+
+    /// A session whose every request carries `Idempotency-Key: key` (as an `http` step's do),
+    /// besides the `_meta` key of the call, so an upstream (or a proxy in front of it) that
+    /// deduplicates by either sees a retry as the same call.
+    async fn connect_keyed(&self, key: Option<&str>) -> Result<Session, Outcome> {
+        let mut headers = self.headers.clone();
+        if let Some(v) = key.and_then(|k| HttpHeaderValue::from_str(k).ok()) {
+            headers.insert(HeaderName::from_static(IDEMPOTENCY_HEADER), v);
+        }
+        let cfg =
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).custom_headers(headers);
         let abilities = Abilities {
             urls: false,
             tasks: self.tasks,
@@ -83,7 +97,7 @@ impl Upstream {
     }
 
     pub(super) async fn attempt(&self, call: &Call<'_>) -> Outcome {
-        let session = match self.connect().await {
+        let session = match self.connect_keyed(Some(&call.idempotency_key)).await {
             Ok(s) => s,
             Err(o) => return o,
         };
@@ -127,14 +141,14 @@ impl Upstream {
             params.input_responses = Some(answers.clone().into_iter().collect());
             params.request_state = call.request_state.map(str::to_owned);
         }
-        if self.tasks {
-            let mut meta = JsonObject::new();
-            meta.insert(
-                META_IDEMPOTENCY_KEY.to_owned(),
-                Value::String(call.idempotency_key.clone()),
-            );
-            params.meta = Some(RequestMetaObject(MetaObject(meta)));
-        }
+        // Every call carries its key — as a task or blocking, first call or MRTR retry — so a
+        // retry after a crash repeats nothing at an upstream that deduplicates.
+        let mut meta = JsonObject::new();
+        meta.insert(
+            META_IDEMPOTENCY_KEY.to_owned(),
+            Value::String(call.idempotency_key.clone()),
+        );
+        params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let what = format!("tools/call {} on {}", call.tool, self.url);
         match session.call_tool_once(params).await {
             Ok(CallToolResponse::Complete(result)) => {
