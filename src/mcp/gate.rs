@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::caller::caller;
@@ -56,7 +57,7 @@ pub(crate) fn router(state: Arc<McpState>) -> Router {
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(MAX_BODY_BYTES)
-        .with_cancellation_token(state.shutdown.child_token());
+        .with_cancellation_token(rmcp_stop(&state.shutdown));
     let s = state.clone();
     let rmcp = StreamableHttpService::new(
         move || Ok(RunwayMcp::new(s.clone())),
@@ -76,6 +77,23 @@ pub(crate) fn router(state: Arc<McpState>) -> Router {
         Some(console) => mcp.merge(console),
         None => mcp,
     }
+}
+
+/// How long after shutdown begins rmcp's requests are cut off: long enough for a held call
+/// to send its way back to its Run (`tools.rs` `way_back`), which it does at once.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The token that stops rmcp's requests: [`ANSWER_GRACE`] after `shutdown`, so that calls held
+/// when the server stops answer first instead of being dropped.
+fn rmcp_stop(shutdown: &CancellationToken) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let (shutdown, later) = (shutdown.clone(), stop.clone());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        tokio::time::sleep(ANSWER_GRACE).await;
+        later.cancel();
+    });
+    stop
 }
 
 /// Check Host/Origin and the path, authenticate from the headers, then read the body (bounded

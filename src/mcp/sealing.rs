@@ -36,7 +36,7 @@ pub(super) enum Resume {
         #[serde(default)]
         uid: String,
         #[serde(default)]
-        asked: Vec<String>,
+        asked: Option<Vec<String>>,
     },
 }
 
@@ -51,7 +51,7 @@ impl Resume {
         let asked = |k: &String| match resume {
             None => false,
             Some(Self::Args { asked, .. }) => asked.is_empty() || asked == k,
-            Some(Self::Run { asked, .. }) => asked.is_empty() || asked.contains(k),
+            Some(Self::Run { asked, .. }) => asked.as_ref().is_none_or(|a| a.contains(k)),
         };
         responses.into_iter().filter(|(k, _)| asked(k)).collect()
     }

@@ -425,6 +425,7 @@ impl RunwayMcp {
                 return Ok(ask);
             }
             tokio::select! {
+                biased;
                 change = changes.recv() => match change {
                     Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted) => return Err(unknown_task()),
@@ -436,6 +437,7 @@ impl RunwayMcp {
                 _ = &mut limit, if tasks => {
                     return Ok(CreateTaskResult::new(projection::task(&run, None)).into());
                 }
+                _ = self.state.shutdown.cancelled() => return self.way_back(t, &run, tasks),
                 _ = ctx.ct.cancelled() => {
                     if !self.state.shutdown.is_cancelled() {
                         // Logged inside; the client is gone and cannot be told.
@@ -445,6 +447,26 @@ impl RunwayMcp {
                 }
             }
         }
+    }
+
+    /// What a held call answers when the server stops under it (the Run carries on): a way
+    /// back to the same Run that needs nothing but the protocol. A client of the Tasks
+    /// extension gets the task; any other gets an MRTR round without questions, whose state
+    /// names the Run, so that its retry — on another replica, or after the restart — waits on
+    /// that Run instead of starting the work again.
+    fn way_back(&self, t: &Tenant, run: &Run, tasks: bool) -> Result<CallToolResponse, ErrorData> {
+        if tasks {
+            return Ok(CreateTaskResult::new(projection::task(run, None)).into());
+        }
+        let state = self.seal(
+            t,
+            &Resume::Run {
+                run: run.metadata.name.clone().unwrap_or_default(),
+                uid: run.metadata.uid.clone().unwrap_or_default(),
+                asked: Some(vec![]),
+            },
+        )?;
+        Ok(InputRequiredResult::new(None, Some(state)).into())
     }
 
     /// The `input_required` answer of a held call whose Run waits: the open questions this
@@ -472,7 +494,7 @@ impl RunwayMcp {
             &Resume::Run {
                 run: run.metadata.name.clone().unwrap_or_default(),
                 uid: run.metadata.uid.clone().unwrap_or_default(),
-                asked: open.keys().cloned().collect(),
+                asked: Some(open.keys().cloned().collect()),
             },
         )?;
         Ok(Some(

@@ -70,6 +70,18 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: pause, namespace: NS }
+spec:
+  tool: { description: Two pauses of a second. }
+  execution: { mode: sync }
+  steps:
+    - { name: one, delay: { duration: 1s } }
+    - { name: two, delay: { duration: 1s } }
+  result:
+    content: [ { type: text, text: "paused" } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: sync-approve, namespace: NS }
 spec:
   tool: { description: Answers on the call; needs an approval. }
@@ -116,6 +128,15 @@ async fn running_call<T: Send + 'static>(
     s: &Mcp,
     call: impl Future<Output = T> + Send + 'static,
 ) -> (String, tokio::task::JoinHandle<T>) {
+    running_call_of(s, "slow", call).await
+}
+
+/// Start a call of `workflow`'s tool and return its Run's name once that Run is running.
+async fn running_call_of<T: Send + 'static>(
+    s: &Mcp,
+    workflow: &str,
+    call: impl Future<Output = T> + Send + 'static,
+) -> (String, tokio::task::JoinHandle<T>) {
     use futures::StreamExt;
     let rv = runway::store::RunStore::resource_version(s.store())
         .await
@@ -124,7 +145,7 @@ async fn running_call<T: Send + 'static>(
     let handle = tokio::spawn(call);
     let name = loop {
         let ev = created.next().await.unwrap().unwrap();
-        if ev.run().spec.workflow_ref.name == "slow" {
+        if ev.run().spec.workflow_ref.name == workflow {
             break ev.run().metadata.name.clone().unwrap();
         }
     };
@@ -177,6 +198,7 @@ async fn tools_list_is_stable_private_and_per_tenant() {
             "echo",
             "hello",
             "only-task",
+            "pause",
             "runway_list_runs",
             "slow",
             "steps",
@@ -198,7 +220,7 @@ async fn tools_list_is_stable_private_and_per_tenant() {
         .at("/mcp")
         .rpc("tools/list", None, json!({}))
         .await;
-    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 9);
+    assert_eq!(own.result()["tools"].as_array().unwrap().len(), 10);
     // alice's default namespace is team-a
     let a = alice
         .clone()
@@ -781,6 +803,63 @@ async fn a_server_shutdown_does_not_cancel_blocking_runs() {
         run.spec.cancel
     );
     assert_eq!(run.phase(), RunPhase::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_across_a_restart_comes_back_to_its_run_and_runs_no_step_twice() {
+    let s = server().await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    let (first, held) = running_call_of(&s, "pause", {
+        let c = c.clone();
+        async move { c.call("pause", json!({})).await }
+    })
+    .await;
+    // The server stops under the held call: the answer is a way back, not an error.
+    let dir = s.stop().await;
+    let reply = held.await.unwrap();
+    let res = reply.result().clone();
+    assert_eq!(res["resultType"], "input_required", "{res}");
+    assert!(
+        res.get("inputRequests").is_none(),
+        "no question: retry at once"
+    );
+    let state = res["requestState"].as_str().unwrap().to_owned();
+    // The client retries, as MRTR says, against the restarted server.
+    let s = Mcp::start_in(dir).await;
+    let c = s.client("alice-token").with_caps(sync_caps());
+    let again = c
+        .rpc(
+            "tools/call",
+            Some("pause"),
+            json!({"name": "pause", "arguments": {}, "requestState": state}),
+        )
+        .await;
+    assert_eq!(
+        again.result()["content"][0]["text"],
+        "paused",
+        "{:?}",
+        again.messages
+    );
+    // One Run, each step run once.
+    let runs: Vec<_> =
+        runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.spec.workflow_ref.name == "pause")
+            .collect();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].metadata.name.as_deref(), Some(first.as_str()));
+    let st = runs[0].status.as_ref().unwrap();
+    assert_eq!(st.steps.len(), 2);
+    for step in &st.steps {
+        assert_eq!(
+            (step.attempt, step.phase),
+            (1, runway::api::StepPhase::Succeeded),
+            "{}",
+            step.name
+        );
+    }
 }
 
 /// Write raw bytes to the server and read its whole answer (the server closes or answers).
