@@ -25,12 +25,12 @@ use serde_json::{Map, Value};
 
 use super::access::allowed;
 use super::builtin::is_builtin;
+use super::calls::answer_mode;
 use super::caps::typed_declares_tasks;
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
 use super::headers::check_param_headers;
 use super::state::{McpState, Tenant};
-use super::tools::answer_mode;
 use super::{projection, tasks};
 use crate::auth::{Resource, Verb};
 use crate::protocol::{

@@ -13,6 +13,7 @@ mod answers;
 mod apps;
 mod builtin;
 mod caller;
+mod calls;
 mod caps;
 mod config;
 mod console;

@@ -25,6 +25,7 @@ use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::mcp::access::allowed;
 use crate::mcp::builtin::is_builtin;
+use crate::mcp::calls::run_result;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
 use crate::mcp::errors::{err, forbidden, invalid, missing_capability, unknown_task};
@@ -32,7 +33,6 @@ use crate::mcp::handler::RunwayMcp;
 use crate::mcp::projection;
 use crate::mcp::state::Tenant;
 use crate::mcp::tasks::progress_due;
-use crate::mcp::tools::run_result;
 use crate::protocol::{
     META_IDEMPOTENCY_KEY, META_RELATED_TASK, METHOD_CALL_TOOL, METHOD_SAMPLING,
     NOTIFICATION_PROGRESS, NOTIFICATION_TASK_STATUS, codes,
