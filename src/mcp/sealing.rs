@@ -41,15 +41,16 @@ pub(super) enum Resume {
 }
 
 impl Resume {
-    /// The answers this state may carry: those to the questions it asked. Without a state a
-    /// call answers nothing; a state sealed before rounds were named (no `asked`) keeps the
-    /// answers it came with.
+    /// The answers this state may carry: those to the questions it asked. A state sealed
+    /// before rounds were named (no `asked`) keeps the answers it came with, and so does a call
+    /// without a state: pre-run answers only fill arguments, which the caller could have passed
+    /// as such (and the protocol asks servers to take what they can use).
     pub(super) fn answers(
         resume: Option<&Self>,
         responses: BTreeMap<String, Value>,
     ) -> BTreeMap<String, Value> {
         let asked = |k: &String| match resume {
-            None => false,
+            None => true,
             Some(Self::Args { asked, .. }) => asked.is_empty() || asked == k,
             Some(Self::Run { asked, .. }) => asked.as_ref().is_none_or(|a| a.contains(k)),
         };

@@ -641,20 +641,20 @@ async fn a_request_state_is_one_round_whose_replays_find_its_run() {
             .filter(|r| r.spec.workflow_ref.name == "hello")
             .count()
     };
-    // Answers without a state answer nothing: the question is asked.
+    // Answers without a state fill the arguments they name (the caller could pass them so).
     let ada = json!({"who": {"action": "accept", "content": {"name": "Ada"}}});
-    let unasked = c
+    let direct = c
         .rpc(
             "tools/call",
             Some("hello"),
             json!({"name": "hello", "arguments": {}, "inputResponses": ada}),
         )
         .await;
-    assert_eq!(unasked.result()["resultType"], "input_required");
-    let state = unasked.result()["requestState"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    assert_eq!(direct.result()["content"][0]["text"], "Hello, Ada!");
+    assert_eq!(runs_of_hello().await, 1);
+    let asked = c.call("hello", json!({})).await;
+    assert_eq!(asked.result()["resultType"], "input_required");
+    let state = asked.result()["requestState"].as_str().unwrap().to_owned();
     let retry = |answer: Value| {
         c.rpc(
             "tools/call",
@@ -666,13 +666,13 @@ async fn a_request_state_is_one_round_whose_replays_find_its_run() {
         retry(ada.clone()).await.result()["content"][0]["text"],
         "Hello, Ada!"
     );
-    assert_eq!(runs_of_hello().await, 1);
+    assert_eq!(runs_of_hello().await, 2);
     // The same round again (a client that lost the answer and retries) is the same Run.
     assert_eq!(
         retry(ada.clone()).await.result()["content"][0]["text"],
         "Hello, Ada!"
     );
-    assert_eq!(runs_of_hello().await, 1, "a replay starts nothing new");
+    assert_eq!(runs_of_hello().await, 2, "a replay starts nothing new");
     // The round was answered: another answer to it is refused, and starts nothing.
     let other = retry(json!({"who": {"action": "accept", "content": {"name": "Eve"}}})).await;
     assert_eq!(other.error_code(), -32602);
@@ -684,7 +684,7 @@ async fn a_request_state_is_one_round_whose_replays_find_its_run() {
         "{:?}",
         other.messages
     );
-    assert_eq!(runs_of_hello().await, 1);
+    assert_eq!(runs_of_hello().await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
