@@ -239,8 +239,9 @@ impl Held {
             let last = tokio::select! {
                 last = self.follow() => last,
                 () = self.tx.closed() => None,
-                // A server going down ends its streams without touching their Runs.
-                () = shutdown.cancelled() => None,
+                // A server going down leaves the Runs alone; a call it held is told which Run
+                // goes on, so that the client need not start the work again.
+                () = shutdown.cancelled() => self.owns.then(|| Ok(stopped_under(&self.name))),
             };
             match last {
                 Some(outcome) => {
@@ -430,9 +431,28 @@ fn cannot_answer(run: &Run) -> Value {
 /// goes on; the result names it.
 fn still_running(run: &Run) -> Value {
     let name = run.metadata.name.clone().unwrap_or_default();
+    goes_on(&name, format!("Run {name} is still running."))
+}
+
+/// The result of a call held when the server stops: the Run goes on (any replica, or this one
+/// after its restart, drives it), and the result names it. The 2025 revisions have no way to
+/// resume a blocking call, so this is the way back: the Run's name, where to follow it, and
+/// the idempotency key that makes a repeated call find it instead of starting the work again.
+fn stopped_under(name: &str) -> Value {
+    goes_on(
+        name,
+        format!(
+            "The server stopped while this call waited; run {name} goes on. A call repeated \
+             with the same `{META_IDEMPOTENCY_KEY}` finds it again."
+        ),
+    )
+}
+
+/// A successful result saying Run `name` goes on (`lead`) and where to follow it.
+fn goes_on(name: &str, lead: String) -> Value {
     let text = format!(
-        "Run {name} is still running. Follow it with the runway_get_run tool, in the Runway \
-         console (/ui/), or with `runway tasks get {name}`."
+        "{lead} Follow it with the runway_get_run tool, in the Runway console (/ui/), or with \
+         `runway tasks get {name}`."
     );
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(json!({"taskId": name, "status": "working"}));

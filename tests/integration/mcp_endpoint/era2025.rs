@@ -37,6 +37,17 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: pause, namespace: NS }
+spec:
+  tool: { description: Two pauses of a second. }
+  execution: { mode: sync }
+  steps:
+    - { name: one, delay: { duration: 1s } }
+    - { name: two, delay: { duration: 1s } }
+  result: { content: [ { type: text, text: "paused" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: only-task, namespace: NS }
 spec:
   tool: { description: Task only. }
@@ -362,6 +373,62 @@ async fn a_dropped_held_call_cancels_its_run_and_one_past_the_hold_limit_does_no
         .unwrap();
     assert!(run.spec.cancel.is_none());
     assert!(!run.phase().is_terminal());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_when_the_server_stops_is_told_its_run_goes_on_and_finds_it_again() {
+    let s = server().await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
+    let call = json!({
+        "name": "pause",
+        "arguments": {},
+        "_meta": {"progressToken": 1, "dev.runway/idempotencyKey": "deploy-42"},
+    });
+    let mut events = c.open("tools/call", call.clone()).await;
+    let first = events.next().await.unwrap();
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    let name = {
+        let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+            .await
+            .unwrap();
+        runs[0].metadata.name.clone().unwrap()
+    };
+    // The server stops under the held call: the stream ends with a result naming the Run.
+    let stopping = tokio::spawn(s.stop());
+    let mut last = first;
+    while let Some(m) = events.next().await {
+        last = m;
+    }
+    let dir = stopping.await.unwrap();
+    let result = &last["result"];
+    assert_eq!(
+        result["structuredContent"]["taskId"],
+        name.as_str(),
+        "{last}"
+    );
+    assert_eq!(result["structuredContent"]["status"], "working");
+    assert!(result.get("isError").is_none_or(|e| e == false), "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(&name) && text.contains("idempotencyKey"),
+        "{text}"
+    );
+
+    // The same call with the same key, on the restarted server, waits on that Run.
+    let s = Mcp::start_in(dir).await;
+    let c = Old::connect(&s.url(), "alice-token", json!({})).await;
+    let (_, messages) = c.rpc("tools/call", call).await;
+    let result = &messages.last().unwrap()["result"];
+    assert_eq!(result["content"][0]["text"], "paused", "{messages:?}");
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1, "one Run, not two");
+    let st = runs[0].status.as_ref().unwrap();
+    assert!(runs[0].spec.cancel.is_none());
+    for step in &st.steps {
+        assert_eq!(step.attempt, 1, "{} ran once", step.name);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
