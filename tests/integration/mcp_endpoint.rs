@@ -2,6 +2,7 @@
 //! progress, MRTR and disconnects.
 
 mod era2025;
+mod window;
 use crate::support;
 
 use std::time::Duration;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod cut;
 pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
