@@ -697,3 +697,103 @@ async fn runway_call_waits_for_questions_that_are_someone_elses_to_answer() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "approved");
 }
+
+/// A proxy in front of `target` that plays a server which takes answers late: after each
+/// `tasks/update`, the next `stale` polls still get the last `input_required` task it saw.
+/// It counts the `tasks/update` requests.
+async fn late_taker(
+    target: String,
+    stale: usize,
+) -> (String, std::sync::Arc<std::sync::Mutex<usize>>) {
+    use axum::body::{Body, to_bytes};
+    use axum::extract::Request;
+    use std::sync::{Arc, Mutex};
+    #[derive(Default)]
+    struct Late {
+        updates: usize,
+        replay: usize,
+        last_input_required: Option<(String, Vec<u8>)>,
+    }
+    let late = Arc::new(Mutex::new(Late::default()));
+    let updates = Arc::new(Mutex::new(0usize));
+    let (l, u) = (late.clone(), updates.clone());
+    runway::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let (late, updates, http, target) = (l.clone(), u.clone(), http.clone(), target.clone());
+        async move {
+            let method = req
+                .headers()
+                .get("mcp-method")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let mut out = http.post(format!("{target}{}", req.uri().path()));
+            for (k, v) in req.headers() {
+                if k != "host" && k != "content-length" {
+                    out = out.header(k, v);
+                }
+            }
+            let body = to_bytes(req.into_body(), usize::MAX).await.unwrap();
+            if method == "tasks/get" {
+                let mut late = late.lock().unwrap();
+                if late.replay > 0
+                    && let Some((ct, stale)) = late.last_input_required.clone()
+                {
+                    late.replay -= 1;
+                    // The old answer, to this request's id.
+                    let id =
+                        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"].clone();
+                    let mut stale: serde_json::Value = serde_json::from_slice(&stale).unwrap();
+                    stale["id"] = id;
+                    return axum::response::Response::builder()
+                        .header("content-type", ct)
+                        .body(Body::from(stale.to_string()))
+                        .unwrap();
+                }
+            }
+            let resp = out.body(body).send().await.unwrap();
+            let ct = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/json")
+                .to_owned();
+            let status = resp.status();
+            let body = resp.bytes().await.unwrap().to_vec();
+            let mut late = late.lock().unwrap();
+            if method == "tasks/update" {
+                late.updates += 1;
+                *updates.lock().unwrap() = late.updates;
+                late.replay = stale;
+            }
+            if method == "tasks/get" && String::from_utf8_lossy(&body).contains("input_required") {
+                late.last_input_required = Some((ct.clone(), body.clone()));
+            }
+            axum::response::Response::builder()
+                .status(status.as_u16())
+                .header("content-type", ct)
+                .body(Body::from(body))
+                .unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), updates)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_call_answers_each_question_once_when_the_server_lists_it_again() {
+    let (dir, p) = setup().await;
+    let (proxy, updates) = late_taker(p.base(), 2).await;
+    let mut cmd = client_cmd(&dir, &p);
+    cmd.env("RUNWAY_URL", format!("{proxy}/namespaces/team-a/mcp"))
+        .args(["call", "approve", "--arg", "change=v5"]);
+    // One answer on stdin: a second prompt would meet the end of input and fail the call.
+    let (code, out, err) = run_with_stdin(cmd, "yes\nonce\n").await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "approved v5: once");
+    assert_eq!(err.matches("Approve v5?").count(), 1, "{err}");
+    assert_eq!(*updates.lock().unwrap(), 1, "one tasks/update");
+}
