@@ -13,6 +13,7 @@ use crate::auth::{Authenticator, Authorizer, NoAuth};
 use crate::controller::history::MemoryEvents;
 use crate::controller::schedules::Scheduler;
 use crate::controller::{self, Controller};
+use crate::engine::marks::Marks;
 use crate::engine::validate::Capabilities;
 use crate::mcp;
 use crate::steps::tool::ToolExecutor;
@@ -139,6 +140,7 @@ fn run_controller(
     events: &Arc<MemoryEvents>,
     secrets: StaticSecrets,
     changes: RunChanges,
+    marks: &Marks,
 ) -> Arc<Controller> {
     let secrets = Arc::new(secrets);
     let executor = Arc::new(
@@ -147,6 +149,7 @@ fn run_controller(
             .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
                 run_store.clone(),
                 changes,
+                marks.clone(),
             ))),
     );
     Controller::new(
@@ -159,6 +162,7 @@ fn run_controller(
             workers_per_namespace: 0,
             metrics: opts.mcp.metrics.clone(),
             shards: controller::Shards::all(),
+            marks: marks.clone(),
         },
     )
 }
@@ -190,6 +194,7 @@ impl Server {
             mcp_config.state_keys = vec![store.state_key().to_vec()];
         }
         let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
+        let marks = Marks::new(mcp_config.state_keys.clone());
         let state = mcp::McpState::new(
             run_store.clone(),
             wf_source.clone(),
@@ -201,10 +206,12 @@ impl Server {
         )
         .map_err(StartError::Mcp)?;
         let changes = state.events.clone();
-        let ctl = run_controller(&opts, &run_store, &wf_source, &events, secrets, changes);
+        let ctl = run_controller(
+            &opts, &run_store, &wf_source, &events, secrets, changes, &marks,
+        );
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
-        let scheduler = Scheduler::new(run_store, wf_source, events, name_key);
+        let scheduler = Scheduler::new(run_store, wf_source, events, name_key, marks);
         let token = shutdown.clone();
         tasks.spawn(async move { scheduler.run(token).await });
         let reloader = workflows.spawn_reloader(RELOAD_EVERY);

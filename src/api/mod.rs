@@ -84,6 +84,11 @@ pub mod reasons {
     pub const DUPLICATE_TOOL: &str = "DuplicateTool";
     /// A step kind needs a store this server does not run on.
     pub const UNSUPPORTED_STEP: &str = "UnsupportedStep";
+    /// A Workflow's `workflow` steps lead back to it (directly or through others).
+    pub const WORKFLOW_CYCLE: &str = "WorkflowCycle";
+    /// A Run would make its Run tree larger than the limits allow (children of one Run,
+    /// descendants of one top-level Run).
+    pub const RUN_LIMIT: &str = "RunLimitExceeded";
     /// A schedule's cron expression, time zone, deadline or arguments are not valid.
     pub const INVALID_SCHEDULE: &str = "InvalidSchedule";
     /// A Run finished successfully.
@@ -135,6 +140,8 @@ pub mod labels {
     /// request id), so that the client's `notifications/cancelled`, on whichever replica it
     /// arrives, finds the Run.
     pub const CALL: &str = "runway.dev/call";
+    /// UID of the top-level Run a child Run descends from: what counts a Run tree's size.
+    pub const ROOT: &str = "runway.dev/root";
 }
 
 /// Annotations on Runs.
@@ -148,6 +155,13 @@ pub mod annotations {
     pub const PARENT_UID: &str = "runway.dev/parent-uid";
     /// How many parents a child Run has above it (1 for a child of a top-level Run).
     pub const DEPTH: &str = "runway.dev/depth";
+    /// The Workflows above a child Run, from its root down, comma-separated: what stops a
+    /// Workflow from calling itself through others.
+    pub const LINEAGE: &str = "runway.dev/lineage";
+    /// The operator's seal on what it created itself (a child Run, a scheduled Run, a Job): an
+    /// HMAC under the state key of the object's identity and the markers above. Objects with
+    /// the same name or markers but no valid seal are never adopted or acted on.
+    pub const MARK: &str = "runway.dev/mark";
 }
 
 /// Longest workflow-name prefix of a task id (the id stays within 63 characters).

@@ -51,6 +51,9 @@ pub struct Config {
     /// Which Runs this controller drives (all of them unless the work is split across
     /// replicas).
     pub shards: Shards,
+    /// The seals on the Runs Runway starts itself: a top-level Run's collection takes the
+    /// child Runs below it, found by their seals.
+    pub marks: engine::marks::Marks,
 }
 
 /// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
@@ -92,6 +95,7 @@ impl Default for Config {
             workers_per_namespace: 0,
             metrics: Default::default(),
             shards: Shards::all(),
+            marks: Default::default(),
         }
     }
 }

@@ -318,13 +318,34 @@ impl Controller {
             .filter(|w| w.is_ready())
     }
 
-    /// Delete a finished Run whose time to live is over.
+    /// Delete a finished Run whose time to live is over, and the child Runs below it (they
+    /// are kept as long as their top-level Run: they are the count that bounds its tree).
     async fn collect(&self, k: &Key) {
+        let uid = match self.store.get(&k.namespace, &k.name).await {
+            Ok(run) => run.and_then(|r| r.metadata.uid),
+            Err(e) => return self.retry_later(k, e),
+        };
         match self.store.delete(&k.namespace, &k.name).await {
             Ok(()) | Err(StoreError::NotFound) => {
                 tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
             }
-            Err(e) => self.retry_later(k, e),
+            Err(e) => return self.retry_later(k, e),
+        }
+        let Some(uid) = uid else { return };
+        let below = BTreeMap::from([(crate::api::labels::ROOT.to_owned(), uid)]);
+        let Ok(children) = self.store.list(Some(&k.namespace), &below).await else {
+            return;
+        };
+        for child in children
+            .iter()
+            .filter(|c| crate::steps::child::sealed_child(&self.config.marks, c))
+        {
+            let name = child.metadata.name.as_deref().unwrap_or_default();
+            if let Err(e) = self.store.delete(&k.namespace, name).await
+                && !matches!(e, StoreError::NotFound)
+            {
+                tracing::warn!(namespace = %k.namespace, run = %name, error = %e, "cannot delete a child run of a collected run");
+            }
         }
     }
 

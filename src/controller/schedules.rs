@@ -17,6 +17,7 @@ use crate::api::{
     CancelRequest, Principal, Run, RunPhase, ScheduleSpec, Workflow, annotations, event_reasons,
     labels,
 };
+use crate::engine::marks::{Marks, Sealed};
 use crate::engine::schedule::{self, Admit, Finished};
 use crate::engine::{Event, schedule::Timetable};
 use crate::store::{RunStore, StoreError, WorkflowSource};
@@ -41,11 +42,39 @@ pub struct Scheduler {
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
     /// The key of scheduled Run names.
     name_key: Vec<u8>,
+    /// The seals on scheduled Runs: a Run is this schedule's only when its seal holds, so a
+    /// Run that merely carries the schedule's label and a time (anyone who may create Runs can
+    /// write those) moves no schedule and is never cancelled or pruned by it.
+    marks: Marks,
 }
 
 /// The user name scheduled Runs are requested by.
 pub fn requester(workflow: &str, schedule: &str) -> String {
     format!("runway:schedule:{workflow}/{schedule}")
+}
+
+/// The parts a scheduled Run's seal covers.
+fn scheduled_parts<'a>(run: &'a Run, workflow: &'a str, schedule: &'a str) -> [&'a str; 5] {
+    [
+        run.metadata.namespace.as_deref().unwrap_or_default(),
+        run.metadata.name.as_deref().unwrap_or_default(),
+        workflow,
+        schedule,
+        run.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::SCHEDULED_FOR))
+            .map(String::as_str)
+            .unwrap_or_default(),
+    ]
+}
+
+fn mark_of(run: &Run) -> Option<&str> {
+    run.metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::MARK)
+        .map(String::as_str)
 }
 
 fn scheduled_for(run: &Run) -> Option<Timestamp> {
@@ -65,15 +94,26 @@ impl Scheduler {
         workflows: Arc<dyn WorkflowSource>,
         events: Arc<dyn EventSink>,
         name_key: Vec<u8>,
+        marks: Marks,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
             workflows,
             events,
             name_key,
+            marks,
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether `run` is one this scheduler started for `workflow`'s schedule `schedule`.
+    fn started(&self, run: &Run, workflow: &str, schedule: &str) -> bool {
+        self.marks.verify(
+            Sealed::Scheduled,
+            &scheduled_parts(run, workflow, schedule),
+            mark_of(run),
+        )
     }
 
     /// Run until `shutdown`: a pass over every schedule, then sleep until the next time due,
@@ -125,6 +165,7 @@ impl Scheduler {
                                 .as_ref()
                                 .and_then(|l| l.get(labels::SCHEDULE))
                                 == Some(&spec.name)
+                                && self.started(r, &name, &spec.name)
                         })
                         .collect();
                     let wake = self.one(&wf, spec, &tt, &key, &mine, now).await;
@@ -222,6 +263,11 @@ impl Scheduler {
         let run = Run::requested(&key.0, &name, &key.1, arguments, Some(requester), at)
             .with_labels([(labels::SCHEDULE, spec.name.clone())])
             .with_annotations([(annotations::SCHEDULED_FOR, at.to_string())]);
+        let mark = self.marks.seal(
+            Sealed::Scheduled,
+            &scheduled_parts(&run, &key.1, &spec.name),
+        );
+        let run = run.with_annotations([(annotations::MARK, mark)]);
         match self.store.create(run).await {
             Ok(created) => {
                 let zone = spec.time_zone.as_deref().unwrap_or("UTC");

@@ -19,6 +19,11 @@ pub const MAX_STATUS_BYTES: usize = 1024 * 1024;
 pub const MAX_ITEMS: usize = 1000;
 /// Deepest nesting of child Runs (a child of a top-level Run is at depth 1).
 pub const MAX_CHILD_DEPTH: u32 = 8;
+/// Most child Runs one Run starts over its life (items and retries included).
+pub const MAX_CHILDREN: usize = 500;
+/// Most Runs below one top-level Run, at every depth together. Child Runs are kept until their
+/// top-level Run is deleted, so the Runs that exist are the durable count.
+pub const MAX_DESCENDANTS: usize = 1000;
 /// Most retries a step may declare.
 pub(crate) const MAX_RETRY_LIMIT: u32 = 100;
 /// Shortest backoff between attempts, whatever a Workflow says.

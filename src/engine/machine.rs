@@ -128,15 +128,13 @@ impl Machine<'_> {
     }
 
     /// How long a finished Run is kept. Runs a schedule started are kept by its history limits
-    /// instead (the newest of them marks where the schedule stands).
+    /// instead (the newest of them marks where the schedule stands), and child Runs as long as
+    /// their top-level Run, which takes them along (they are the count that bounds its tree).
     pub(super) fn ttl(&self, wf: Option<&WorkflowSpec>) -> Option<SignedDuration> {
-        let scheduled = self
-            .run
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(crate::api::labels::SCHEDULE));
-        if scheduled {
+        let kept_by_others = self.run.metadata.labels.as_ref().is_some_and(|l| {
+            l.contains_key(crate::api::labels::SCHEDULE) || l.contains_key(crate::api::labels::ROOT)
+        });
+        if kept_by_others {
             return None;
         }
         wf?.execution

@@ -7,6 +7,7 @@ pub mod concurrency;
 pub mod duration;
 pub mod forms;
 pub mod input;
+pub mod marks;
 mod result;
 pub mod schedule;
 pub mod template;

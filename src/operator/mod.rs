@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::kube::KubeAuth;
 use crate::controller::schedules::Scheduler;
 use crate::controller::{self, Controller};
+use crate::engine::marks::Marks;
 use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
@@ -127,6 +128,8 @@ struct Cluster {
     changes: RunChanges,
     /// The key of scheduled Run names (the first state key).
     name_key: Vec<u8>,
+    /// The seals on what the operator creates (child Runs, scheduled Runs, Jobs).
+    marks: Marks,
 }
 
 /// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
@@ -144,6 +147,7 @@ async fn lead(
         workflows,
         changes,
         name_key,
+        marks,
     } = cluster;
     let validates = shards.owned.contains(&0);
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
@@ -151,10 +155,11 @@ async fn lead(
             Arc::new(KubeSecrets::new(client.clone())),
             &opts.egress,
         )))
-        .with_jobs(Arc::new(JobExecutor::new(client.clone())))
+        .with_jobs(Arc::new(JobExecutor::new(client.clone(), marks.clone())))
         .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
             Arc::new(store.clone()),
             changes,
+            marks.clone(),
         )));
     let events = Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone()));
     // Schedules are started where Workflows are validated (the first shard): one scheduler.
@@ -163,6 +168,7 @@ async fn lead(
         Arc::new(workflows.clone()),
         events.clone(),
         name_key,
+        marks.clone(),
     );
     let ctl = Controller::new(
         Arc::new(store),
@@ -174,6 +180,7 @@ async fn lead(
             workers_per_namespace: 0,
             metrics,
             shards,
+            marks,
         },
     );
     let validator = workflows::validator(client, workflows.clone(), stop.clone());
@@ -235,6 +242,7 @@ pub async fn run_with(
             state_keys_from_secret(&client, &opts.lease.namespace, &opts.state_key_secret).await?;
     }
     let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
+    let marks = Marks::new(mcp_config.state_keys.clone());
     let state = mcp::McpState::new(
         Arc::new(store.clone()),
         Arc::new(workflows.clone()),
@@ -271,6 +279,7 @@ pub async fn run_with(
         workflows,
         changes,
         name_key,
+        marks,
     };
     if opts.leader_election {
         drive_owned_shards(cluster, &opts, metrics, &shutdown).await;

@@ -16,7 +16,8 @@ use crate::api::{Workflow, WorkflowStatus, reasons};
 use crate::engine::validate::{self, Capabilities};
 use crate::store::kube::{CONTROLLER_MANAGER, KubeWorkflows};
 
-/// How soon a Workflow held back by another one's tool name is validated again. The event that
+/// How soon a Workflow held back by another one (its tool name, a cycle through it) is
+/// validated again. The event that
 /// should free it (the other one changing or going) may reach this controller before the
 /// Workflow cache it decides from, and a verdict made on that cache would otherwise stand.
 const NEIGHBOUR_RECHECK: Duration = Duration::from_secs(5);
@@ -60,7 +61,10 @@ async fn reconcile_workflow(
         .await?;
         tracing::info!(namespace = ?wf.namespace(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
     }
-    if status.conditions[0].reason == reasons::DUPLICATE_TOOL {
+    // Both verdicts depend on the namespace's other Workflows.
+    if [reasons::DUPLICATE_TOOL, reasons::WORKFLOW_CYCLE]
+        .contains(&status.conditions[0].reason.as_str())
+    {
         return Ok(ControllerAction::requeue(NEIGHBOUR_RECHECK));
     }
     Ok(ControllerAction::await_change())

@@ -14,24 +14,145 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Executor, within_deadline};
 use crate::api::ErrorClass;
-use crate::api::{CancelRequest, Cleanup, Run, RunPhase, annotations, conditions, labels};
+use crate::api::{
+    CancelRequest, Cleanup, Run, RunError, RunPhase, annotations, conditions, labels, reasons,
+};
+use crate::engine::marks::{Marks, Sealed};
 use crate::engine::{Action, Effect, Outcome, budget};
+use crate::protocol::codes;
 use crate::store::{Change, RunChanges, RunStore, StoreError};
 
 /// How often a waiting parent reads its child again even without a change notice: a safety
 /// net for a notice missed while the store's cache caught up.
 const RECHECK: Duration = Duration::from_secs(10);
 
+/// Locks that make "count the tree, then create" one step per Run tree in this process
+/// (striped by the root's uid, so that their number stays fixed).
+const TREE_LOCKS: usize = 64;
+
 /// Starts, follows and cancels child Runs.
 pub struct ChildExecutor {
     store: Arc<dyn RunStore>,
     changes: RunChanges,
+    marks: Marks,
+    trees: Vec<tokio::sync::Mutex<()>>,
+    /// Uids of Runs whose seal held, so that counting a tree checks each Run's seal once.
+    sealed: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Most uids [`ChildExecutor::sealed`] remembers before it starts over.
+const SEALED_REMEMBERED: usize = 100_000;
+
+/// Where a Run stands in its Run tree: the root's uid, its depth (0 for a top-level Run) and
+/// the Workflows from the root down to it, itself included.
+struct Lineage {
+    root: String,
+    depth: u32,
+    workflows: Vec<String>,
+}
+
+/// The parts a child Run's seal covers: its identity and every marker Runway reads from it.
+fn child_parts(run: &Run) -> [&str; 6] {
+    let ann = |k: &str| {
+        run.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(String::as_str)
+            .unwrap_or_default()
+    };
+    [
+        run.metadata.namespace.as_deref().unwrap_or_default(),
+        run.metadata.name.as_deref().unwrap_or_default(),
+        ann(annotations::PARENT_UID),
+        run.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::ROOT))
+            .map(String::as_str)
+            .unwrap_or_default(),
+        ann(annotations::DEPTH),
+        ann(annotations::LINEAGE),
+    ]
+}
+
+/// Whether `run` is a child Run Runway started (its seal holds), not one that only looks so.
+pub(crate) fn sealed_child(marks: &Marks, run: &Run) -> bool {
+    let mark = run
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::MARK));
+    marks.verify(Sealed::Child, &child_parts(run), mark.map(String::as_str))
+}
+
+/// `run`'s place in its tree: from its own sealed markers, else as a top-level Run.
+fn lineage(marks: &Marks, run: &Run) -> Lineage {
+    let own = run.spec.workflow_ref.name.clone();
+    if sealed_child(marks, run) {
+        let [_, _, _, root, depth, above] = child_parts(run);
+        let mut workflows: Vec<String> = above.split(',').map(str::to_owned).collect();
+        workflows.push(own);
+        return Lineage {
+            root: root.to_owned(),
+            depth: depth.parse().unwrap_or(budget::MAX_CHILD_DEPTH),
+            workflows,
+        };
+    }
+    Lineage {
+        root: run.metadata.uid.clone().unwrap_or_default(),
+        depth: 0,
+        workflows: vec![own],
+    }
+}
+
+/// A bound of the Run tree was reached: the step ends the Run with a protocol-level error that
+/// names the bound (not retried: trying again meets the same bound).
+fn limit(reason: &str, message: String) -> Outcome {
+    Outcome::Fatal(RunError {
+        code: codes::INTERNAL_ERROR,
+        message,
+        data: Some(json!({ "reason": reason })),
+    })
 }
 
 impl ChildExecutor {
-    /// Children in `store`, followed through `changes` (fed by the controller's watch).
-    pub fn new(store: Arc<dyn RunStore>, changes: RunChanges) -> Self {
-        Self { store, changes }
+    /// Children in `store`, followed through `changes` (fed by the controller's watch),
+    /// sealed and recognised with `marks`.
+    pub fn new(store: Arc<dyn RunStore>, changes: RunChanges, marks: Marks) -> Self {
+        Self {
+            store,
+            changes,
+            marks,
+            trees: (0..TREE_LOCKS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            sealed: Default::default(),
+        }
+    }
+
+    /// [`sealed_child`], remembered by uid.
+    fn is_sealed(&self, run: &Run) -> bool {
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
+        if self.sealed.lock().expect("sealed lock").contains(uid) {
+            return true;
+        }
+        let sealed = sealed_child(&self.marks, run);
+        if sealed && !uid.is_empty() {
+            let mut known = self.sealed.lock().expect("sealed lock");
+            if known.len() >= SEALED_REMEMBERED {
+                known.clear();
+            }
+            known.insert(uid.to_owned());
+        }
+        sealed
+    }
+
+    fn tree_lock(&self, root: &str) -> &tokio::sync::Mutex<()> {
+        let h = root.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        &self.trees[usize::try_from(h % TREE_LOCKS as u64).unwrap_or_default()]
     }
 
     fn failed(message: String) -> Outcome {
@@ -50,8 +171,15 @@ impl ChildExecutor {
         }
     }
 
-    /// The child Run of `parent` for this attempt, as it is first created.
-    fn child(parent: &Run, workflow: &str, arguments: &Value, name: &str, depth: u32) -> Run {
+    /// The child Run of `parent` for this attempt, as it is first created, sealed.
+    fn child(
+        &self,
+        parent: &Run,
+        workflow: &str,
+        arguments: &Value,
+        name: &str,
+        tree: &Lineage,
+    ) -> Run {
         let parent_name = parent.metadata.name.clone().unwrap_or_default();
         let parent_uid = parent.metadata.uid.clone().unwrap_or_default();
         let mut run = Run::requested(
@@ -62,11 +190,17 @@ impl ChildExecutor {
             parent.spec.requested_by.clone(),
             jiff::Timestamp::now(),
         )
-        .with_labels([(labels::PARENT, parent_name.clone())])
+        .with_labels([
+            (labels::PARENT, parent_name.clone()),
+            (labels::ROOT, tree.root.clone()),
+        ])
         .with_annotations([
             (annotations::PARENT_UID, parent_uid.clone()),
-            (annotations::DEPTH, depth.to_string()),
+            (annotations::DEPTH, (tree.depth + 1).to_string()),
+            (annotations::LINEAGE, tree.workflows.join(",")),
         ]);
+        let mark = self.marks.seal(Sealed::Child, &child_parts(&run));
+        run = run.with_annotations([(annotations::MARK, mark)]);
         // Kubernetes deletes the child with its parent.
         run.metadata.owner_references = Some(vec![OwnerReference {
             api_version: Run::api_version(&()).into_owned(),
@@ -79,21 +213,80 @@ impl ChildExecutor {
         run
     }
 
-    /// Create the child, or find the one an earlier try of this attempt created.
-    async fn start(&self, parent: &Run, child: Run) -> Result<(), Outcome> {
+    /// Whether `existing` is this attempt's child: sealed by Runway, under this parent.
+    fn adoptable(&self, parent: &Run, existing: &Run) -> bool {
+        sealed_child(&self.marks, existing)
+            && parent_uid(existing) == parent.metadata.uid.as_deref()
+    }
+
+    /// The bound a new child of `parent` would break, if any: children of one Run,
+    /// descendants of one top-level Run (only sealed Runs count; the Runs that exist are the
+    /// count, since children live as long as their root).
+    async fn over_limit(&self, parent: &Run, tree: &Lineage) -> Result<Option<Outcome>, Outcome> {
+        let ns = parent.metadata.namespace.clone().unwrap_or_default();
+        let selector =
+            std::collections::BTreeMap::from([(labels::ROOT.to_owned(), tree.root.clone())]);
+        let descendants: Vec<_> = self
+            .store
+            .list(Some(&ns), &selector)
+            .await
+            .map_err(Self::connection)?
+            .into_iter()
+            .filter(|r| self.is_sealed(r))
+            .collect();
+        if descendants.len() >= budget::MAX_DESCENDANTS {
+            return Ok(Some(limit(
+                reasons::RUN_LIMIT,
+                format!(
+                    "run limit: this run's top-level run has {} runs below it (at most {})",
+                    descendants.len(),
+                    budget::MAX_DESCENDANTS
+                ),
+            )));
+        }
+        let children = descendants
+            .iter()
+            .filter(|r| parent_uid(r) == parent.metadata.uid.as_deref())
+            .count();
+        if children >= budget::MAX_CHILDREN {
+            return Ok(Some(limit(
+                reasons::RUN_LIMIT,
+                format!(
+                    "run limit: this run started {children} child runs (at most {})",
+                    budget::MAX_CHILDREN
+                ),
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Create the child, or find the one an earlier try of this attempt created. Within one
+    /// process, counting the tree and creating are one step per tree.
+    async fn start(&self, parent: &Run, child: Run, tree: &Lineage) -> Result<(), Outcome> {
         let (ns, name) = (
             child.metadata.namespace.clone().unwrap_or_default(),
             child.metadata.name.clone().unwrap_or_default(),
         );
+        let not_ours = || {
+            Self::failed(format!(
+                "a run named {name} exists and is not this step's child"
+            ))
+        };
+        let _tree = self.tree_lock(&tree.root).lock().await;
+        match self.store.get(&ns, &name).await {
+            Ok(Some(existing)) if self.adoptable(parent, &existing) => return Ok(()),
+            Ok(Some(_)) => return Err(not_ours()),
+            Ok(None) => {}
+            Err(e) => return Err(Self::connection(e)),
+        }
+        if let Some(refused) = self.over_limit(parent, tree).await? {
+            return Err(refused);
+        }
         match self.store.create(child).await {
             Ok(_) => Ok(()),
             Err(StoreError::AlreadyExists) => match self.store.get(&ns, &name).await {
-                Ok(Some(existing)) if parent_uid(&existing) == parent.metadata.uid.as_deref() => {
-                    Ok(())
-                }
-                Ok(Some(_)) => Err(Self::failed(format!(
-                    "a run named {name} exists and is not this step's child"
-                ))),
+                Ok(Some(existing)) if self.adoptable(parent, &existing) => Ok(()),
+                Ok(Some(_)) => Err(not_ours()),
                 Ok(None) => Err(Self::connection(StoreError::NotFound)),
                 Err(e) => Err(Self::connection(e)),
             },
@@ -182,16 +375,6 @@ fn parent_uid(run: &Run) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// A Run's nesting depth (0 for a Run nobody's step started).
-fn depth(run: &Run) -> u32 {
-    run.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::DEPTH))
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The step's outcome once the child has ended: its structured content (else its whole
 /// result) on success; its protocol error, tool error or cancellation otherwise.
 fn ended(child: &Run) -> Option<Outcome> {
@@ -243,15 +426,27 @@ impl Executor for ChildExecutor {
                     arguments,
                     run_name,
                 } => {
-                    let depth = depth(run) + 1;
-                    if depth > budget::MAX_CHILD_DEPTH {
-                        return Self::failed(format!(
-                            "child runs nest deeper than {}",
-                            budget::MAX_CHILD_DEPTH
-                        ));
+                    let tree = lineage(&self.marks, run);
+                    if tree.depth + 1 > budget::MAX_CHILD_DEPTH {
+                        return limit(
+                            reasons::RUN_LIMIT,
+                            format!(
+                                "run limit: child runs nest deeper than {}",
+                                budget::MAX_CHILD_DEPTH
+                            ),
+                        );
                     }
-                    let child = Self::child(run, workflow, arguments, run_name, depth);
-                    if let Err(outcome) = self.start(run, child).await {
+                    if tree.workflows.iter().any(|w| w == workflow) {
+                        return limit(
+                            reasons::WORKFLOW_CYCLE,
+                            format!(
+                                "workflow {workflow} is already running above this run ({}): workflows may not call themselves",
+                                tree.workflows.join(" -> ")
+                            ),
+                        );
+                    }
+                    let child = self.child(run, workflow, arguments, run_name, &tree);
+                    if let Err(outcome) = self.start(run, child, &tree).await {
                         return outcome;
                     }
                     let ns = run.metadata.namespace.clone().unwrap_or_default();

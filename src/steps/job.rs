@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Executor;
 use crate::api::{ErrorClass, JobStep, Run};
+use crate::engine::marks::{Marks, Sealed};
 use crate::engine::{Action, Effect, Outcome};
 
 /// Label naming the Run that owns a Job.
@@ -33,13 +34,35 @@ const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Runs `job` steps and deletes Jobs on cleanup.
 pub struct JobExecutor {
     client: Client,
+    marks: Marks,
 }
 
 impl JobExecutor {
-    /// Jobs through `client`.
-    pub fn new(client: Client) -> Self {
-        Self { client }
+    /// Jobs through `client`, sealed and recognised with `marks`.
+    pub fn new(client: Client, marks: Marks) -> Self {
+        Self { client, marks }
     }
+}
+
+/// The parts a Job's seal covers: its identity, the Run that owns it and the step it runs.
+fn job_parts<'a>(ns: &'a str, job: &'a str, run_uid: &'a str, step: &'a str) -> [&'a str; 4] {
+    [ns, job, run_uid, step]
+}
+
+/// Whether `job` is the Job Runway created for step `step` of the Run with `run_uid`: it names
+/// the Run as its controller (what Kubernetes garbage collection follows) and carries Runway's
+/// seal (which nobody else can write; an ownerReference, anyone who creates the Job can).
+fn ours(marks: &Marks, job: &Job, run_uid: &str, step: &str) -> bool {
+    let ns = job.metadata.namespace.as_deref().unwrap_or_default();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let mark = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::api::annotations::MARK))
+        .map(String::as_str);
+    controlled_by(job.metadata.owner_references.as_ref(), run_uid)
+        && marks.verify(Sealed::Job, &job_parts(ns, name, run_uid, step), mark)
 }
 
 /// Why a `job` step's template makes no Job.
@@ -128,7 +151,9 @@ fn finished(job: &Job) -> Option<bool> {
 
 /// The attempt's Job exists and is this Run's: created when missing (a Job of that name that
 /// another object controls is never adopted). `Some` with the attempt's outcome when not.
+#[allow(clippy::too_many_arguments)]
 async fn ensure_job(
+    marks: &Marks,
     api: &Api<Job>,
     run: &Run,
     effect: &Effect,
@@ -144,7 +169,7 @@ async fn ensure_job(
         }
     };
     if existing.is_none() {
-        let job = match build_job(
+        let mut job = match build_job(
             run,
             &effect.step,
             job_name,
@@ -155,6 +180,13 @@ async fn ensure_job(
             Ok(j) => j,
             Err(e) => return Some(Outcome::internal(e.to_string())),
         };
+        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
+        let mark = marks.seal(Sealed::Job, &job_parts(ns, job_name, uid, &effect.step));
+        job.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(crate::api::annotations::MARK.to_owned(), mark);
         match api.create(&PostParams::default(), &job).await {
             Ok(_) => {}
             // Created by an earlier controller between our read and our create: follow it.
@@ -169,10 +201,10 @@ async fn ensure_job(
     }
     let run_uid = run.metadata.uid.clone().unwrap_or_default();
     match api.get_opt(job_name).await {
-        Ok(Some(j)) if controlled_by(j.metadata.owner_references.as_ref(), &run_uid) => {}
+        Ok(Some(j)) if ours(marks, &j, &run_uid, &effect.step) => {}
         Ok(Some(_)) => {
             return Some(Outcome::internal(format!(
-                "job {job_name} exists and is not owned by this run; not adopting it"
+                "job {job_name} exists and was not created by Runway for this run; not adopting it"
             )));
         }
         Ok(None) => {}
@@ -239,7 +271,9 @@ impl JobExecutor {
         let ns = run.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let left = super::time_left(effect);
-        if let Some(failed) = ensure_job(&api, run, effect, step, job_name, env, left).await {
+        if let Some(failed) =
+            ensure_job(&self.marks, &api, run, effect, step, job_name, env, left).await
+        {
             return Some(failed);
         }
         let wait = await_condition(api, job_name, |j: Option<&Job>| {

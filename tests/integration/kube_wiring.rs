@@ -154,7 +154,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     let api = FakeApi::start().await;
     let run = a_run(&api);
     let effect = job_effect(120);
-    let exec = JobExecutor::new(api.client());
+    let exec = JobExecutor::new(api.client(), test_marks());
     let pending = {
         let (run, effect) = (run.clone(), effect.clone());
         tokio::spawn(async move { exec.execute(&run, &effect, CancellationToken::new()).await })
@@ -203,7 +203,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     );
 
     // a restarted controller runs the same attempt again: it finds the Job, creates none
-    let again = JobExecutor::new(api.client())
+    let again = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &effect, CancellationToken::new())
         .await;
     assert_eq!(again, Some(Outcome::Succeeded(json!({"image": "api:v2"}))));
@@ -219,7 +219,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         }),
         ..effect.clone()
     };
-    let out = JobExecutor::new(api.client())
+    let out = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &cleanup, CancellationToken::new())
         .await;
     assert!(matches!(out, Some(Outcome::Succeeded(_))));
@@ -235,7 +235,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
 async fn a_failed_job_fails_the_attempt_and_cancellation_abandons_the_wait() {
     let api = FakeApi::start().await;
     let run = a_run(&api);
-    let exec = std::sync::Arc::new(JobExecutor::new(api.client()));
+    let exec = std::sync::Arc::new(JobExecutor::new(api.client(), test_marks()));
     let effect = job_effect(60);
     let pending = {
         let (run, effect, exec) = (run.clone(), effect.clone(), exec.clone());
@@ -477,11 +477,50 @@ async fn a_job_of_the_expected_name_that_the_run_does_not_own_is_not_adopted() {
         "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "evil"}]}}},
         "status": {"conditions": [{"type": "Complete", "status": "True"}]}}),
     );
-    let outcome = JobExecutor::new(api.client())
+    let outcome = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &job_effect(120), CancellationToken::new())
         .await;
     match outcome {
-        Some(Outcome::Fatal(e)) => assert!(e.message.contains("not owned by this run"), "{e:?}"),
+        Some(Outcome::Fatal(e)) => assert!(e.message.contains("not created by Runway"), "{e:?}"),
         other => panic!("a foreign Job was adopted: {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_only_claims_the_run_as_its_owner_is_not_adopted() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    // Whoever creates a Job can write any ownerReference: this one names the Run as its
+    // controller, and even carries a seal made under another key.
+    let forged = runway::engine::marks::Marks::new(vec![b"a guess".to_vec()]).seal(
+        runway::engine::marks::Sealed::Job,
+        &[
+            "team-a",
+            "deploy-abc-build-1",
+            run.metadata.uid.as_deref().unwrap(),
+            "build",
+        ],
+    );
+    api.put(
+        JOBS,
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a",
+            "annotations": {"runway.dev/mark": forged},
+            "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run", "name": "deploy-abc",
+                "uid": run.metadata.uid, "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "evil"}]}}},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]}}),
+    );
+    let outcome = JobExecutor::new(api.client(), test_marks())
+        .execute(&run, &job_effect(120), CancellationToken::new())
+        .await;
+    match outcome {
+        Some(Outcome::Fatal(e)) => assert!(e.message.contains("not created by Runway"), "{e:?}"),
+        other => panic!("a forged Job was adopted: {other:?}"),
+    }
+}
+
+/// The seals a test's executors make and trust.
+fn test_marks() -> runway::engine::marks::Marks {
+    runway::engine::marks::Marks::new(vec![b"kube-wiring-test-key".to_vec()])
 }

@@ -148,17 +148,25 @@ spec:
   result:
     content: [ {{ type: text, text: "shipped" }} ]
     structuredContent: {{ shipped: "{{{{ args.version }}}}" }}
----
-apiVersion: runway.dev/v1alpha1
-kind: Workflow
-metadata: {{ name: nest, namespace: NS }}
-spec:
-  tool: {{ description: "Calls itself, for ever." }}
-  steps:
-    - name: again
-      workflow: {{ name: nest }}
 "#
-    )
+    ) + &nesting()
+}
+
+/// `nest-0` calls `nest-1`, which calls `nest-2`, … down to `nest-9`: one level more than
+/// child Runs may nest.
+fn nesting() -> String {
+    (0..10)
+        .map(|i| {
+            let step = if i < 9 {
+                format!("  steps: [ {{ name: deeper, workflow: {{ name: nest-{} }} }} ]\n", i + 1)
+            } else {
+                String::new()
+            };
+            format!(
+                "---\napiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: nest-{i}, namespace: NS }}\nspec:\n  tool: {{ description: \"Level {i}.\" }}\n{step}"
+            )
+        })
+        .collect()
 }
 
 async fn server(url: &str) -> Mcp {
@@ -381,7 +389,7 @@ async fn children_nest_eight_deep_at_most() {
     let (url, _up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(&alice.call("nest", json!({})).await);
+    let id = task_id(&alice.call("nest-0", json!({})).await);
     let done = mcp.wait(&id, "failed", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Failed);
     let all = mcp
@@ -392,7 +400,7 @@ async fn children_nest_eight_deep_at_most() {
     let nested: Vec<&Run> = all
         .iter()
         .map(|r| &**r)
-        .filter(|r| r.spec.workflow_ref.name == "nest")
+        .filter(|r| r.spec.workflow_ref.name.starts_with("nest-"))
         .collect();
     assert_eq!(nested.len(), 9, "the top Run and eight children");
     let deepest = nested
@@ -409,8 +417,16 @@ async fn children_nest_eight_deep_at_most() {
         .message
         .clone();
     assert!(message.contains("nest deeper than 8"), "{message}");
+    // A limit of the Run tree is the server's, not the tool's: the task fails.
     let t = alice.get(&id).await.result().clone();
-    assert_eq!(t["result"]["isError"], true, "{t}");
+    assert_eq!(t["status"], "failed", "{t}");
+    assert!(
+        t["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("run limit"),
+        "{t}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,20 @@ pub(crate) fn readiness<'a>(
     caps: Capabilities,
 ) -> Result<(), Invalid> {
     workflow(wf, caps)?;
+    let namespace: Vec<&Workflow> = namespace
+        .into_iter()
+        .filter(|o| o.metadata.namespace == wf.metadata.namespace)
+        .collect();
+    if let Some(path) = cycle(wf, &namespace) {
+        return Err(invalid(
+            reasons::WORKFLOW_CYCLE,
+            format!(
+                "workflow steps lead back to this workflow ({}): a workflow may not call itself, \
+                 directly or through others",
+                path.join(" -> ")
+            ),
+        ));
+    }
     let age = |w: &Workflow| {
         (
             w.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -38,8 +52,7 @@ pub(crate) fn readiness<'a>(
     let holder = namespace
         .into_iter()
         .filter(|o| {
-            o.metadata.namespace == wf.metadata.namespace
-                && o.metadata.name != wf.metadata.name
+            o.metadata.name != wf.metadata.name
                 && o.tool_name() == wf.tool_name()
                 && age(o) < mine
                 && workflow(o, caps).is_ok()
@@ -56,6 +69,44 @@ pub(crate) fn readiness<'a>(
         )),
         None => Ok(()),
     }
+}
+
+/// The Workflows a Workflow's `workflow` steps start, by name.
+fn calls(spec: &WorkflowSpec) -> impl Iterator<Item = &str> {
+    spec.all_steps()
+        .filter_map(|s| s.workflow.as_ref().map(|w| w.name.as_str()))
+}
+
+/// A path of `workflow` steps from `wf` back to itself through the Workflows of its
+/// namespace, if there is one (`[a, b, a]`). Depth-first, each Workflow visited once.
+fn cycle(wf: &Workflow, namespace: &[&Workflow]) -> Option<Vec<String>> {
+    let me = wf.metadata.name.clone().unwrap_or_default();
+    let spec_of = |name: &str| {
+        if name == me {
+            return Some(&wf.spec);
+        }
+        namespace
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some(name))
+            .map(|o| &o.spec)
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack: Vec<Vec<String>> = vec![vec![me.clone()]];
+    while let Some(path) = stack.pop() {
+        let last = path.last().expect("paths are never empty");
+        let Some(spec) = spec_of(last) else { continue };
+        for next in calls(spec) {
+            let mut longer = path.clone();
+            longer.push(next.to_owned());
+            if next == me {
+                return Some(longer);
+            }
+            if seen.insert(next.to_owned()) {
+                stack.push(longer);
+            }
+        }
+    }
+    None
 }
 
 /// Validate a Workflow spec (no CEL: for callers that already ran it).

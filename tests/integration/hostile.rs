@@ -1,0 +1,368 @@
+//! A hostile tenant against the embedded server: Run bombs (Workflows that call themselves,
+//! trees past their bounds), and markers anyone could forge (a pre-created child Run, a Run
+//! dressed as a schedule's). Each of these once worked.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use runway::api::{Principal, Run, RunPhase, RunSpec, RunStatus, WorkflowRef, annotations, labels};
+use runway::store::{RunStore, WatchEvent};
+use serde_json::json;
+use support::harness::PATIENCE;
+use support::mcp::Mcp;
+
+const WORKFLOWS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: bomb, namespace: NS }
+spec:
+  tool: { description: Calls itself twice. }
+  steps:
+    - { name: again, forEach: { items: [1, 2] }, workflow: { name: bomb } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ping, namespace: NS }
+spec:
+  tool: { description: Calls pong. }
+  steps: [ { name: p, workflow: { name: pong } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: pong, namespace: NS }
+spec:
+  tool: { description: Calls ping. }
+  steps: [ { name: p, workflow: { name: ping } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: wide, namespace: NS }
+spec:
+  tool: { description: "Ten branches of ten of ten leaves: 1,110 Runs below it." }
+  steps:
+    - { name: branch, forEach: { items: "{{ range(10) | list }}", parallelism: 10 }, workflow: { name: mid } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: mid, namespace: NS }
+spec:
+  tool: { description: Ten of ten leaves. }
+  steps:
+    - { name: branch, forEach: { items: "{{ range(10) | list }}", parallelism: 10 }, workflow: { name: sub } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: sub, namespace: NS }
+spec:
+  tool: { description: Ten leaves. }
+  steps:
+    - { name: leaves, forEach: { items: "{{ range(10) | list }}", parallelism: 10 }, workflow: { name: leaf } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: many, namespace: NS }
+spec:
+  tool: { description: Five hundred and ten leaves. }
+  steps:
+    - { name: leaves, forEach: { items: "{{ range(510) | list }}", parallelism: 100 }, workflow: { name: leaf } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: leaf, namespace: NS }
+spec:
+  tool: { description: Nothing. }
+  execution: { ttlAfterFinished: 0s }
+  result: { content: [ { type: text, text: "leaf" } ], structuredContent: { honest: true } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: parent, namespace: NS }
+spec:
+  tool: { description: "Waits a second, then starts a leaf." }
+  execution: { ttlAfterFinished: 1s }
+  steps:
+    - { name: wait, delay: { duration: 1s } }
+    - { name: child, workflow: { name: leaf } }
+  result: { content: [ { type: text, text: "{{ steps.child.output }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tick, namespace: NS }
+spec:
+  tool: { description: Every second. }
+  schedules:
+    - { name: every-second, cron: "* * * * * *", successfulRunsHistoryLimit: 1 }
+"#;
+
+async fn server() -> Mcp {
+    Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
+}
+
+fn ready(mcp: &Mcp, name: &str) -> (String, String) {
+    let wf = mcp
+        .server
+        .as_ref()
+        .unwrap()
+        .workflows
+        .snapshot()
+        .into_iter()
+        .find(|w| {
+            w.metadata.name.as_deref() == Some(name)
+                && w.metadata.namespace.as_deref() == Some("team-a")
+        })
+        .unwrap();
+    let c = &wf.status.unwrap().conditions[0];
+    (c.status.clone(), format!("{}: {}", c.reason, c.message))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_that_call_themselves_are_refused() {
+    let mcp = server().await;
+    for name in ["bomb", "ping", "pong"] {
+        let (status, why) = ready(&mcp, name);
+        assert_eq!(status, "False", "{name}: {why}");
+        assert!(why.starts_with("WorkflowCycle: "), "{name}: {why}");
+    }
+    assert!(ready(&mcp, "ping").1.contains("ping -> pong -> ping"));
+    assert_eq!(ready(&mcp, "wide").0, "True");
+    let alice = mcp.client("alice-token");
+    assert_eq!(alice.call("bomb", json!({})).await.error_code(), -32602);
+}
+
+/// The Runs of team-a that are not a schedule's.
+async fn tree(mcp: &Mcp) -> Vec<std::sync::Arc<Run>> {
+    let all = mcp
+        .store()
+        .list(Some("team-a"), &BTreeMap::new())
+        .await
+        .unwrap();
+    all.into_iter()
+        .filter(|r| r.spec.workflow_ref.name != "tick")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_tree_stops_at_its_bound_and_the_run_says_why() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let id = alice.call("wide", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let t = alice.get(&id).await.result().clone();
+    assert_eq!(t["status"], "failed", "{t}");
+    assert!(
+        t["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("run limit: this run's top-level run has 1000 runs below it"),
+        "{t}"
+    );
+    let below = tree(&mcp)
+        .await
+        .into_iter()
+        .filter(|r| r.metadata.name.as_deref() != Some(id.as_str()))
+        .count();
+    assert_eq!(
+        below,
+        runway::engine::budget::MAX_DESCENDANTS,
+        "the tree stops at its bound"
+    );
+    // Children are kept while their top-level Run is (the leaves' ttl of 0s does not apply):
+    // they are the count, and a restart cannot reset it.
+    let dir = mcp.stop().await;
+    let mcp = Mcp::start_in(dir).await;
+    assert_eq!(
+        tree(&mcp).await.len(),
+        runway::engine::budget::MAX_DESCENDANTS + 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_starts_a_bounded_number_of_children() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let id = alice.call("many", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let t = alice.get(&id).await.result().clone();
+    assert_eq!(
+        t["error"]["data"]["reason"], "RunLimitExceeded",
+        "{t}"
+    );
+    let message = t["error"]["message"].as_str().unwrap();
+    assert!(message.contains("this run started 500 child runs"), "{t}");
+    assert_eq!(
+        tree(&mcp).await.len(),
+        runway::engine::budget::MAX_CHILDREN + 1
+    );
+}
+
+/// A Run of `workflow` as someone with `create runs` writes it with kubectl, finished with
+/// `result`.
+async fn forged(
+    mcp: &Mcp,
+    name: &str,
+    workflow: &str,
+    labels: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+    result: serde_json::Value,
+) {
+    let mut run = Run::new(
+        name,
+        RunSpec {
+            workflow_ref: WorkflowRef {
+                name: workflow.into(),
+            },
+            arguments: Some(json!({})),
+            requested_by: Some(Principal {
+                username: "mallory".into(),
+                uid: None,
+                groups: vec![],
+            }),
+            cancel: None,
+            input_responses: BTreeMap::new(),
+        },
+    );
+    run.metadata.namespace = Some("team-a".into());
+    run.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    run.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let mut run = mcp.store().create(run).await.unwrap();
+    run.status = Some(RunStatus {
+        phase: RunPhase::Succeeded,
+        finished_at: Some(jiff::Timestamp::now().to_string()),
+        result: Some(result),
+        ..Default::default()
+    });
+    mcp.store().update_status(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_created_child_run_is_never_adopted() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let id = alice.call("parent", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let parent = mcp.wait(&id, "started", |r| r.metadata.uid.is_some()).await;
+    let uid = parent.metadata.uid.clone().unwrap();
+    // Mallory knows the child's name and the parent's uid, and gets there first.
+    let child = runway::engine::child_run_name(&id, "child", 1);
+    forged(
+        &mcp,
+        &child,
+        "leaf",
+        &[(labels::PARENT, &id), (labels::ROOT, &uid)],
+        &[(annotations::PARENT_UID, &uid), (annotations::DEPTH, "1")],
+        json!({"content": [], "structuredContent": {"stolen": true}}),
+    )
+    .await;
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let step = &done.status.as_ref().unwrap().steps[1];
+    assert!(
+        step.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("is not this step's child"),
+        "{step:?}"
+    );
+    assert!(
+        step.output.is_none(),
+        "the forged result never reaches the parent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_run_lives_as_long_as_its_top_level_run() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let rv = mcp.store().resource_version().await.unwrap();
+    let mut watch = mcp.store().watch(Some(rv));
+    let id = alice.call("parent", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded, "{:?}", done.status);
+    let child = done.status.as_ref().unwrap().steps[1]
+        .child_run
+        .clone()
+        .unwrap();
+    // The leaf's own ttl (0s) does not delete it; the parent's collection (1s) does.
+    let deleted = tokio::time::timeout(PATIENCE, async {
+        let mut deleted = Vec::new();
+        while let Some(ev) = watch.next().await {
+            if let WatchEvent::Deleted(r) = ev.unwrap() {
+                deleted.push(r.metadata.name.clone().unwrap());
+                if deleted.len() == 2 {
+                    return deleted;
+                }
+            }
+        }
+        deleted
+    })
+    .await
+    .expect("both Runs collected");
+    assert_eq!(deleted, vec![id, child], "the parent first, then its child");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_dressed_as_a_schedules_neither_stops_it_nor_is_pruned_by_it() {
+    let mcp = server().await;
+    // A finished Run with the schedule's label, dated 2999: a schedule that believed it would
+    // wait for the year 2999, and its history limit would delete the Run.
+    forged(
+        &mcp,
+        "tick-forged",
+        "tick",
+        &[
+            (labels::WORKFLOW, "tick"),
+            (labels::SCHEDULE, "every-second"),
+        ],
+        &[(annotations::SCHEDULED_FOR, "2999-01-01T00:00:00Z")],
+        json!({"content": []}),
+    )
+    .await;
+    let rv = mcp.store().resource_version().await.unwrap();
+    let mut watch = mcp.store().watch(Some(rv));
+    let started = tokio::time::timeout(PATIENCE, async {
+        let mut started = 0;
+        while let Some(ev) = watch.next().await {
+            if let WatchEvent::Applied(r) = ev.unwrap()
+                && r.status.is_none()
+                && r.spec.workflow_ref.name == "tick"
+            {
+                started += 1;
+                if started == 3 {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(started.is_ok(), "the schedule goes on");
+    let kept = mcp.store().get("team-a", "tick-forged").await.unwrap();
+    assert!(
+        kept.is_some(),
+        "a Run the schedule did not start is not the schedule's to prune"
+    );
+}
