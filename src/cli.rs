@@ -107,6 +107,15 @@ pub(crate) struct McpFlags {
     /// denies it (link-local and cloud metadata, loopback for `operator`). Repeatable.
     #[arg(long = "egress-allow", value_parser = parse_cidr)]
     pub(crate) egress_allow: Vec<runway::steps::egress::Cidr>,
+    /// An address or CIDR range `http` and `tool` steps may not reach (the cluster's pod and
+    /// Service ranges, the operator's own address); `--egress-allow` cuts exceptions out of
+    /// it. Repeatable.
+    #[arg(long = "egress-deny", value_parser = parse_cidr)]
+    pub(crate) egress_deny: Vec<runway::steps::egress::Cidr>,
+    /// The HTTP proxy `http` and `tool` steps go through. Without it the `HTTP_PROXY`-style
+    /// variables are ignored, since a proxy would reach addresses the egress policy denies.
+    #[arg(long = "egress-proxy", value_parser = parse_proxy)]
+    pub(crate) egress_proxy: Option<String>,
     /// Who may act on a task: its owner (or who may list runs), or anyone the namespace allows.
     #[arg(long, value_enum, default_value_t = runway::mcp::TaskAccess::Owner)]
     pub(crate) task_access: runway::mcp::TaskAccess,
@@ -154,6 +163,9 @@ pub(crate) enum FlagError {
     /// Not an address or CIDR range.
     #[error(transparent)]
     Cidr(#[from] runway::steps::egress::CidrError),
+    /// Not a proxy URL.
+    #[error("not a proxy URL")]
+    Proxy(#[source] reqwest::Error),
 }
 
 pub(crate) fn parse_namespace(s: &str) -> Result<String, FlagError> {
@@ -182,13 +194,21 @@ pub(crate) fn parse_cidr(s: &str) -> Result<runway::steps::egress::Cidr, FlagErr
     Ok(s.parse()?)
 }
 
+/// A proxy URL that reqwest takes.
+pub(crate) fn parse_proxy(s: &str) -> Result<String, FlagError> {
+    reqwest::Proxy::all(s).map_err(FlagError::Proxy)?;
+    Ok(s.to_owned())
+}
+
 impl McpFlags {
     /// The egress policy: loopback is reachable from `runway serve` (a local tool) and not
     /// from `runway operator`, where the operator's own ports are.
     pub(crate) fn egress(&self, allow_loopback: bool) -> runway::steps::egress::Egress {
         runway::steps::egress::Egress {
             allow: self.egress_allow.clone(),
+            deny: self.egress_deny.clone(),
             allow_loopback,
+            proxy: self.egress_proxy.clone(),
         }
     }
 

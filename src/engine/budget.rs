@@ -28,6 +28,9 @@ pub const MAX_DESCENDANTS: usize = 1000;
 pub(crate) const MAX_RETRY_LIMIT: u32 = 100;
 /// Shortest backoff between attempts, whatever a Workflow says.
 pub const MIN_BACKOFF: SignedDuration = SignedDuration::from_millis(50);
+/// Longest one attempt of an `http` step may take, whatever its `timeout` says (it runs in a
+/// controller worker; longer work belongs in a `job` or `tool` step).
+pub const MAX_HTTP_ATTEMPT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 /// Attempt records kept per step (the newest).
 pub const MAX_ATTEMPTS_KEPT: usize = 10;
 

@@ -251,7 +251,9 @@ fn child_action(
 }
 
 /// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
-/// Job of an item of a `forEach` step; nothing for any other step.
+/// Job of an item of a `forEach` step; nothing for any other step. The kubelet expands
+/// `$(NAME)` in env values from the container's other variables, which may come from Secrets,
+/// so an item's `$(` is escaped (`$$(`): the container sees the item as it was.
 fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
     if item_of(record).is_none() {
         return Vec::new();
@@ -259,9 +261,33 @@ fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
     let item = match &ctx["item"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    };
+    }
+    .replace("$(", "$$(");
     vec![
         ("RUNWAY_ITEM".to_owned(), item),
         ("RUNWAY_INDEX".to_owned(), ctx["index"].to_string()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_item_reaches_a_job_as_it_is_never_expanded_by_the_kubelet() {
+        let ctx = json!({"item": "$(DB_PASSWORD) and $$(X)", "index": 3});
+        let env = item_env("deploy[3]", &ctx);
+        assert_eq!(
+            env,
+            vec![
+                (
+                    "RUNWAY_ITEM".to_owned(),
+                    "$$(DB_PASSWORD) and $$$(X)".to_owned()
+                ),
+                ("RUNWAY_INDEX".to_owned(), "3".to_owned()),
+            ]
+        );
+        assert!(item_env("deploy", &ctx).is_empty());
+    }
 }

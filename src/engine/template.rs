@@ -135,6 +135,16 @@ pub fn render_url(template: &str, ctx: &Value) -> Result<String, TemplateError> 
         };
         if value.is_safe() {
             out.write_str(&text)
+        } else if text == "." || text == ".." {
+            // Dot segments survive percent-encoding (URL parsers read `%2E%2E` as `..` too), so
+            // such a value would climb the author's path: `/users/{{ u }}/sessions` with `..`
+            // would become `/sessions`.
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!(
+                    "an interpolated value may not be {text:?}: it would change the URL's path"
+                ),
+            ));
         } else {
             let encoded = percent_encoding::utf8_percent_encode(&text, URL_VALUE).to_string();
             out.write_str(&encoded)
@@ -306,6 +316,18 @@ mod tests {
                 .contains("scheme")
         );
         assert!(render_url("{{ args.u }}", &evil).is_err());
+        // Dot segments from a value never change the path.
+        for dots in [".", ".."] {
+            let ctx = json!({"args": {"user": dots}});
+            let e = render_url("https://h.example/v1/users/{{ args.user }}/sessions", &ctx)
+                .unwrap_err();
+            assert!(e.message.contains("change the URL's path"), "{e:?}");
+        }
+        let ctx = json!({"args": {"user": "...", "v": ".x"}});
+        assert_eq!(
+            render_url("https://h.example/u/{{ args.user }}/{{ args.v }}", &ctx).unwrap(),
+            "https://h.example/u/.../.x"
+        );
     }
 
     #[test]

@@ -102,15 +102,31 @@ impl Cidr {
 pub struct Egress {
     /// Ranges always allowed, even when a rule below would deny them.
     pub allow: Vec<Cidr>,
+    /// Ranges denied besides the fixed rules (`--egress-deny`): for `runway operator` the
+    /// chart denies the private ranges where pod and Service addresses live, and the
+    /// operator's own pod address.
+    pub deny: Vec<Cidr>,
     /// Whether loopback addresses may be reached (`runway serve`: yes, it is a local tool;
     /// `runway operator`: no).
     pub allow_loopback: bool,
+    /// The proxy every request goes through (`--egress-proxy`). Without it the proxy
+    /// variables of the environment are ignored: a proxy would make the connection, so the
+    /// checks here would never see the address.
+    pub proxy: Option<String>,
 }
+
+/// Metadata and platform endpoints outside link-local: Alibaba Cloud's metadata service and
+/// Azure's platform address.
+const METADATA_V4: [std::net::Ipv4Addr; 2] = [
+    std::net::Ipv4Addr::new(100, 100, 100, 200),
+    std::net::Ipv4Addr::new(168, 63, 129, 16),
+];
 
 fn always_denied(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             v4.is_link_local() // 169.254.0.0/16, cloud metadata among it
+                || METADATA_V4.contains(&v4)
                 || v4.is_unspecified()
                 || v4.is_multicast()
                 || v4.is_broadcast()
@@ -142,7 +158,9 @@ impl Egress {
         if self.allow.iter().any(|c| c.contains(ip)) {
             return true;
         }
-        !(always_denied(ip) || (!self.allow_loopback && loopback(ip)))
+        !(always_denied(ip)
+            || (!self.allow_loopback && loopback(ip))
+            || self.deny.iter().any(|c| c.contains(ip)))
     }
 
     /// Check a URL whose host is an IP literal (reqwest does not resolve those).
@@ -179,10 +197,17 @@ impl Egress {
                 attempt.follow()
             }
         });
-        reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(10))
             .dns_resolver(Arc::new(Resolver(self.clone())))
-            .redirect(redirects)
+            .redirect(redirects);
+        let builder = match self.proxy.as_deref().map(reqwest::Proxy::all) {
+            Some(Ok(proxy)) => builder.proxy(proxy),
+            // A proxy URL that does not parse was refused with the flag; never fall back to
+            // the environment's.
+            _ => builder.no_proxy(),
+        };
+        builder
             .build()
             .expect("an HTTP client with these settings builds")
     }
@@ -251,19 +276,23 @@ mod tests {
             ..Default::default()
         };
         assert!(opened.permits(ip("169.254.169.254")));
-    }
-
-    #[test]
-    fn cidrs_parse_and_match() {
-        let c: Cidr = "10.1.0.0/16".parse().unwrap();
-        assert!(c.contains(ip("10.1.2.3")) && !c.contains(ip("10.2.0.1")));
-        assert!(c.contains(ip("::ffff:10.1.0.9")));
-        let one: Cidr = "fd00::1".parse().unwrap();
-        assert!(one.contains(ip("fd00::1")) && !one.contains(ip("fd00::2")));
-        let all: Cidr = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains(ip("8.8.8.8")));
-        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
-        assert!("nope".parse::<Cidr>().is_err());
+        for metadata in ["100.100.100.200", "168.63.129.16", "::ffff:100.100.100.200"] {
+            assert!(!local.permits(ip(metadata)), "{metadata}");
+        }
+        // Denied ranges (a cluster's pod and Service ranges, the operator's own address),
+        // with an allowed range cut out of them.
+        let cluster = Egress {
+            deny: vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "192.168.1.7".parse().unwrap(),
+            ],
+            allow: vec!["10.9.0.0/16".parse().unwrap()],
+            ..Default::default()
+        };
+        assert!(!cluster.permits(ip("10.96.0.1")));
+        assert!(!cluster.permits(ip("192.168.1.7")));
+        assert!(cluster.permits(ip("10.9.3.4")));
+        assert!(cluster.permits(ip("192.168.1.8")));
     }
 
     #[tokio::test]

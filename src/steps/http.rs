@@ -55,12 +55,29 @@ impl super::Executor for HttpExecutor {
         let Action::Http(req) = &effect.action else {
             return Some(Outcome::internal("not an HTTP step"));
         };
-        let attempt =
-            super::within_deadline(effect, self.attempt(run, effect, req), || Outcome::Failed {
+        // An attempt runs in a controller worker: bounded even where the step sets no
+        // timeout, so that a receiver that never answers cannot hold the worker for the
+        // Run's whole deadline.
+        let bounded = async {
+            tokio::time::timeout(
+                crate::engine::budget::MAX_HTTP_ATTEMPT,
+                self.attempt(run, effect, req),
+            )
+            .await
+            .unwrap_or_else(|_| Outcome::Failed {
                 detail: None,
                 class: ErrorClass::Timeout,
-                message: "timed out".into(),
-            });
+                message: format!(
+                    "no answer within {}s (the longest an http attempt may take)",
+                    crate::engine::budget::MAX_HTTP_ATTEMPT.as_secs()
+                ),
+            })
+        };
+        let attempt = super::within_deadline(effect, bounded, || Outcome::Failed {
+            detail: None,
+            class: ErrorClass::Timeout,
+            message: "timed out".into(),
+        });
         tokio::select! {
             _ = cancel.cancelled() => None,
             out = attempt => Some(out),

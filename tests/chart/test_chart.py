@@ -206,10 +206,20 @@ def test_deployment_defaults_run_two_leader_elected_replicas_with_probes() -> No
         "--state-key-file=/etc/runway/state/state-key",
         "--token-audience=runway",
         "--auth-cache-ttl=10s",
+        "--egress-deny=10.0.0.0/8",
+        "--egress-deny=172.16.0.0/12",
+        "--egress-deny=192.168.0.0/16",
+        "--egress-deny=100.64.0.0/10",
+        "--egress-deny=fc00::/7",
+        "--egress-deny=$(POD_IP)",
         "--log-format=json",
     ]
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
-    assert env == {"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+    assert env == {
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_NAME": "metadata.name",
+        "POD_IP": "status.podIP",
+    }
 
 
 def test_tokens_for_the_api_server_can_be_accepted_by_choice() -> None:
@@ -247,8 +257,12 @@ def test_every_option_reaches_the_operator() -> None:
         "--no-list-tool",
         "--no-list-tool-in=team-b",
         "--no-console",
+        "--egress-allow=10.0.0.0/8",
+        "--egress-deny=10.20.0.0/16",
+        "--egress-proxy=http://proxy.corp.example:3128",
     ]:
         assert expected in args, expected
+    assert "--egress-deny=$(POD_IP)" not in args
     assert c["image"] == "runway/operator@" + values["image"]["digest"]
 
 

@@ -193,10 +193,7 @@ async fn one_run_starts_a_bounded_number_of_children() {
     let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Failed);
     let t = alice.get(&id).await.result().clone();
-    assert_eq!(
-        t["error"]["data"]["reason"], "RunLimitExceeded",
-        "{t}"
-    );
+    assert_eq!(t["error"]["data"]["reason"], "RunLimitExceeded", "{t}");
     let message = t["error"]["message"].as_str().unwrap();
     assert!(message.contains("this run started 500 child runs"), "{t}");
     assert_eq!(
@@ -364,5 +361,69 @@ async fn a_run_dressed_as_a_schedules_neither_stops_it_nor_is_pruned_by_it() {
     assert!(
         kept.is_some(),
         "a Run the schedule did not start is not the schedule's to prune"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_steps_ignore_the_proxy_variables_of_the_environment() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // The receiver the step posts to, and a proxy that would take the request instead.
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+            async { axum::Json(json!({"ok": true})) }
+        }),
+    );
+    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target_addr = target.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(target, app).await.unwrap() });
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let proxied = Arc::new(AtomicUsize::new(0));
+    let p = proxied.clone();
+    tokio::spawn(async move {
+        while proxy.accept().await.is_ok() {
+            p.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+
+    let dir = support::harness::TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(
+        dir.path().join("workflows/hook.yaml"),
+        format!(
+            "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: hook, namespace: team-a }}\nspec:\n  tool: {{ description: Posts a hook. }}\n  steps: [ {{ name: post, http: {{ method: POST, url: \"http://{target_addr}/hook\" }} }} ]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("auth.yaml"), support::mcp::AUTH).unwrap();
+    let port = support::process::free_port();
+    let vars = [
+        ("HTTP_PROXY", proxy_url.as_str()),
+        ("http_proxy", proxy_url.as_str()),
+        ("ALL_PROXY", proxy_url.as_str()),
+        ("NO_PROXY", ""),
+    ];
+    let p = support::process::Process::start_env(dir.path(), port, None, &vars).await;
+    let alice = support::mcp::Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
+    let id = alice.call("hook", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "the step reached its URL directly"
+    );
+    assert_eq!(
+        proxied.load(Ordering::SeqCst),
+        0,
+        "and not through the proxy"
     );
 }

@@ -27,7 +27,18 @@ impl Process {
 
     /// Start `runway serve` with the state key file `key` (none: the database's key).
     pub async fn start_keyed(dir: &Path, port: u16, key: Option<&Path>) -> Self {
+        Self::start_env(dir, port, key, &[]).await
+    }
+
+    /// [`Process::start_keyed`] with these environment variables set.
+    pub async fn start_env(
+        dir: &Path,
+        port: u16,
+        key: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+        cmd.envs(env.iter().copied());
         cmd.arg("serve")
             .arg("--workflows")
             .arg(dir.join("workflows"))
