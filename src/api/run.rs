@@ -218,6 +218,10 @@ pub struct RunStatus {
     /// Name of the step in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step: Option<String>,
+    /// The group the Run counts in under its Workflow's concurrency limit: its
+    /// `concurrency.key`, rendered once when the Run was first decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     /// Open input keys, comma-separated, for `kubectl get runs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,

@@ -7,11 +7,11 @@
 use std::borrow::Borrow;
 
 use jiff::Timestamp;
-use serde_json::json;
 
 use super::endings::tool_error_ending;
+use super::group::group;
 use super::machine::Machine;
-use super::{Decision, Next, duration, template};
+use super::{Decision, Next, duration};
 use crate::api::annotations::REQUESTED_AT;
 use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
 
@@ -39,22 +39,6 @@ fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
         requested,
         run.metadata.name.as_deref().unwrap_or_default(),
     )
-}
-
-/// The group `run` counts in: its rendered `concurrency.key` (`None`: the whole Workflow). A key
-/// that does not render puts the Run in a group of its own name, so it is held back by no one
-/// else and holds back no one (validation rejects such templates; this covers arguments that
-/// make them fail).
-pub fn group(spec: &WorkflowSpec, run: &Run) -> Option<String> {
-    let key = spec.execution.concurrency.as_ref()?.key.as_deref()?;
-    let ctx = json!({"args": run.spec.arguments.clone().unwrap_or_else(|| json!({}))});
-    Some(template::render(key, &ctx).unwrap_or_else(|e| {
-        format!(
-            "{}: {}",
-            run.metadata.name.as_deref().unwrap_or_default(),
-            e.message
-        )
-    }))
 }
 
 /// Whether `run` must wait for a slot, and the status that says so; `None` when it may go on
@@ -93,7 +77,16 @@ pub fn hold<P: Borrow<Run>>(
         );
         return Some(end(run, tool_error_ending(message), now));
     }
-    let mine = group(spec, run);
+    let mine = match group(spec, run) {
+        Ok(g) => g,
+        Err(e) => {
+            let message = format!(
+                "concurrency.key does not render for this run's arguments: {}",
+                e.message
+            );
+            return Some(end(run, tool_error_ending(message), now));
+        }
+    };
     let me = place(run);
     let ahead = peers
         .iter()
@@ -104,7 +97,7 @@ pub fn hold<P: Borrow<Run>>(
                 && p.spec.workflow_ref.name == run.spec.workflow_ref.name
                 && !p.phase().is_terminal()
                 && place(p) < me
-                && group(spec, p) == mine
+                && group(spec, p).is_ok_and(|g| g == mine)
         })
         .count();
     if ahead < limit as usize {
@@ -117,6 +110,7 @@ pub fn hold<P: Borrow<Run>>(
     let queued = RunStatus {
         phase: RunPhase::Queued,
         status_message: Some(message),
+        concurrency_key: mine,
         observed_generation: run.metadata.generation,
         ..status.clone()
     };
@@ -162,6 +156,7 @@ fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
 mod tests {
     use super::*;
     use crate::api::{CancelRequest, RunSpec, WorkflowRef};
+    use serde_json::json;
     use std::collections::BTreeMap;
 
     fn spec(limit: u32, key: Option<&str>, timeout: Option<&str>) -> WorkflowSpec {
@@ -245,10 +240,39 @@ mod tests {
         assert!(hold(&peers[1], Some(&s), &peers, now()).is_none());
         let c = hold(&peers[2], Some(&s), &peers, now()).unwrap();
         assert_eq!(
-            c.status.unwrap().status_message.as_deref(),
+            c.status.as_ref().unwrap().status_message.as_deref(),
             Some("queued behind 1 run(s): at most 1 at once for prod")
         );
-        assert_eq!(group(&s, &peers[1]).as_deref(), Some("staging"));
+        assert_eq!(group(&s, &peers[1]).unwrap().as_deref(), Some("staging"));
+        // The queued Run records its group: deciding again reads it instead of rendering.
+        let mut queued = peers[2].clone();
+        queued.status = c.status.clone();
+        assert_eq!(
+            queued.status.as_ref().unwrap().concurrency_key.as_deref(),
+            Some("prod")
+        );
+        queued.spec.arguments = Some(json!({"env": "staging"}));
+        assert_eq!(group(&s, &queued).unwrap().as_deref(), Some("prod"));
+    }
+
+    #[test]
+    fn a_key_that_does_not_render_fails_the_run_instead_of_freeing_it() {
+        let s = spec(1, Some("{{ args.env.name }}"), None);
+        let peers = vec![
+            with_phase(run("a", 1, "prod"), RunPhase::Running),
+            run("b", 2, "prod"),
+        ];
+        let ended = hold(&peers[1], Some(&s), &peers, now()).unwrap();
+        let st = ended.status.unwrap();
+        assert_eq!(st.phase, RunPhase::Failed);
+        assert!(st.workflow.is_none(), "never started");
+        assert!(
+            st.conditions[0]
+                .message
+                .starts_with("concurrency.key does not render"),
+            "{}",
+            st.conditions[0].message
+        );
     }
 
     #[test]

@@ -208,6 +208,9 @@ impl Machine<'_> {
             .unwrap_or(self.now);
         self.st.workflow = Some(serde_json::to_value(wf).unwrap_or(Value::Null));
         self.st.phase = RunPhase::Running;
+        // Recorded so that the Runs queued behind it read its group instead of rendering it
+        // (the limit let it start, so the key rendered).
+        self.st.concurrency_key = super::group::group(wf, self.run).ok().flatten();
         self.st.started_at = Some(ts(self.now));
         // tools/call checked these already; a Run created with kubectl gets the same checks.
         if let Some(why) = self.invalid_arguments(wf) {

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod concurrency;
 pub mod duration;
 pub mod forms;
+pub mod group;
 pub mod input;
 pub mod marks;
 mod result;
