@@ -130,7 +130,14 @@ fn list_workflows(dir: &std::path::Path, jobs: bool) -> ExitCode {
 
 fn init_logs(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+        // kube-client logs a response it cannot decode whole, at WARN: a page of up to 500
+        // Runs of every tenant. Runway logs the error itself, without the objects.
+        .add_directive(
+            "kube_client::client=error"
+                .parse()
+                .expect("a valid log directive"),
+        );
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

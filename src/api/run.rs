@@ -41,7 +41,11 @@ pub struct RunSpec {
     /// The Workflow this Run executes.
     pub workflow_ref: WorkflowRef,
     /// Tool arguments, validated against the Workflow's `inputSchema` when the Run is created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "readable"
+    )]
     #[schemars(schema_with = "any_object")]
     pub arguments: Option<Value>,
     /// Who called the tool.
@@ -53,6 +57,21 @@ pub struct RunSpec {
     /// Answers to input requests, by key. Keys are only ever added.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub input_responses: BTreeMap<String, InputResponse>,
+}
+
+/// What a spec value nested too deeply to be read at all is read as: the API server keeps
+/// JSON of any depth, and one such Run (written with kubectl) must not stop a cache of every
+/// tenant's Runs from loading. The Run then fails on its arguments, or the answer is refused,
+/// like any other value over the depth budget.
+pub const UNREADABLE: &str = "<nested too deeply to be read>";
+
+/// A spec value as it was written, or [`UNREADABLE`]: the value's text is taken without
+/// nesting into it (which has no depth limit) and only then parsed, with the parser's own.
+fn readable<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    let raw: Option<Box<serde_json::value::RawValue>> = Option::deserialize(d)?;
+    Ok(raw.map(|r| {
+        serde_json::from_str(r.get()).unwrap_or_else(|_| Value::String(UNREADABLE.to_owned()))
+    }))
 }
 
 /// Reference to a Workflow in the Run's namespace.
@@ -99,7 +118,11 @@ pub struct InputResponse {
     /// `accept`, `decline` or `cancel`.
     pub action: InputAction,
     /// Accepted content.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "readable"
+    )]
     #[schemars(schema_with = "any_value")]
     pub content: Option<Value>,
     /// Who answered.
@@ -519,5 +542,35 @@ impl Run {
             .as_ref()
             .and_then(|s| s.workflow.as_ref())
             .and_then(|w| WorkflowSpec::deserialize(w).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_value_too_deep_to_parse_is_read_as_unreadable() {
+        let deep = (0..200).fold(serde_json::json!(1), |v, _| serde_json::json!([v]));
+        let mut run = Run::new(
+            "deep",
+            RunSpec {
+                workflow_ref: WorkflowRef { name: "w".into() },
+                arguments: Some(serde_json::json!({"x": deep})),
+                requested_by: None,
+                cancel: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        run.status = Some(RunStatus::default());
+        let text = serde_json::to_string(&run).unwrap();
+        let back: Run = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.spec.arguments, Some(Value::String(UNREADABLE.into())));
+        let shallow: Run = serde_json::from_value(serde_json::json!({
+            "apiVersion": "runway.dev/v1alpha1", "kind": "Run", "metadata": {"name": "s"},
+            "spec": {"workflowRef": {"name": "w"}, "arguments": {"a": [1]}},
+        }))
+        .unwrap();
+        assert_eq!(shallow.spec.arguments, Some(serde_json::json!({"a": [1]})));
     }
 }

@@ -29,6 +29,9 @@ enum ItemsError {
     /// Something else than a list.
     #[error("forEach.items must render to a list, not {0}")]
     NotAList(Value),
+    /// Items nested deeper, or larger, than a Run may keep.
+    #[error(transparent)]
+    Budget(#[from] budget::BudgetError),
 }
 
 /// The steps that step `index` of `list` waits for: its `dependsOn`, else the step listed
@@ -176,7 +179,14 @@ impl Machine<'_> {
         let items = template::render_value(&each.items, ctx)
             .map_err(ItemsError::Template)
             .and_then(|v| match v {
-                Value::Array(a) if a.len() <= budget::MAX_ITEMS => Ok(a),
+                Value::Array(a) if a.len() <= budget::MAX_ITEMS => {
+                    // Kept on the record, in the Run's status: each within the budgets of
+                    // arguments.
+                    for item in &a {
+                        budget::check("forEach item", item, budget::MAX_ARGUMENT_BYTES)?;
+                    }
+                    Ok(a)
+                }
                 Value::Array(a) => Err(ItemsError::TooMany(a.len())),
                 other => Err(ItemsError::NotAList(other)),
             });

@@ -90,6 +90,10 @@ pub(crate) enum AnswerSchemaError {
     /// The answer breaks the schema: its errors, as `{path, message}`.
     #[error("the answer does not match requestedSchema: {}", schema_detail(.0))]
     Mismatch(Vec<Value>),
+    /// The answer nests deeper, or is larger, than an answer may be (whoever wrote it: an
+    /// answer written with kubectl meets the same bound as one through MCP).
+    #[error(transparent)]
+    Budget(#[from] super::budget::BudgetError),
 }
 
 /// Schema errors (`{path, message}`) as one line: `path: message; …`.
@@ -115,6 +119,11 @@ pub(crate) fn answer_schema_error(
     requested_schema: Option<&Value>,
     content: Option<&Value>,
 ) -> Option<AnswerSchemaError> {
+    if let Some(c) = content
+        && let Err(e) = super::budget::check("the answer", c, super::budget::MAX_ANSWER_BYTES)
+    {
+        return Some(e.into());
+    }
     let schema = requested_schema?;
     let empty = json!({});
     match super::budget::schema_errors(schema, content.unwrap_or(&empty)) {

@@ -96,7 +96,7 @@ pub(super) fn record_outcome(
         Outcome::NeedsInput {
             requests,
             request_state,
-        } => match super::forms::unanswerable(&requests) {
+        } => match super::forms::unanswerable(&requests).or_else(|| too_deep(&requests)) {
             None => open_upstream_input(run, &mut st, idx, requests, request_state, now),
             Some(why) => {
                 let name = rec.name.clone();
@@ -142,6 +142,20 @@ pub(super) fn record_outcome(
 }
 
 /// An attempt's success: its output (bounded) kept, answers it carried spent.
+/// Why upstream questions cannot be kept on the Run: one nests deeper, or is larger, than an
+/// argument may be (a question becomes part of the stored Run and of what its readers load).
+fn too_deep(requests: &BTreeMap<String, Value>) -> Option<String> {
+    requests.iter().find_map(|(key, request)| {
+        budget::check(
+            &format!("upstream question {key}"),
+            request,
+            budget::MAX_ARGUMENT_BYTES,
+        )
+        .err()
+        .map(|e| e.to_string())
+    })
+}
+
 fn succeeded(rec: &mut StepRecord, output: Value, now: Timestamp) {
     let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
     rec.pending_answers = None;

@@ -63,6 +63,10 @@ pub enum RenderError {
         /// What it rendered to.
         value: Value,
     },
+    /// Rendered arguments over the depth or size budget (they become a stored Run or a stored
+    /// request).
+    #[error(transparent)]
+    Budget(#[from] super::budget::BudgetError),
     /// The Run has not started: there is no snapshot to read the step from.
     #[error("the run has no workflow snapshot")]
     NoSnapshot,
@@ -106,6 +110,7 @@ fn render_arguments(
     if !value.is_object() {
         return Err(RenderError::NotAnObject { field, value });
     }
+    super::budget::check(field, &value, super::budget::MAX_ARGUMENT_BYTES)?;
     Ok(value)
 }
 

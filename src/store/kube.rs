@@ -58,6 +58,38 @@ pub struct KubeStore {
     own: Recent,
 }
 
+/// How long a cache may take to fill at start-up before the process gives up with the watch's
+/// last error (a cache that can never fill, say because an object cannot be decoded, must not
+/// leave a replica waiting, unready, for ever).
+const CACHE_FILL: Duration = Duration::from_secs(120);
+
+/// Wait until `reader` holds the first list, for at most [`CACHE_FILL`].
+async fn filled<K>(
+    reader: &Store<K>,
+    kind: &str,
+    last_error: &Mutex<Option<String>>,
+) -> Result<(), StoreError>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    match tokio::time::timeout(CACHE_FILL, reader.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(StoreError::Backend(e.to_string())),
+        Err(_) => {
+            let why = last_error
+                .lock()
+                .expect("error lock")
+                .clone()
+                .unwrap_or_else(|| "no list arrived".into());
+            Err(StoreError::Backend(format!(
+                "the {kind} cache did not fill within {}s: {why}",
+                CACHE_FILL.as_secs()
+            )))
+        }
+    }
+}
+
 /// How long this process trusts its own write over a reflector that has not seen it yet.
 const OWN_WRITES_TTL: Duration = Duration::from_secs(10);
 
@@ -73,19 +105,22 @@ impl KubeStore {
         let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();
+        let last_error = Arc::new(Mutex::new(None::<String>));
+        let seen = last_error.clone();
         tokio::spawn(async move {
             stream
-                .for_each(|r| async move {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "run watch error; retrying");
+                .for_each(|r| {
+                    let seen = seen.clone();
+                    async move {
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, "run watch error; retrying");
+                            *seen.lock().expect("error lock") = Some(e.to_string());
+                        }
                     }
                 })
                 .await;
         });
-        reader
-            .wait_until_ready()
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        filled(&reader, "Run", &last_error).await?;
         Ok(Self {
             client,
             runs: reader,
@@ -493,23 +528,25 @@ impl KubeWorkflows {
         let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
             .default_backoff()
             .touched_objects();
+        let last_error = Arc::new(Mutex::new(None::<String>));
+        let seen = last_error.clone();
         tokio::spawn(async move {
             stream
                 .for_each(|r| {
-                    let tx = tx.clone();
+                    let (tx, seen) = (tx.clone(), seen.clone());
                     async move {
                         match r {
                             Ok(_) => tx.send_modify(|v| *v += 1),
-                            Err(e) => tracing::warn!(error = %e, "workflow watch error; retrying"),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "workflow watch error; retrying");
+                                *seen.lock().expect("error lock") = Some(e.to_string());
+                            }
                         }
                     }
                 })
                 .await;
         });
-        reader
-            .wait_until_ready()
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        filled(&reader, "Workflow", &last_error).await?;
         Ok(Self {
             workflows: reader,
             changes,

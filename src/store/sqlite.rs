@@ -140,14 +140,30 @@ impl SqliteStore {
             .unwrap_or(0);
         let mut cache = HashMap::new();
         {
-            let mut stmt = conn.prepare("SELECT body FROM runs").map_err(backend)?;
-            let rows = stmt
-                .query_map([], |r| r.get::<_, String>(0))
+            let mut stmt = conn
+                .prepare("SELECT namespace, name, body FROM runs")
                 .map_err(backend)?;
-            for body in rows {
-                let body = body.map_err(backend)?;
-                let run: Run = serde_json::from_str(&body).map_err(backend)?;
-                cache.insert(key_of(&run)?, Arc::new(run));
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .map_err(backend)?;
+            for row in rows {
+                let (namespace, name, body) = row.map_err(backend)?;
+                // One Run that cannot be read (written by an older version, say) must not keep
+                // the server, and every other tenant's Runs, from starting.
+                match serde_json::from_str::<Run>(&body) {
+                    Ok(run) => {
+                        cache.insert(key_of(&run)?, Arc::new(run));
+                    }
+                    Err(e) => {
+                        tracing::error!(%namespace, run = %name, error = %e, "a stored run cannot be read; it is left out");
+                    }
+                }
             }
         }
         // A probe write makes an unwritable database fail here, not on the first Run.

@@ -89,6 +89,12 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: kept, namespace: NS }
+spec:
+  tool: { description: Nothing; its Runs are kept. }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: tick, namespace: NS }
 spec:
   tool: { description: Every second. }
@@ -426,4 +432,114 @@ async fn http_steps_ignore_the_proxy_variables_of_the_environment() {
         0,
         "and not through the proxy"
     );
+}
+
+/// `levels` arrays, one inside the other.
+fn nested(levels: usize) -> serde_json::Value {
+    (0..levels).fold(json!(1), |v, _| json!([v]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nested_too_deeply_fails_alone_and_keeps_no_one_from_starting() {
+    let mcp = server().await;
+    // Written past MCP (as kubectl would on a cluster): arguments 200 levels deep, deeper than
+    // a JSON parser reads by default, and an answer 40 deep.
+    let mut deep = Run::new(
+        "deep",
+        RunSpec {
+            workflow_ref: WorkflowRef {
+                name: "leaf".into(),
+            },
+            arguments: Some(json!({"x": nested(200)})),
+            requested_by: Some(Principal {
+                username: "mallory".into(),
+                uid: None,
+                groups: vec![],
+            }),
+            cancel: None,
+            input_responses: BTreeMap::new(),
+        },
+    );
+    deep.metadata.namespace = Some("team-a".into());
+    mcp.store().create(deep).await.unwrap();
+    let failed = mcp
+        .wait("deep", "failed", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(failed.phase(), RunPhase::Failed);
+    let why = &failed.status.as_ref().unwrap().conditions[0].message;
+    assert!(why.contains("nests deeper than 32 levels"), "{why}");
+    // The server starts again with that Run stored, and reads it as unreadable.
+    let dir = mcp.stop().await;
+    let mcp = Mcp::start_in(dir).await;
+    let again = mcp.store().get("team-a", "deep").await.unwrap().unwrap();
+    assert_eq!(again.spec.arguments, Some(json!(runway::api::UNREADABLE)));
+    assert_eq!(again.phase(), RunPhase::Failed);
+    // Everyone else's calls go on.
+    let alice = mcp.client("alice-token");
+    let id = alice.call("leaf", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        alice.await_status(&id, "completed").await["status"],
+        "completed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_items_and_child_arguments_meet_the_depth_budget() {
+    let mcp = Mcp::start(&[(
+        "deep.yaml",
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: deep-items, namespace: NS }
+spec:
+  tool: { description: Items forty levels deep. }
+  steps:
+    - { name: each, forEach: { items: "{{ [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]] }}" }, delay: { duration: 1ms } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: deep-child, namespace: NS }
+spec:
+  tool: { description: A child with arguments forty levels deep. }
+  steps:
+    - { name: call, workflow: { name: plain, arguments: { x: "{{ [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]] }}" } } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: plain, namespace: NS }
+spec:
+  tool: { description: Nothing. }
+"#,
+    )])
+    .await;
+    let alice = mcp.client("alice-token");
+    for (tool, what) in [
+        ("deep-items", "forEach item"),
+        ("deep-child", "workflow.arguments"),
+    ] {
+        let id = alice.call(tool, json!({})).await.result()["taskId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let done = mcp.wait(&id, "failed", |r| r.phase().is_terminal()).await;
+        assert_eq!(done.phase(), RunPhase::Failed, "{tool}");
+        let step = &done.status.as_ref().unwrap().steps[0];
+        let message = step.message.clone().unwrap_or_default();
+        assert!(
+            message.contains(what) && message.contains("deeper than 32"),
+            "{tool}: {message}"
+        );
+    }
+    let children = mcp
+        .store()
+        .list(Some("team-a"), &BTreeMap::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.spec.workflow_ref.name == "plain")
+        .count();
+    assert_eq!(children, 0, "no child Run was created");
 }

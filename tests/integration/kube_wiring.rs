@@ -524,3 +524,29 @@ async fn a_job_that_only_claims_the_run_as_its_owner_is_not_adopted() {
 fn test_marks() -> runway::engine::marks::Marks {
     runway::engine::marks::Marks::new(vec![b"kube-wiring-test-key".to_vec()])
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nested_deeper_than_a_parser_reads_does_not_stop_the_cache() {
+    use runway::store::RunStore;
+    let api = FakeApi::start().await;
+    // The API server keeps JSON of any depth; kubectl can write this.
+    let deep = (0..200).fold(json!(1), |v, _| json!([v]));
+    api.put(
+        RUNS,
+        json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": "deep", "namespace": "team-a"},
+            "spec": {"workflowRef": {"name": "deploy"}, "arguments": {"x": deep},
+                "inputResponses": {"k": {"action": "accept", "content": {"y": deep}}}}}),
+    );
+    a_run(&api);
+    let store = runway::store::kube::KubeStore::start(api.client())
+        .await
+        .expect("the cache fills");
+    let read = store.get("team-a", "deep").await.unwrap().unwrap();
+    assert_eq!(read.spec.arguments, Some(json!(runway::api::UNREADABLE)));
+    assert_eq!(
+        read.spec.input_responses["k"].content,
+        Some(json!(runway::api::UNREADABLE))
+    );
+    assert!(store.get("team-a", "deploy-abc").await.unwrap().is_some());
+}
