@@ -85,7 +85,7 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
             _ = shutdown.cancelled() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accepting a connection failed");
@@ -94,11 +94,15 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
                 }
             },
         };
+        let (stream, peer) = stream;
         tune(&stream);
-        let service = TowerToHyperService::new(
-            app.clone()
-                .map_request(|r: http::Request<Incoming>| r.map(Body::new)),
-        );
+        // The client's address, for the limits kept per address (failed authentications).
+        let service =
+            TowerToHyperService::new(app.clone().map_request(move |r: http::Request<Incoming>| {
+                let mut r = r.map(Body::new);
+                r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                r
+            }));
         let token = shutdown.clone();
         conns.spawn(async move {
             let conn = http1::Builder::new()

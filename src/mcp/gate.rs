@@ -117,12 +117,93 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
         return busy();
     };
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if peer.is_some_and(|ip| state.auth_failures.blocked(ip)) {
+        return too_many("too many failed authentications from this address; retry later");
+    }
     // Nothing but headers is read before the caller is known.
     let (path_ns, identity) = match caller(&state, &parts.headers, parts.uri.path()).await {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(refused) => {
+            if refused.status() == StatusCode::UNAUTHORIZED
+                && let Some(ip) = peer
+            {
+                state.auth_failures.failed(ip);
+            }
+            return refused;
+        }
     };
+    // The caller's fair share, held with the response: a held call keeps it to its end.
+    let namespace = path_ns.clone().or_else(|| identity.namespace.clone());
+    let Some(share) = state.shares.take(
+        &identity.principal.username,
+        namespace.as_deref().unwrap_or_default(),
+        state.config.max_concurrent_requests,
+    ) else {
+        return too_many("too many requests of this caller or namespace in progress; retry later");
+    };
+    admitted(&gate, parts, body, path_ns, identity)
+        .await
+        .map(|b| {
+            Body::new(Holding {
+                inner: b,
+                _share: share,
+            })
+        })
+}
+
+/// A response body that holds the caller's share of the endpoint until it ends.
+struct Holding {
+    inner: Body,
+    _share: super::shares::Share,
+}
+
+impl hyper::body::Body for Holding {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// 429 with `Retry-After`, saying which limit.
+fn too_many(why: &str) -> Response {
+    let mut resp = rpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        Value::Null,
+        codes::INTERNAL_ERROR,
+        why,
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    resp
+}
+
+/// The rest of [`gate_handler`], for a caller that was authenticated and is within its share.
+async fn admitted(
+    gate: &Gate,
+    mut parts: http::request::Parts,
+    body: Body,
+    path_ns: Option<String>,
+    identity: Arc<crate::auth::Identity>,
+) -> Response {
+    let state = gate.state.clone();
     // Host and Origin passed the gate's check, which also knows the server's own pages; rmcp's
     // copy of the check (for what reaches it directly) would not.
     parts.headers.remove(header::ORIGIN);

@@ -27,6 +27,7 @@ mod headers;
 mod listen;
 mod projection;
 mod sealing;
+mod shares;
 mod state;
 mod tasks;
 mod tools;

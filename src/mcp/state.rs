@@ -38,6 +38,10 @@ pub struct McpState {
     pub(super) origins: Vec<String>,
     /// Open listen streams per principal.
     pub(super) streams: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// Requests in progress per principal and per namespace.
+    pub(super) shares: Arc<super::shares::Shares>,
+    /// Failed authentications per client address.
+    pub(super) auth_failures: super::shares::AuthFailures,
 }
 
 /// Why the endpoint's state cannot be assembled.
@@ -80,6 +84,8 @@ impl McpState {
             hosts,
             origins,
             streams: Arc::default(),
+            shares: Arc::default(),
+            auth_failures: Default::default(),
             store,
             workflows,
             authn,

@@ -89,6 +89,13 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: nap, namespace: NS }
+spec:
+  tool: { description: An hour. }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: kept, namespace: NS }
 spec:
   tool: { description: Nothing; its Runs are kept. }
@@ -542,4 +549,78 @@ spec:
         .filter(|r| r.spec.workflow_ref.name == "plain")
         .count();
     assert_eq!(children, 0, "no child Run was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_hold_every_request_slot() {
+    // 8 slots: 2 per principal, 4 per namespace.
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 8).await;
+    let alice = support::mcp::Old::connect(&mcp.url(), "alice-token", json!({})).await;
+    // Two calls held on their streams (Runs of an hour), as many as alice's share.
+    let mut held = Vec::new();
+    for i in 0..2 {
+        held.push(
+            alice
+                .open(
+                    "tools/call",
+                    json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": i}}),
+                )
+                .await,
+        );
+    }
+    let third = alice
+        .post(&json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(third.headers()["retry-after"], "1");
+    let why = third.text().await.unwrap();
+    assert!(why.contains("too many requests of this caller"), "{why}");
+    // Another caller is served meanwhile.
+    let bob = mcp.client("bob-token");
+    assert_eq!(
+        bob.rpc("tools/list", None, json!({})).await.status,
+        reqwest::StatusCode::OK
+    );
+    // Once a held call ends, its share is back.
+    drop(held.pop());
+    let again = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let r = alice
+                .post(&json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}))
+                .send()
+                .await
+                .unwrap();
+            if r.status() == reqwest::StatusCode::OK {
+                return;
+            }
+            // The server notices the closed stream when it next writes to it (keep-alive).
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(again.is_ok(), "alice's share came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_keeps_failing_to_authenticate_is_turned_away() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    for i in 0..50 {
+        let guess = mcp.client(&format!("guess-{i}"));
+        assert_eq!(
+            guess.rpc("tools/list", None, json!({})).await.status,
+            reqwest::StatusCode::UNAUTHORIZED
+        );
+    }
+    // From the same address, even a good token waits for the window to pass.
+    let r = alice.rpc("tools/list", None, json!({})).await;
+    assert_eq!(r.status, reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed authentications")
+    );
 }
