@@ -302,7 +302,7 @@ impl Scheduler {
             run.metadata.namespace.clone().unwrap_or_default(),
             run.metadata.name.clone().unwrap_or_default(),
         );
-        loop {
+        for _ in 0..crate::store::MAX_CONFLICT_RETRIES {
             let Ok(Some(mut latest)) = self.store.get(&ns, &name).await else {
                 return;
             };
@@ -327,6 +327,7 @@ impl Scheduler {
                 Ok(_) => return,
             }
         }
+        tracing::warn!(namespace = %ns, run = %name, "schedule: the replaced run kept changing; the next pass cancels it");
     }
 
     async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) {

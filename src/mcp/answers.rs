@@ -146,7 +146,7 @@ impl RunwayMcp {
         name: &str,
         responses: &BTreeMap<String, Value>,
     ) -> Result<Answers, ErrorData> {
-        loop {
+        for _ in 0..crate::store::MAX_CONFLICT_RETRIES {
             let mut run = self.stored_run(t, name).await?;
             let snapshot = run.workflow_snapshot();
             let open = run.status.clone().unwrap_or_default().input_requests;
@@ -195,5 +195,6 @@ impl RunwayMcp {
                 Err(e) => return Err(internal(e)),
             }
         }
+        Err(internal(StoreError::Conflict))
     }
 }

@@ -416,5 +416,20 @@ async fn tool_param_headers(
         .and_then(|p| p.get("arguments"))
         .and_then(Value::as_object)
         .unwrap_or(&none);
-    check_param_headers(schema, args, headers)
+    let checked = check_param_headers(schema, args, headers);
+    // What the headers must say names the tool's arguments: only a caller who may call tools
+    // here learns it. Anyone else's request goes on and is refused for what it is.
+    if checked.is_err()
+        && !super::access::allowed(
+            state,
+            tenant,
+            crate::auth::Verb::Create,
+            crate::auth::Resource::Runs,
+        )
+        .await
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    checked
 }

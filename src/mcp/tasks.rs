@@ -94,7 +94,8 @@ impl RunwayMcp {
         name: &str,
         reason: &str,
     ) -> Result<(), StoreError> {
-        loop {
+        let reason = bounded_reason(reason);
+        for _ in 0..crate::store::MAX_CONFLICT_RETRIES {
             let Some(mut run) = self.state.store.get(&t.namespace, name).await? else {
                 return Ok(());
             };
@@ -102,7 +103,7 @@ impl RunwayMcp {
                 return Ok(());
             }
             run.spec.cancel = Some(CancelRequest {
-                reason: Some(reason.into()),
+                reason: Some(reason.to_owned()),
                 requested_by: Some(t.identity.principal.username.clone()),
                 requested_at: Some(Timestamp::now().to_string()),
             });
@@ -119,6 +120,7 @@ impl RunwayMcp {
                 }
             }
         }
+        Err(StoreError::Conflict)
     }
 
     /// `tasks/update` (and the console's answers): record the answers to open questions of a
@@ -182,4 +184,15 @@ pub(super) async fn get_task(
         result.meta = Some(meta);
     }
     Ok(result)
+}
+
+/// Longest cancel reason kept (characters): it is stored on the Run and logged.
+pub(crate) const MAX_CANCEL_REASON: usize = 1024;
+
+/// `reason`, cut to [`MAX_CANCEL_REASON`] characters.
+fn bounded_reason(reason: &str) -> &str {
+    match reason.char_indices().nth(MAX_CANCEL_REASON) {
+        Some((at, _)) => &reason[..at],
+        None => reason,
+    }
 }

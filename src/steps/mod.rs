@@ -131,6 +131,11 @@ impl SecretSource for StaticSecrets {
         name: &str,
         key: &str,
     ) -> Result<String, crate::store::StoreError> {
+        // A Secret's name has no `/`: `team-b/webhook` asked from team-a must not find team-b's
+        // entry through the fallback to names valid in every namespace.
+        if name.contains('/') {
+            return Err(crate::store::StoreError::NotFound);
+        }
         self.0
             .get(&format!("{namespace}/{name}"))
             .or_else(|| self.0.get(name))
@@ -184,4 +189,39 @@ pub(crate) async fn resolve_headers(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[tokio::test]
+    async fn a_secret_name_cannot_reach_into_another_namespace() {
+        let secrets = StaticSecrets(BTreeMap::from([
+            (
+                "team-b/webhook".to_owned(),
+                BTreeMap::from([("token".to_owned(), "b-secret".to_owned())]),
+            ),
+            (
+                "shared".to_owned(),
+                BTreeMap::from([("token".to_owned(), "for-all".to_owned())]),
+            ),
+        ]));
+        assert!(
+            secrets
+                .get("team-a", "team-b/webhook", "token")
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            secrets.get("team-b", "webhook", "token").await.unwrap(),
+            "b-secret"
+        );
+        assert!(secrets.get("team-a", "webhook", "token").await.is_err());
+        assert_eq!(
+            secrets.get("team-a", "shared", "token").await.unwrap(),
+            "for-all"
+        );
+    }
 }

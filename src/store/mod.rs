@@ -57,6 +57,11 @@ impl WatchEvent {
     }
 }
 
+/// How often a read-modify-write of a Run is tried again after a conflict before the writer
+/// gives up with [`StoreError::Conflict`]: a Run written that often meanwhile is contended
+/// beyond what a retry loop should absorb.
+pub const MAX_CONFLICT_RETRIES: usize = 16;
+
 /// Runs: create, read, conditional update, status update, delete, watch.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {

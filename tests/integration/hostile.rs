@@ -89,6 +89,17 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: mirrored, namespace: NS }
+spec:
+  tool:
+    description: Its argument is mirrored in a header.
+    inputSchema:
+      type: object
+      properties: { secretish: { type: string, x-mcp-header: Target } }
+      required: [secretish]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: nap, namespace: NS }
 spec:
   tool: { description: An hour. }
@@ -623,4 +634,44 @@ async fn an_address_that_keeps_failing_to_authenticate_is_turned_away() {
             .unwrap()
             .contains("failed authentications")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reason_is_kept_to_its_documented_length() {
+    let mcp = server().await;
+    let alice = mcp.client("alice-token");
+    let id = alice.call("nap", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reason = "é".repeat(300_000);
+    let r = alice
+        .call("runway_cancel_run", json!({"taskId": id, "reason": reason}))
+        .await;
+    assert!(r.last().get("error").is_none(), "{:?}", r.messages);
+    let run = mcp
+        .wait(&id, "cancel recorded", |r| r.spec.cancel.is_some())
+        .await;
+    let kept = run.spec.cancel.unwrap().reason.unwrap();
+    assert_eq!(kept.chars().count(), 1024);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_without_rights_learns_no_argument_names_from_header_checks() {
+    let mcp = server().await;
+    let args = json!({"secretish": "x"});
+    // carol has no rights in team-a; rita may only read runs.
+    for token in ["carol-token", "reader-token"] {
+        let r = mcp.client(token).call("mirrored", args.clone()).await;
+        let error = r.last()["error"].clone();
+        assert_ne!(error["code"], -32020, "{token}: {error}");
+        let text = error.to_string();
+        assert!(
+            !text.contains("Target") && !text.contains("secretish"),
+            "{token}: {text}"
+        );
+    }
+    // Who may call the tool is told what is missing.
+    let r = mcp.client("alice-token").call("mirrored", args).await;
+    assert_eq!(r.error_code(), -32020, "{:?}", r.messages);
 }
