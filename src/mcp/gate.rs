@@ -245,7 +245,7 @@ async fn admitted(
         };
         return era2025::serve(state, caller, &parts.headers, msg).await;
     }
-    serve(&gate, parts, bytes, msg, tenant).await
+    serve(gate, parts, bytes, msg, tenant).await
 }
 
 /// Serve a request of the 2026-07-28 era: its headers checked against its body, then the
