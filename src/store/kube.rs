@@ -58,38 +58,6 @@ pub struct KubeStore {
     own: Recent,
 }
 
-/// How long a cache may take to fill at start-up before the process gives up with the watch's
-/// last error (a cache that can never fill, say because an object cannot be decoded, must not
-/// leave a replica waiting, unready, for ever).
-const CACHE_FILL: Duration = Duration::from_secs(120);
-
-/// Wait until `reader` holds the first list, for at most [`CACHE_FILL`].
-async fn filled<K>(
-    reader: &Store<K>,
-    kind: &str,
-    last_error: &Mutex<Option<String>>,
-) -> Result<(), StoreError>
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    match tokio::time::timeout(CACHE_FILL, reader.wait_until_ready()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(StoreError::Backend(e.to_string())),
-        Err(_) => {
-            let why = last_error
-                .lock()
-                .expect("error lock")
-                .clone()
-                .unwrap_or_else(|| "no list arrived".into());
-            Err(StoreError::Backend(format!(
-                "the {kind} cache did not fill within {}s: {why}",
-                CACHE_FILL.as_secs()
-            )))
-        }
-    }
-}
-
 /// How long this process trusts its own write over a reflector that has not seen it yet.
 const OWN_WRITES_TTL: Duration = Duration::from_secs(10);
 
@@ -120,7 +88,7 @@ impl KubeStore {
                 })
                 .await;
         });
-        filled(&reader, "Run", &last_error).await?;
+        super::fill::filled(&reader, "Run", &last_error).await?;
         Ok(Self {
             client,
             runs: reader,
@@ -546,7 +514,7 @@ impl KubeWorkflows {
                 })
                 .await;
         });
-        filled(&reader, "Workflow", &last_error).await?;
+        super::fill::filled(&reader, "Workflow", &last_error).await?;
         Ok(Self {
             workflows: reader,
             changes,

@@ -4,6 +4,7 @@
 
 pub mod changes;
 pub mod events;
+mod fill;
 pub mod kube;
 pub mod manifests;
 pub mod sqlite;

@@ -138,34 +138,7 @@ impl SqliteStore {
             })
             .map(|v| v as u64)
             .unwrap_or(0);
-        let mut cache = HashMap::new();
-        {
-            let mut stmt = conn
-                .prepare("SELECT namespace, name, body FROM runs")
-                .map_err(backend)?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .map_err(backend)?;
-            for row in rows {
-                let (namespace, name, body) = row.map_err(backend)?;
-                // One Run that cannot be read (written by an older version, say) must not keep
-                // the server, and every other tenant's Runs, from starting.
-                match serde_json::from_str::<Run>(&body) {
-                    Ok(run) => {
-                        cache.insert(key_of(&run)?, Arc::new(run));
-                    }
-                    Err(e) => {
-                        tracing::error!(%namespace, run = %name, error = %e, "a stored run cannot be read; it is left out");
-                    }
-                }
-            }
-        }
+        let cache = load_runs(&conn)?;
         // A probe write makes an unwritable database fail here, not on the first Run.
         conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
             .map_err(backend)?;
@@ -304,6 +277,36 @@ fn writer(
             reply(result.clone());
         }
     }
+}
+
+/// Every stored Run, by key. One Run that cannot be read (written by an older version, say)
+/// must not keep the server, and every other tenant's Runs, from starting: it is left out.
+fn load_runs(conn: &Connection) -> Result<HashMap<Key, Arc<Run>>, StoreError> {
+    let mut cache = HashMap::new();
+    let mut stmt = conn
+        .prepare("SELECT namespace, name, body FROM runs")
+        .map_err(backend)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })
+        .map_err(backend)?;
+    for row in rows {
+        let (namespace, name, body) = row.map_err(backend)?;
+        match serde_json::from_str::<Run>(&body) {
+            Ok(run) => {
+                cache.insert(key_of(&run)?, Arc::new(run));
+            }
+            Err(e) => {
+                tracing::error!(%namespace, run = %name, error = %e, "a stored run cannot be read; it is left out");
+            }
+        }
+    }
+    Ok(cache)
 }
 
 #[async_trait]

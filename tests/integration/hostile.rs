@@ -265,14 +265,22 @@ async fn forged(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
     );
-    let mut run = mcp.store().create(run).await.unwrap();
-    run.status = Some(RunStatus {
-        phase: RunPhase::Succeeded,
-        finished_at: Some(jiff::Timestamp::now().to_string()),
-        result: Some(result),
-        ..Default::default()
-    });
-    mcp.store().update_status(&run).await.unwrap();
+    mcp.store().create(run).await.unwrap();
+    // The controller may write the Run's status first: write this one over it.
+    loop {
+        let mut run = mcp.store().get("team-a", name).await.unwrap().unwrap();
+        run.status = Some(RunStatus {
+            phase: RunPhase::Succeeded,
+            finished_at: Some(jiff::Timestamp::now().to_string()),
+            result: Some(result.clone()),
+            ..Default::default()
+        });
+        match mcp.store().update_status(&run).await {
+            Ok(_) => return,
+            Err(runway::store::StoreError::Conflict) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
