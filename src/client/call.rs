@@ -15,7 +15,7 @@ use crate::protocol::codes::INVALID_PARAMS;
 use super::errors::ClientError;
 use super::exit;
 use super::outage::{OUTAGE_LIMIT, Outage};
-use super::output::{interrupted, print_result};
+use super::output::{interrupted, print_result, shown};
 use super::prompt::Prompter;
 use super::target::{Target, connect};
 use crate::dial::Session;
@@ -77,7 +77,7 @@ pub async fn call(
                 // A blocking call whose work failed ends as a failed task does: same words,
                 // same exit status. Errors about the request itself stay usage errors.
                 Err(ClientError::Rpc { code, message }) if !refused_request(code) => {
-                    eprintln!("call failed: {message} ({code})");
+                    eprintln!("call failed: {} ({code})", shown(&message));
                     return Ok(exit::FAILED);
                 }
                 Err(e) => return Err(e),
@@ -203,7 +203,7 @@ pub(super) async fn follow(
         }
         if task.task.status_message != last_message {
             if let Some(m) = &task.task.status_message {
-                eprintln!("  {m}");
+                eprintln!("  {}", shown(m));
             }
             last_message = task.task.status_message.clone();
         }
@@ -214,7 +214,7 @@ pub(super) async fn follow(
             TaskPayload::Failed { error } => {
                 eprintln!(
                     "call failed: {} ({})",
-                    error.get("message").and_then(Value::as_str).unwrap_or("?"),
+                    shown(error.get("message").and_then(Value::as_str).unwrap_or("?")),
                     error.get("code").cloned().unwrap_or(Value::Null)
                 );
                 return Ok(exit::FAILED);
@@ -233,7 +233,7 @@ pub(super) async fn follow(
                     Asked::Answered => {}
                     Asked::Interrupted => return Ok(interrupted(id)),
                     Asked::NotMine(note) if last_message.as_deref() != Some(note.as_str()) => {
-                        eprintln!("  {note}");
+                        eprintln!("  {}", shown(&note));
                         last_message = Some(note);
                     }
                     Asked::NotMine(_) => {}
@@ -309,7 +309,7 @@ async fn ask(
     match session.update_task(update).await.map_err(ClientError::from) {
         Ok(()) => me.answered.extend(keys),
         Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
-            eprintln!("  {message}");
+            eprintln!("  {}", shown(&message));
         }
         Err(e) => return Err(e),
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::errors::ClientError;
-use super::output::plain;
+use super::output::{plain, shown};
 use crate::engine::input::{AnswerSchemaError, answer_schema_error};
 
 /// Reads answers to input requests from the terminal, and notices Ctrl-C.
@@ -54,7 +54,7 @@ impl Prompter {
         let params = &request["params"];
         eprintln!(
             "\n[{key}] {}",
-            params["message"].as_str().unwrap_or("input requested")
+            shown(params["message"].as_str().unwrap_or("input requested"))
         );
         if request["method"] != crate::protocol::METHOD_ELICITATION {
             eprintln!("  (this client answers only elicitation requests; declining)");
@@ -62,7 +62,7 @@ impl Prompter {
         }
         if params["mode"] == "url" {
             // URL mode: the page does the work; this client only shows where to go.
-            eprintln!("  open: {}", params["url"].as_str().unwrap_or("?"));
+            eprintln!("  open: {}", shown(params["url"].as_str().unwrap_or("?")));
             let a = self.ask("  opened it (or will)? [y/n] ").await?;
             return Ok(if a.starts_with('y') {
                 json!({"action": "accept"})

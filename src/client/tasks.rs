@@ -14,7 +14,7 @@ use crate::protocol::{
 
 use super::errors::ClientError;
 use super::exit;
-use super::output::out;
+use super::output::{out, shown};
 use super::target::{Target, connect};
 
 /// `runway tasks get`: print the task as JSON.
@@ -64,7 +64,7 @@ pub async fn answer(
             Ok(exit::OK)
         }
         Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
-            eprintln!("answer not taken: {message}");
+            eprintln!("answer not taken: {}", shown(&message));
             Ok(exit::NOT_TAKEN)
         }
         Err(e) => Err(e),

@@ -474,7 +474,7 @@ async fn a_run_nested_too_deeply_fails_alone_and_keeps_no_one_from_starting() {
         "deep",
         RunSpec {
             workflow_ref: WorkflowRef {
-                name: "leaf".into(),
+                name: "kept".into(),
             },
             arguments: Some(json!({"x": nested(200)})),
             requested_by: Some(Principal {

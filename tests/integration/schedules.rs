@@ -132,8 +132,17 @@ async fn a_schedule_starts_runs_on_its_times_and_keeps_its_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replace_cancels_the_unfinished_run_for_the_next() {
     let mcp = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
-    let seen = follow(&mcp, "replace", "a replaced run", |evs| {
-        evs.iter().any(|e| e.run().phase() == RunPhase::Cancelled)
+    // Replace cancels the unfinished Run before it creates the next: follow until both.
+    let seen = follow(&mcp, "replace", "a replaced run and its successor", |evs| {
+        let cancelled = evs
+            .iter()
+            .map(WatchEvent::run)
+            .find(|r| r.phase() == RunPhase::Cancelled);
+        cancelled.is_some_and(|c| {
+            evs.iter()
+                .map(WatchEvent::run)
+                .any(|r| scheduled_for(r) > scheduled_for(c))
+        })
     })
     .await;
     let cancelled = seen
