@@ -13,7 +13,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
-use super::access::{allowed, readable_run};
+use super::access::{allowed, is_owner, readable_run};
 use super::apps::with_view;
 use super::builtin::{app_tools, is_builtin, list_tool, list_tool_on};
 use super::caller::tenant;
@@ -173,7 +173,7 @@ impl RunwayMcp {
                         .await
                         .map_err(internal)?
                     {
-                        return same_call(e, wf, &args, k);
+                        return same_call(owned(e, t)?, wf, &args, k);
                     }
                 }
                 names[0].clone()
@@ -203,7 +203,7 @@ impl RunwayMcp {
                     .map_err(internal)?;
                 match existing {
                     Some(e) => same_call(
-                        e,
+                        owned(e, t)?,
                         wf,
                         run.spec
                             .arguments
@@ -474,5 +474,17 @@ impl RunwayMcp {
         }
         let name = run.metadata.name.clone().unwrap_or_default();
         self.await_run(&t, &name, &ctx).await
+    }
+}
+
+/// The Run an idempotency key named, if the caller requested it. The name is keyed by the
+/// caller, so another principal's Run under it is one someone created by that name (with
+/// kubectl, say) or one of a namesake with another uid: refused as a reused key, which says
+/// nothing of the Run.
+fn owned(run: Run, t: &Tenant) -> Result<Run, ErrorData> {
+    if is_owner(&run, &t.identity.principal) {
+        Ok(run)
+    } else {
+        Err(invalid("idempotency key reused with different arguments"))
     }
 }

@@ -683,3 +683,37 @@ async fn a_caller_without_rights_learns_no_argument_names_from_header_checks() {
     let r = mcp.client("alice-token").call("mirrored", args).await;
     assert_eq!(r.error_code(), -32020, "{:?}", r.messages);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_replay_finds_only_the_callers_own_run() {
+    // Two principals of one name, told apart by their uids (a user deleted and made again).
+    let dir = Mcp::prepare(&[("wf.yaml", WORKFLOWS)]);
+    let auth = support::mcp::AUTH.replace(
+        "tokens:\n",
+        "tokens:\n  - { token: old-ada, user: ada, uid: u-1, groups: [dev], namespace: team-a }\n  - { token: new-ada, user: ada, uid: u-2, groups: [dev], namespace: team-a }\n",
+    );
+    std::fs::write(dir.path().join("auth.yaml"), auth).unwrap();
+    let mcp = Mcp::start_in(dir).await;
+    let key = json!({"dev.runway/idempotencyKey": "deploy-7"});
+    let call = |token: &str| {
+        let c = mcp.client(token);
+        let key = key.clone();
+        async move {
+            c.rpc(
+                "tools/call",
+                Some("nap"),
+                json!({"name": "nap", "arguments": {}, "_meta": key}),
+            )
+            .await
+        }
+    };
+    let first = call("old-ada").await;
+    let id = first.result()["taskId"].as_str().unwrap().to_owned();
+    // The same caller's retry finds her Run.
+    assert_eq!(call("old-ada").await.result()["taskId"], id.as_str());
+    // The namesake gets a refusal that says nothing of it.
+    let other = call("new-ada").await;
+    assert_eq!(other.error_code(), -32602, "{:?}", other.messages);
+    let text = other.last()["error"].to_string();
+    assert!(!text.contains(&id), "{text}");
+}
