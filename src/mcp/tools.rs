@@ -13,7 +13,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
-use super::access::{allowed, is_owner, readable_run};
+use super::access::{Access, allowed, is_owner, readable_run, task_run};
 use super::apps::with_view;
 use super::builtin::{app_tools, is_builtin, list_tool, list_tool_on};
 use super::caller::tenant;
@@ -392,6 +392,14 @@ impl RunwayMcp {
         }
         if !uid.is_empty() && current.metadata.uid.as_deref() != Some(uid) {
             return Err(invalid("invalid requestState: its run is gone"));
+        }
+        // Answering on the retry is `tasks/update` by another road: the same rights.
+        if !responses.is_empty()
+            && task_run(&self.state, t, run, Access::Answer)
+                .await?
+                .is_none()
+        {
+            return Err(forbidden(t, Verb::Update, Resource::Runs));
         }
         // The retry holds the Run now: its answer must reach the client, as the first one's did.
         if let Some(delivery) = ctx

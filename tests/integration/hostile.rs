@@ -717,3 +717,68 @@ async fn an_idempotent_replay_finds_only_the_callers_own_run() {
     let text = other.last()["error"].to_string();
     assert!(!text.contains(&id), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answering_on_an_mrtr_retry_needs_the_right_to_answer() {
+    // Tess may call tools and read Runs, not update them: she may not answer, by any road.
+    let dir = Mcp::prepare(&[(
+        "wf.yaml",
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: confirm, namespace: NS }
+spec:
+  tool: { description: Asks before it goes on. }
+  execution: { mode: sync }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: ok, message: "Go?", requestedSchema: { type: object, properties: { yes: { type: boolean } } } }
+"#,
+    )]);
+    let auth = support::mcp::AUTH
+        .replace(
+            "tokens:\n",
+            "tokens:\n  - { token: tess-token, user: tess, groups: [callers], namespace: team-a }\n",
+        )
+        .replace(
+            "rules:\n",
+            "rules:\n  - { groups: [callers], namespaces: [team-a], resources: [runs], verbs: [get, create] }\n  - { groups: [callers], namespaces: [team-a], resources: [workflows], verbs: [get, list] }\n",
+        );
+    std::fs::write(dir.path().join("auth.yaml"), auth).unwrap();
+    let mcp = Mcp::start_in(dir).await;
+    let tess = mcp
+        .client("tess-token")
+        .with_caps(json!({"elicitation": {}}));
+    let round = tess.call("confirm", json!({})).await;
+    let res = round.result().clone();
+    assert_eq!(res["resultType"], "input_required", "{res}");
+    let key = res["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let retry = tess
+        .rpc(
+            "tools/call",
+            Some("confirm"),
+            json!({"name": "confirm", "arguments": {},
+                "inputResponses": {key.clone(): {"action": "accept", "content": {"yes": true}}},
+                "requestState": res["requestState"]}),
+        )
+        .await;
+    assert_eq!(retry.error_code(), -32003, "{:?}", retry.messages);
+    let runs = mcp
+        .store()
+        .list(Some("team-a"), &BTreeMap::new())
+        .await
+        .unwrap();
+    let run = runs
+        .iter()
+        .find(|r| r.spec.workflow_ref.name == "confirm")
+        .unwrap();
+    assert!(run.spec.input_responses.is_empty(), "no answer recorded");
+}
