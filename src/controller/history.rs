@@ -27,7 +27,8 @@ pub struct MemoryEvents {
 
 #[derive(Default)]
 struct Kept {
-    by_run: HashMap<ObjectKey, VecDeque<RecordedEvent>>,
+    /// By Run: its uid and its Events (a Run made again under a name starts afresh).
+    by_run: HashMap<ObjectKey, (String, VecDeque<RecordedEvent>)>,
     /// Runs in the order of their first Event, for eviction.
     order: VecDeque<ObjectKey>,
 }
@@ -53,7 +54,12 @@ impl EventSink for MemoryEvents {
             }
             kept.order.push_back(key.clone());
         }
-        let events = kept.by_run.entry(key).or_default();
+        let uid = run.metadata.uid.clone().unwrap_or_default();
+        let (of, events) = kept.by_run.entry(key).or_default();
+        if *of != uid {
+            *of = uid;
+            events.clear();
+        }
         if events.len() >= EVENTS_PER_RUN {
             events.pop_front();
         }
@@ -67,13 +73,15 @@ impl EventLog for MemoryEvents {
         &self,
         namespace: &str,
         name: &str,
+        uid: &str,
     ) -> Result<Vec<RecordedEvent>, EventLogError> {
         let key = ObjectKey::new(namespace, name);
         let kept = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         Ok(kept
             .by_run
             .get(&key)
-            .map(|e| e.iter().cloned().collect())
+            .filter(|(of, _)| of == uid)
+            .map(|(_, e)| e.iter().cloned().collect())
             .unwrap_or_default())
     }
 }
@@ -112,7 +120,7 @@ mod tests {
             log.record(&run("a"), &event(&format!("a{i}")));
         }
         log.record(&run("b"), &event("b0"));
-        let a = log.recent("ns", "a").await.unwrap();
+        let a = log.recent("ns", "a", "").await.unwrap();
         assert_eq!(a.len(), EVENTS_PER_RUN);
         assert_eq!(a[0].message, "a2");
         assert_eq!(
@@ -120,10 +128,26 @@ mod tests {
             format!("a{}", EVENTS_PER_RUN + 1)
         );
         assert_eq!(
-            log.recent("ns", "b").await.unwrap()[0].reason,
+            log.recent("ns", "b", "").await.unwrap()[0].reason,
             "StepStarted"
         );
-        assert!(log.recent("other", "a").await.unwrap().is_empty());
+        assert!(log.recent("other", "a", "").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_run_made_again_under_a_name_does_not_show_the_first_ones_events() {
+        let log = MemoryEvents::default();
+        let mut first = run("a");
+        first.metadata.uid = Some("uid-1".into());
+        log.record(&first, &event("of the first"));
+        let mut second = run("a");
+        second.metadata.uid = Some("uid-2".into());
+        assert!(log.recent("ns", "a", "uid-2").await.unwrap().is_empty());
+        log.record(&second, &event("of the second"));
+        let shown = log.recent("ns", "a", "uid-2").await.unwrap();
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].message, "of the second");
+        assert!(log.recent("ns", "a", "uid-1").await.unwrap().is_empty());
     }
 
     #[tokio::test]
@@ -132,10 +156,10 @@ mod tests {
         for i in 0..=RUNS_WITH_EVENTS {
             log.record(&run(&format!("r{i}")), &event("x"));
         }
-        assert!(log.recent("ns", "r0").await.unwrap().is_empty());
-        assert_eq!(log.recent("ns", "r1").await.unwrap().len(), 1);
+        assert!(log.recent("ns", "r0", "").await.unwrap().is_empty());
+        assert_eq!(log.recent("ns", "r1", "").await.unwrap().len(), 1);
         assert_eq!(
-            log.recent("ns", &format!("r{RUNS_WITH_EVENTS}"))
+            log.recent("ns", &format!("r{RUNS_WITH_EVENTS}"), "")
                 .await
                 .unwrap()
                 .len(),

@@ -338,7 +338,13 @@ impl RunwayMcp {
         let for_anyone = acts_for_anyone(&self.state, t, &run).await;
         let awaiting =
             awaiting_keys(&run, &t.identity.principal, may_answer, for_anyone).unwrap_or_default();
-        let events = match self.state.event_log.recent(&t.namespace, task_id).await {
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
+        let events = match self
+            .state
+            .event_log
+            .recent(&t.namespace, task_id, uid)
+            .await
+        {
             Ok(e) => serde_json::to_value(e).map_err(internal)?,
             Err(e) => {
                 tracing::warn!(error = %e, "events not read");

@@ -67,10 +67,11 @@ impl EventLog for KubeEventLog {
         &self,
         namespace: &str,
         name: &str,
+        uid: &str,
     ) -> Result<Vec<RecordedEvent>, EventLogError> {
         let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), namespace);
         let params = ListParams::default().fields(&format!(
-            "involvedObject.kind=Run,involvedObject.name={name}"
+            "involvedObject.kind=Run,involvedObject.name={name},involvedObject.uid={uid}"
         ));
         let list = api
             .list(&params)

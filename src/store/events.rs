@@ -27,10 +27,12 @@ pub struct EventLogError(pub String);
 /// Reads a Run's Events back, oldest first.
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
-    /// The Events recorded about Run `name` of `namespace`.
+    /// The Events recorded about Run `name` of `namespace` with `uid`: a Run deleted and made
+    /// again under its name is another Run, whose readers must not see the first one's Events.
     async fn recent(
         &self,
         namespace: &str,
         name: &str,
+        uid: &str,
     ) -> Result<Vec<RecordedEvent>, EventLogError>;
 }
