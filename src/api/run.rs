@@ -56,6 +56,7 @@ pub struct RunSpec {
     pub cancel: Option<CancelRequest>,
     /// Answers to input requests, by key. Keys are only ever added.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 4096))]
     pub input_responses: BTreeMap<String, InputResponse>,
 }
 
@@ -87,9 +88,11 @@ pub struct WorkflowRef {
 #[serde(rename_all = "camelCase")]
 pub struct Principal {
     /// User name (for ServiceAccounts `system:serviceaccount:<ns>:<name>`).
+    #[schemars(length(max = 1024))]
     pub username: String,
     /// Stable user id, when the authenticator gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub uid: Option<String>,
     /// Groups of the user.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -102,9 +105,11 @@ pub struct Principal {
 pub struct CancelRequest {
     /// Why (free text, or `mcp-request-cancelled` when a blocking caller went away).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub reason: Option<String>,
     /// Who asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub requested_by: Option<String>,
     /// When (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +132,7 @@ pub struct InputResponse {
     pub content: Option<Value>,
     /// Who answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub answered_by: Option<String>,
     /// Groups of who answered, as authenticated when the answer was recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

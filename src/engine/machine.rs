@@ -243,6 +243,15 @@ impl Machine<'_> {
                 message: Some(message),
             })
         };
+        if args == Value::String(crate::api::UNREADABLE.to_owned()) {
+            return refuse(
+                format!(
+                    "arguments nest too deeply to be read (at most {} levels)",
+                    budget::MAX_DEPTH
+                ),
+                None,
+            );
+        }
         if let Err(why) = budget::check("arguments", &args, budget::MAX_ARGUMENT_BYTES) {
             return refuse(why.to_string(), None);
         }

@@ -1219,3 +1219,65 @@ async fn the_official_sdks_call_tools_on_both_operator_replicas() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_written_runs_meet_the_schema_and_a_deep_one_stops_no_replica() {
+    let c = up();
+    let ns = c.namespace("deep");
+    apply_ok(c, &ns, NAP);
+    let me = json!({"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]});
+    let run = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["workflowRef"] = json!({"name": "nap"});
+        spec["requestedBy"] = me.clone();
+        json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": name}, "spec": spec})
+        .to_string()
+    };
+    // The API server itself refuses a cancel reason longer than Runway keeps.
+    let long = run(
+        "long-reason",
+        json!({"arguments": {"wait": "1s"}, "cancel": {"reason": "x".repeat(1025)}}),
+    );
+    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], &long);
+    assert!(!out.status.success(), "a 1025-character reason was stored");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.cancel.reason"), "{err}");
+    // Arguments 200 levels deep, past what a JSON parser reads by default: the API server
+    // keeps them, and no replica's cache of every tenant's Runs may choke on them.
+    let deep = (0..200).fold(json!(1), |v, _| json!([v]));
+    let out = c.kubectl_stdin(
+        "alice",
+        &["create", "-n", &ns, "-f", "-"],
+        &run("deep", json!({"arguments": {"wait": "1s", "x": deep}})),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_jsonpath(&ns, "run/deep", "{.status.phase}", "Failed");
+    // (Read with a JSONPath: the test's own parser would choke on the whole object too.)
+    let why = c.admin(&[
+        "get",
+        "-n",
+        &ns,
+        "run/deep",
+        "-o",
+        "jsonpath={.status.conditions[0].message}",
+    ]);
+    assert!(why.contains("nest too deeply to be read"), "{why}");
+    // A replica started now fills its cache (it turns ready) and serves.
+    c.start_operator("fresh-after-deep");
+    let fresh = Client::new(
+        &c.base_of("fresh-after-deep"),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    let id = task_id(&fresh.call("nap", json!({"wait": "1s"})).await);
+    assert_eq!(
+        fresh.await_status(&id, "completed").await["status"],
+        "completed"
+    );
+    c.stop("fresh-after-deep");
+}
