@@ -1281,3 +1281,71 @@ async fn kubectl_written_runs_meet_the_schema_and_a_deep_one_stops_no_replica() 
     );
     c.stop("fresh-after-deep");
 }
+
+const FORGED_LEAF: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: forged-leaf }
+spec:
+  result:
+    content: [ { type: text, text: "forged" } ]
+    structuredContent: { count: 99 }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_run_created_ahead_with_kubectl_is_never_adopted() {
+    let c = up();
+    let ns = c.namespace("planted");
+    apply_ok(c, &ns, &format!("{WAVES}\n---\n{FORGED_LEAF}"));
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("waves", json!({"waits": []})).await);
+    alice.await_status(&id, "input_required").await;
+    let uid = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    // Someone who may create Runs knows the child's name and the parent's uid, and gets there
+    // first with a Run whose result is theirs, dressed with every marker a child has.
+    let child = format!("{id}-child-1");
+    let planted = json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": child,
+            "labels": {"runway.dev/parent": id, "runway.dev/root": uid},
+            "annotations": {"runway.dev/parent-uid": uid, "runway.dev/depth": "1",
+                "runway.dev/lineage": "waves", "runway.dev/mark": "forged"}},
+        "spec": {"workflowRef": {"name": "forged-leaf"},
+            "requestedBy": {"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]}}});
+    let out = c.kubectl_stdin(
+        "alice",
+        &["create", "-n", &ns, "-f", "-"],
+        &planted.to_string(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_jsonpath(&ns, &format!("run/{child}"), "{.status.phase}", "Succeeded");
+    alice
+        .update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
+        .await
+        .assert_complete();
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Failed");
+    let message = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        r#"jsonpath={.status.steps[?(@.name=="child")].message}"#,
+    ]);
+    assert!(message.contains("is not this step's child"), "{message}");
+    let result = alice.get(&id).await.result().clone();
+    assert_ne!(
+        result["result"]["structuredContent"]["count"], 99,
+        "{result}"
+    );
+}
