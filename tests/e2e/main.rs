@@ -1349,3 +1349,57 @@ async fn a_child_run_created_ahead_with_kubectl_is_never_adopted() {
         "{result}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_dressed_as_a_schedules_does_not_stop_it_on_the_cluster() {
+    let c = up();
+    let ns = c.namespace("sched-forged");
+    apply_ok(c, &ns, SCHEDULED);
+    // Anyone who may create Runs can write a schedule's label and a time; dated 2999, such a
+    // Run would hold a schedule that believed it until then.
+    let forged = json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "tick-forged",
+            "labels": {"runway.dev/workflow": "tick", "runway.dev/schedule": "often"},
+            "annotations": {"runway.dev/scheduled-for": "2999-01-01T00:00:00Z"}},
+        "spec": {"workflowRef": {"name": "tick"},
+            "requestedBy": {"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]}}});
+    let out = c.kubectl_stdin(
+        "alice",
+        &["create", "-n", &ns, "-f", "-"],
+        &forged.to_string(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The schedule goes on: three of its own Runs (every two seconds) after the forged one.
+    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
+    let started = loop {
+        let out = c.admin(&[
+            "get",
+            "runs",
+            "-n",
+            &ns,
+            "-l",
+            "runway.dev/schedule=often",
+            "-o",
+            "name",
+        ]);
+        let started = out.lines().filter(|l| !l.ends_with("/tick-forged")).count();
+        if started >= 3 || std::time::Instant::now() > deadline {
+            break started;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(started >= 3, "the schedule stopped at {started} runs");
+    let who = c.admin(&[
+        "get",
+        "run/tick-forged",
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.spec.requestedBy.username}",
+    ]);
+    assert_eq!(who, "alice", "the forged Run is still there, as alice's");
+}
