@@ -87,6 +87,16 @@ fn apply_ok(c: &Cluster, ns: &str, yaml: &str) {
     ]);
 }
 
+/// Create the object `json` in `ns` with kubectl as `user`; it must be accepted.
+fn create_as(c: &Cluster, user: &str, ns: &str, json: &str) {
+    let out = c.kubectl_stdin(user, &["create", "-n", ns, "-f", "-"], json);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A task id from a `tools/call` answer.
 fn task_id(reply: &support::mcp::Reply) -> String {
     reply.result()["taskId"]
@@ -1246,15 +1256,11 @@ async fn kubectl_written_runs_meet_the_schema_and_a_deep_one_stops_no_replica() 
     // Arguments 200 levels deep, past what a JSON parser reads by default: the API server
     // keeps them, and no replica's cache of every tenant's Runs may choke on them.
     let deep = (0..200).fold(json!(1), |v, _| json!([v]));
-    let out = c.kubectl_stdin(
+    create_as(
+        c,
         "alice",
-        &["create", "-n", &ns, "-f", "-"],
+        &ns,
         &run("deep", json!({"arguments": {"wait": "1s", "x": deep}})),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     c.wait_jsonpath(&ns, "run/deep", "{.status.phase}", "Failed");
     // (Read with a JSONPath: the test's own parser would choke on the whole object too.)
@@ -1318,16 +1324,7 @@ async fn a_child_run_created_ahead_with_kubectl_is_never_adopted() {
                 "runway.dev/lineage": "waves", "runway.dev/mark": "forged"}},
         "spec": {"workflowRef": {"name": "forged-leaf"},
             "requestedBy": {"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]}}});
-    let out = c.kubectl_stdin(
-        "alice",
-        &["create", "-n", &ns, "-f", "-"],
-        &planted.to_string(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    create_as(c, "alice", &ns, &planted.to_string());
     c.wait_jsonpath(&ns, &format!("run/{child}"), "{.status.phase}", "Succeeded");
     alice
         .update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
@@ -1363,16 +1360,7 @@ async fn a_run_dressed_as_a_schedules_does_not_stop_it_on_the_cluster() {
             "annotations": {"runway.dev/scheduled-for": "2999-01-01T00:00:00Z"}},
         "spec": {"workflowRef": {"name": "tick"},
             "requestedBy": {"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]}}});
-    let out = c.kubectl_stdin(
-        "alice",
-        &["create", "-n", &ns, "-f", "-"],
-        &forged.to_string(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    create_as(c, "alice", &ns, &forged.to_string());
     // The schedule goes on: three of its own Runs (every two seconds) after the forged one.
     let deadline = std::time::Instant::now() + support::harness::PATIENCE;
     let started = loop {
