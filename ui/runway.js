@@ -471,7 +471,7 @@
       (run.notes || []).length ? section("Notes", h("ul", {}, run.notes.map(function (n) {
         return h("li", {}, h("code", {}, n.key), " ", n.message, n.answeredBy ? " (" + n.answeredBy + ")" : "");
       }))) : null,
-      section("Arguments", h("pre", { class: "arguments" }, json(run.arguments || {}))),
+      "arguments" in run ? section("Arguments", h("pre", { class: "arguments" }, json(run.arguments || {}))) : null,
       Array.isArray(run.events) ? section("Events", run.events.length ? h("table", { class: "events" },
         h("tbody", {}, run.events.map(function (e) {
           return h("tr", { class: e.type === "Warning" ? "warning" : "" },

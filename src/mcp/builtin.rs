@@ -16,9 +16,10 @@ use super::errors::{forbidden, internal, invalid, unknown_task};
 use super::handler::RunwayMcp;
 use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
+use super::views::{for_approver, full, page_text, summary};
 use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
-use crate::protocol::{BUILTIN_TOOL_PREFIX, METHOD_ELICITATION};
+use crate::protocol::BUILTIN_TOOL_PREFIX;
 
 /// Lists the caller's Runs of the namespace (a model and app tool).
 pub(crate) const LIST_RUNS: &str = "runway_list_runs";
@@ -354,7 +355,12 @@ impl RunwayMcp {
         // Cancelling is for whoever may act on the whole Run (approvers may not).
         let may_cancel = may_answer && for_anyone;
         let live = live_spec(&self.state, &run).await;
-        let mut detail = full(&run, live.as_ref(), &awaiting, events);
+        let whole = full(&run, live.as_ref(), &awaiting, events);
+        let mut detail = if for_anyone {
+            whole
+        } else {
+            for_approver(&whole, &t.identity.principal.username)
+        };
         detail["youMayCancel"] = json!(may_cancel && !run.phase().is_terminal());
         let text = format!(
             "{} {} {}",
@@ -364,116 +370,6 @@ impl RunwayMcp {
         );
         Ok(structured(detail, text))
     }
-}
-
-/// One Run as the list shows it.
-fn summary(run: &Run, awaiting: &[String]) -> Value {
-    let st = run.status.as_ref();
-    json!({
-        "taskId": run.metadata.name,
-        "workflow": run.spec.workflow_ref.name,
-        "phase": run.phase().as_str(),
-        "statusMessage": st.and_then(|s| s.status_message.clone()),
-        "requestedBy": run.spec.requested_by.as_ref().map(|p| p.username.clone()),
-        "createdAt": run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-        "finishedAt": st.and_then(|s| s.finished_at.clone()),
-        "waitingFor": st.map(|s| s.input_requests.keys().cloned().collect::<Vec<_>>()).unwrap_or_default(),
-        "awaitingYou": awaiting,
-    })
-}
-
-/// One Run in full, for people: what was asked, by whom, what happened step by step.
-fn full(
-    run: &Run,
-    live: Option<&crate::api::WorkflowSpec>,
-    awaiting: &[String],
-    events: Value,
-) -> Value {
-    let st = run.status.clone().unwrap_or_default();
-    let spec = run.workflow_snapshot().or_else(|| live.cloned());
-    let questions: Vec<Value> = st
-        .input_requests
-        .iter()
-        .filter(|(key, _)| !run.spec.input_responses.contains_key(*key))
-        .map(|(key, req)| {
-            let form = req.method == METHOD_ELICITATION
-                && req
-                    .params
-                    .get("mode")
-                    .and_then(Value::as_str)
-                    .unwrap_or("form")
-                    == "form";
-            json!({
-                "key": key,
-                "step": req.step,
-                "name": req.name,
-                "method": req.method,
-                "form": form,
-                "message": req.params.get("message"),
-                "requestedSchema": req.params.get("requestedSchema"),
-                "url": req.params.get("url"),
-                "askedAt": req.asked_at,
-                "awaitingYou": awaiting.contains(key),
-            })
-        })
-        .collect();
-    let answers: Vec<Value> = run
-        .spec
-        .input_responses
-        .iter()
-        .map(|(key, r)| {
-            json!({
-                "key": key,
-                "action": r.action,
-                "content": r.content,
-                "answeredBy": r.answered_by,
-                "answeredAt": r.answered_at,
-            })
-        })
-        .collect();
-    json!({
-        "taskId": run.metadata.name,
-        "namespace": run.metadata.namespace,
-        "workflow": run.spec.workflow_ref.name,
-        "title": spec.as_ref().and_then(|s| s.tool.title.clone()),
-        "description": spec.as_ref().and_then(|s| s.tool.description.clone()),
-        "phase": run.phase().as_str(),
-        "statusMessage": st.status_message,
-        "currentStep": st.current_step,
-        "createdAt": run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-        "startedAt": st.started_at,
-        "finishedAt": st.finished_at,
-        "deadline": st.deadline,
-        "requestedBy": run.spec.requested_by,
-        "arguments": run.spec.arguments,
-        "steps": st.steps,
-        "plannedSteps": spec.as_ref().map(|s| s.steps.iter().map(|x| x.name.clone()).collect::<Vec<_>>()),
-        "questions": questions,
-        "answers": answers,
-        "cancel": run.spec.cancel,
-        "notes": st.notes,
-        "result": st.result,
-        "error": st.error,
-        "events": events,
-    })
-}
-
-/// A page of Run summaries as text: one line each (task id, phase, status message).
-fn page_text(page: &[Value]) -> String {
-    if page.is_empty() {
-        return "no runs".to_owned();
-    }
-    page.iter()
-        .map(|s| {
-            format!(
-                "{} {} {}",
-                s["taskId"].as_str().unwrap_or_default(),
-                s["phase"].as_str().unwrap_or_default(),
-                s["statusMessage"].as_str().unwrap_or_default()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[cfg(test)]

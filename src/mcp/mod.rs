@@ -31,6 +31,7 @@ mod shares;
 mod state;
 mod tasks;
 mod tools;
+mod views;
 
 pub use config::{Config, MAX_BODY_BYTES, StateKeyError, TaskAccess, parse_state_keys};
 pub(crate) use gate::router;

@@ -253,12 +253,27 @@ async fn an_approver_finds_what_waits_for_her_answers_it_and_still_sees_how_it_e
     assert_eq!(paula.get(&task).await.result()["status"], "completed");
     let full = paula.call("runway_get_run", json!({"taskId": task})).await;
     let sc = &full.result()["structuredContent"];
-    // Answers by key: `ask.note` (alice's), then `ask.release` (paula's).
-    assert_eq!(sc["answers"][0]["answeredBy"], "alice");
-    assert_eq!(sc["answers"][1]["key"], "ask.release");
-    assert_eq!(sc["answers"][1]["answeredBy"], "paula");
-    assert_eq!(sc["answers"][1]["action"], "accept");
+    // She reads what `tasks/get` shows her and her own answer, not alice's business: not
+    // alice's answer, the step outputs that carry it, the arguments, notes or Events.
+    assert_eq!(sc["answers"].as_array().unwrap().len(), 1, "{sc}");
+    assert_eq!(sc["answers"][0]["key"], "ask.release");
+    assert_eq!(sc["answers"][0]["answeredBy"], "paula");
+    assert_eq!(sc["answers"][0]["action"], "accept");
     assert_eq!(sc["result"]["content"][0]["text"], "beta");
+    assert_eq!(sc["steps"][0]["name"], "ask");
+    assert_eq!(sc["steps"][0]["phase"], "Succeeded");
+    assert!(sc["steps"][0].get("output").is_none(), "{sc}");
+    for hidden in ["arguments", "notes", "events", "cancel"] {
+        assert!(sc.get(hidden).is_none(), "{hidden}: {sc}");
+    }
+    assert_eq!(sc["requestedBy"], json!({"username": "alice"}));
+    // The requester reads it all: both answers, by key, and the step's output.
+    let own = alice.call("runway_get_run", json!({"taskId": task})).await;
+    let sc = &own.result()["structuredContent"];
+    assert_eq!(sc["answers"][0]["answeredBy"], "alice");
+    assert_eq!(sc["answers"][1]["answeredBy"], "paula");
+    assert!(sc["steps"][0]["output"].is_object(), "{sc}");
+    assert!(sc["events"].is_array(), "{sc}");
     // The one who asked nothing and answered nothing still sees nothing.
     let dave = mcp.client("dave-token");
     assert_eq!(dave.get(&task).await.error_code(), -32602);

@@ -1,0 +1,186 @@
+//! How Runs read in Runway's own tools: a line of the list, the whole Run for whoever may act
+//! on all of it, and the narrower view of an approver, who sees what `tasks/get` shows her.
+
+use serde_json::{Value, json};
+
+use crate::api::Run;
+use crate::protocol::METHOD_ELICITATION;
+
+/// One Run as the list shows it.
+pub(super) fn summary(run: &Run, awaiting: &[String]) -> Value {
+    let st = run.status.as_ref();
+    json!({
+        "taskId": run.metadata.name,
+        "workflow": run.spec.workflow_ref.name,
+        "phase": run.phase().as_str(),
+        "statusMessage": st.and_then(|s| s.status_message.clone()),
+        "requestedBy": run.spec.requested_by.as_ref().map(|p| p.username.clone()),
+        "createdAt": run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        "finishedAt": st.and_then(|s| s.finished_at.clone()),
+        "waitingFor": st.map(|s| s.input_requests.keys().cloned().collect::<Vec<_>>()).unwrap_or_default(),
+        "awaitingYou": awaiting,
+    })
+}
+
+/// One Run in full, for people: what was asked, by whom, what happened step by step.
+pub(super) fn full(
+    run: &Run,
+    live: Option<&crate::api::WorkflowSpec>,
+    awaiting: &[String],
+    events: Value,
+) -> Value {
+    let st = run.status.clone().unwrap_or_default();
+    let spec = run.workflow_snapshot().or_else(|| live.cloned());
+    let questions: Vec<Value> = st
+        .input_requests
+        .iter()
+        .filter(|(key, _)| !run.spec.input_responses.contains_key(*key))
+        .map(|(key, req)| {
+            let form = req.method == METHOD_ELICITATION
+                && req
+                    .params
+                    .get("mode")
+                    .and_then(Value::as_str)
+                    .unwrap_or("form")
+                    == "form";
+            json!({
+                "key": key,
+                "step": req.step,
+                "name": req.name,
+                "method": req.method,
+                "form": form,
+                "message": req.params.get("message"),
+                "requestedSchema": req.params.get("requestedSchema"),
+                "url": req.params.get("url"),
+                "askedAt": req.asked_at,
+                "awaitingYou": awaiting.contains(key),
+            })
+        })
+        .collect();
+    let answers: Vec<Value> = run
+        .spec
+        .input_responses
+        .iter()
+        .map(|(key, r)| {
+            json!({
+                "key": key,
+                "action": r.action,
+                "content": r.content,
+                "answeredBy": r.answered_by,
+                "answeredAt": r.answered_at,
+            })
+        })
+        .collect();
+    json!({
+        "taskId": run.metadata.name,
+        "namespace": run.metadata.namespace,
+        "workflow": run.spec.workflow_ref.name,
+        "title": spec.as_ref().and_then(|s| s.tool.title.clone()),
+        "description": spec.as_ref().and_then(|s| s.tool.description.clone()),
+        "phase": run.phase().as_str(),
+        "statusMessage": st.status_message,
+        "currentStep": st.current_step,
+        "createdAt": run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+        "startedAt": st.started_at,
+        "finishedAt": st.finished_at,
+        "deadline": st.deadline,
+        "requestedBy": run.spec.requested_by,
+        "arguments": run.spec.arguments,
+        "steps": st.steps,
+        "plannedSteps": spec.as_ref().map(|s| s.steps.iter().map(|x| x.name.clone()).collect::<Vec<_>>()),
+        "questions": questions,
+        "answers": answers,
+        "cancel": run.spec.cancel,
+        "notes": st.notes,
+        "result": st.result,
+        "error": st.error,
+        "events": events,
+    })
+}
+
+/// A page of Run summaries as text: one line each (task id, phase, status message).
+pub(super) fn page_text(page: &[Value]) -> String {
+    if page.is_empty() {
+        return "no runs".to_owned();
+    }
+    page.iter()
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s["taskId"].as_str().unwrap_or_default(),
+                s["phase"].as_str().unwrap_or_default(),
+                s["statusMessage"].as_str().unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The fields of [`full`] an approver reads: what `tasks/get` shows her (status, the open
+/// questions, the result) and where the Run stands, but not the caller's arguments, the steps'
+/// outputs, other people's answers, notes or Events, which are the requester's business.
+const APPROVER_FIELDS: [&str; 16] = [
+    "taskId",
+    "namespace",
+    "workflow",
+    "title",
+    "description",
+    "phase",
+    "statusMessage",
+    "currentStep",
+    "createdAt",
+    "startedAt",
+    "finishedAt",
+    "deadline",
+    "plannedSteps",
+    "questions",
+    "result",
+    "error",
+];
+
+/// What of a step's record an approver sees: which step, how far, since when.
+const APPROVER_STEP_FIELDS: [&str; 6] = [
+    "name",
+    "finally",
+    "phase",
+    "attempt",
+    "startedAt",
+    "finishedAt",
+];
+
+/// [`full`] narrowed for a caller who reads the Run only as one of its approvers (named by an
+/// open question, or having answered one): `username` is hers, so that her own answers stay.
+pub(super) fn for_approver(full: &Value, username: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in APPROVER_FIELDS {
+        if let Some(v) = full.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    let pick = |v: &Value, keys: &[&str]| -> Value {
+        keys.iter()
+            .filter_map(|k| v.get(*k).map(|x| ((*k).to_owned(), x.clone())))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let steps: Vec<Value> = full["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| pick(s, &APPROVER_STEP_FIELDS))
+        .collect();
+    out.insert("steps".into(), steps.into());
+    let answers: Vec<Value> = full["answers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["answeredBy"].as_str() == Some(username))
+        .cloned()
+        .collect();
+    out.insert("answers".into(), answers.into());
+    out.insert(
+        "requestedBy".into(),
+        json!({ "username": full["requestedBy"]["username"] }),
+    );
+    out.into()
+}
