@@ -678,7 +678,8 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
 
     // The list tool and the console's view of a Run, on the API server: carol, who may not
     // list runs, finds the Runs that asked her or that she answered (over MCP or kubectl);
-    // bob, asked nothing, finds nothing; the Run's Events come from the API server.
+    // bob, asked nothing, finds nothing; the Run's Events, which its requester reads, come
+    // from the API server.
     let hers = carol.call("runway_list_runs", json!({})).await.listed();
     assert!(hers.contains(&second) && hers.contains(&fourth), "{hers:?}");
     let bobs = mcp(c, 1, "bob", &ns)
@@ -690,9 +691,17 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
         .await
         .listed();
     assert!(mine.contains(&second) && mine.contains(&third) && mine.contains(&fourth));
+    // Carol, an approver, reads her answer and how it ended, not the requester's Events.
+    let hers = carol
+        .call("runway_get_run", json!({"taskId": fourth}))
+        .await;
+    let sc = &hers.result()["structuredContent"];
+    assert_eq!(sc["answers"][0]["answeredBy"], "carol");
+    assert_eq!(sc["phase"], "Succeeded");
+    assert!(sc.get("events").is_none(), "{sc}");
     let deadline = std::time::Instant::now() + support::harness::PATIENCE;
     let events = loop {
-        let full = carol
+        let full = alice
             .call("runway_get_run", json!({"taskId": fourth}))
             .await;
         let sc = full.result()["structuredContent"].clone();
@@ -1390,4 +1399,153 @@ async fn a_run_dressed_as_a_schedules_does_not_stop_it_on_the_cluster() {
         "jsonpath={.spec.requestedBy.username}",
     ]);
     assert_eq!(who, "alice", "the forged Run is still there, as alice's");
+}
+
+const GATED_BUILD: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: gated-build }
+spec:
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: go
+            message: "Build?"
+            requestedSchema: { type: object, properties: {} }
+    - name: compile
+      job:
+        backoffLimit: 0
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+              - name: main
+                image: busybox:1.36
+                command: [sh, -c, "echo done"]
+  result:
+    content: [ { type: text, text: "built {{ steps.compile.output.artifacts }}" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_planted_ahead_with_kubectl_is_never_adopted() {
+    let c = up();
+    let ns = c.namespace("planted-job");
+    apply_ok(c, &ns, GATED_BUILD);
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("gated-build", json!({})).await);
+    alice.await_status(&id, "input_required").await;
+    let uid = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    // Someone who may create Jobs knows the step's Job name and the Run's uid, and gets there
+    // first: the Job names the Run as its controller and carries a guessed seal.
+    let job = format!("{id}-compile-1");
+    let planted = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job,
+            "labels": {"runway.dev/run": id, "runway.dev/step": "compile"},
+            "annotations": {"runway.dev/mark": "forged"},
+            "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+                "name": id, "uid": uid, "controller": true}]},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox:1.36"}]}}}});
+    create_as(c, "admin", &ns, &planted.to_string());
+    finish_pod(c, &ns, &job, r#"{"artifacts": 99}"#);
+    c.wait_jsonpath(&ns, &format!("job/{job}"), "{.status.succeeded}", "1");
+    alice
+        .update(&id, json!({"ask.go": {"action": "accept", "content": {}}}))
+        .await
+        .assert_complete();
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Failed");
+    let message = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        r#"jsonpath={.status.steps[?(@.name=="compile")].message}"#,
+    ]);
+    assert!(message.contains("not created by Runway"), "{message}");
+    let task = alice.get(&id).await.result().clone();
+    assert!(
+        !task.to_string().contains("built 99"),
+        "the planted Job's output reached the task: {task}"
+    );
+}
+
+const BUILD_ITEMS: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata: { name: db }
+stringData: { password: s3cret-value }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: build-items }
+spec:
+  tool:
+    inputSchema:
+      type: object
+      properties: { targets: { type: array, items: { type: string } } }
+      required: [targets]
+  steps:
+    - name: compile
+      forEach: { items: "{{ args.targets }}" }
+      job:
+        backoffLimit: 0
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+              - name: main
+                image: busybox:1.36
+                env:
+                  - name: DB_PASSWORD
+                    valueFrom: { secretKeyRef: { name: db, key: password } }
+                command: [sh, -c, "echo \"$RUNWAY_ITEM\" > /dev/termination-log"]
+  result:
+    content: [ { type: text, text: "built" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_item_that_names_a_variable_reaches_the_pod_as_it_was_written() {
+    let c = up();
+    let ns = c.namespace("job-items");
+    apply_ok(c, &ns, BUILD_ITEMS);
+    let alice = mcp(c, 0, "alice", &ns);
+    // The kubelet expands `$(NAME)` in env values with the container's earlier variables: an
+    // item written that way would hand the caller the Secret behind DB_PASSWORD.
+    let id = task_id(
+        &alice
+            .call("build-items", json!({"targets": ["$(DB_PASSWORD)"]}))
+            .await,
+    );
+    let job = format!("{id}-compile-0-1");
+    c.wait_jsonpath(&ns, &format!("job/{job}"), "{.status.active}", "1");
+    let env = get_json(c, &ns, &format!("job/{job}"))["spec"]["template"]["spec"]["containers"][0]
+        ["env"]
+        .clone();
+    let item = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "RUNWAY_ITEM")
+        .unwrap_or_else(|| panic!("no RUNWAY_ITEM in {env}"));
+    // `$$(` is the kubelet's escape for a literal `$(`: the container sees the item verbatim.
+    assert_eq!(item["value"], "$$(DB_PASSWORD)", "{env}");
+    // The item comes after DB_PASSWORD, which is where an expansion could reach it.
+    let names: Vec<&str> = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names, ["DB_PASSWORD", "RUNWAY_ITEM", "RUNWAY_INDEX"]);
+    finish_pod(c, &ns, &job, "$(DB_PASSWORD)");
+    alice.await_status(&id, "completed").await;
 }
