@@ -213,3 +213,87 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::api::{RunSpec, WorkflowRef};
+    use crate::engine::budget::MAX_HTTP_ATTEMPT;
+    use crate::steps::Executor;
+
+    /// The clock is paused: it moves only when every task waits, so the 15 minutes pass at
+    /// once, and only after the receiver has the request (a blocking wait holds the clock).
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_without_a_timeout_ends_at_the_cap_when_the_receiver_never_answers() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (received, request) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap();
+            received
+                .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                .unwrap();
+            // Hold the connection open and never answer.
+            let _ = conn.read(&mut buf);
+        });
+        let egress = super::super::egress::Egress {
+            allow_loopback: true,
+            ..Default::default()
+        };
+        let executor = HttpExecutor::new(Arc::new(super::super::StaticSecrets::default()), &egress);
+        let mut run = Run::new(
+            "hook-abc",
+            RunSpec {
+                workflow_ref: WorkflowRef {
+                    name: "hook".into(),
+                },
+                arguments: None,
+                requested_by: None,
+                cancel: None,
+                input_responses: Default::default(),
+            },
+        );
+        run.metadata.namespace = Some("default".into());
+        let effect = Effect {
+            step: "notify".into(),
+            attempt: 1,
+            deadline: None,
+            idempotency_key: "uid/notify".into(),
+            action: Action::Http(HttpRequest {
+                method: "POST".into(),
+                url: format!("http://{addr}/hook"),
+                headers: vec![],
+                body: None,
+                success_codes: vec![],
+            }),
+        };
+        let started = tokio::time::Instant::now();
+        let attempt = tokio::spawn(async move {
+            executor
+                .execute(&run, &effect, CancellationToken::new())
+                .await
+        });
+        let request = tokio::task::spawn_blocking(move || request.recv().unwrap())
+            .await
+            .unwrap();
+        assert!(request.starts_with("POST /hook"), "{request}");
+        // Without the cap the attempt would wait for the Run's deadline, a week away.
+        let outcome = tokio::time::timeout(2 * MAX_HTTP_ATTEMPT, attempt)
+            .await
+            .expect("the attempt ends at the cap")
+            .unwrap();
+        assert!(started.elapsed() >= MAX_HTTP_ATTEMPT);
+        match outcome {
+            Some(Outcome::Failed {
+                class: ErrorClass::Timeout,
+                message,
+                ..
+            }) => assert!(message.contains("900s"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
