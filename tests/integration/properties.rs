@@ -1,5 +1,6 @@
 //! Property tests over everything that takes untrusted input: the HTTP/JSON-RPC gate and its
-//! headers, Workflow manifests, templates, durations and names. Whatever comes in, the answer
+//! headers, Workflow manifests, templates, durations and names, Runs written by others (of any
+//! depth, with any markers) and the seals Runway trusts on them. Whatever comes in, the answer
 //! is a defined one and nothing panics. `PROPTEST_CASES` sets how many inputs each property
 //! sees (CI: the default 256); `make fuzz-soak` runs a long version.
 
@@ -185,6 +186,68 @@ proptest! {
         }
         if runway::api::is_dns_label(&s) {
             prop_assert!(runway::api::is_dns_subdomain(&s) && !s.contains('.'));
+        }
+    }
+
+    #[test]
+    fn runs_of_any_depth_decode_whole_or_read_as_unreadable(levels in 0usize..300, leaf in json_value()) {
+        // What kubectl may write: the API server keeps JSON of any depth.
+        let deep = (0..levels).fold(leaf, |v, i| if i % 2 == 0 { json!([v]) } else { json!({"k": v}) });
+        let text = format!(
+            r#"{{"apiVersion":"runway.dev/v1alpha1","kind":"Run","metadata":{{"name":"r"}},"spec":{{"workflowRef":{{"name":"w"}},"arguments":{},"inputResponses":{{"k":{{"action":"accept","content":{}}}}}}}}}"#,
+            deep, deep
+        );
+        let run: runway::api::Run = serde_json::from_str(&text).expect("a Run of any depth decodes");
+        let unreadable = json!(runway::api::UNREADABLE);
+        for got in [run.spec.arguments.clone().unwrap(), run.spec.input_responses["k"].content.clone().unwrap()] {
+            prop_assert!(got == deep || got == unreadable);
+            // Whatever was read meets the budget or is refused by it, naming the value.
+            let checked = runway::engine::budget::check("arguments", &got, usize::MAX);
+            prop_assert_eq!(checked.is_ok(), runway::engine::budget::depth(&got) <= runway::engine::budget::MAX_DEPTH);
+            if let Err(e) = checked {
+                prop_assert!(e.to_string().starts_with("arguments "));
+            }
+        }
+        // A value the parser could read comes back whole; only one past its limit is replaced.
+        if runway::engine::budget::depth(&deep) < 100 {
+            prop_assert_eq!(run.spec.arguments.unwrap(), deep);
+        }
+    }
+
+    #[test]
+    fn run_manifests_of_any_shape_decode_or_fail_cleanly(metadata in json_value(), spec in json_value(), status in json_value()) {
+        let doc = json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+            "metadata": metadata, "spec": spec, "status": status});
+        if let Ok(run) = serde_json::from_value::<runway::api::Run>(doc) {
+            let _ = run.phase();
+            let _ = run.workflow_snapshot();
+        }
+    }
+
+    #[test]
+    fn seals_hold_only_for_what_was_sealed(
+        key in prop::collection::vec(any::<u8>(), 1..40),
+        parts in prop::collection::vec(".{0,12}", 1..7),
+        mark in ".{0,64}",
+        other in ".{0,12}",
+    ) {
+        use runway::engine::marks::{Marks, Sealed};
+        let marks = Marks::new(vec![key]);
+        let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let seal = marks.seal(Sealed::Child, &refs);
+        prop_assert!(marks.verify(Sealed::Child, &refs, Some(&seal)));
+        // Another kind, another key, or any other part breaks it.
+        prop_assert!(!marks.verify(Sealed::Job, &refs, Some(&seal)));
+        prop_assert!(!marks.verify(Sealed::Scheduled, &refs, Some(&seal)));
+        prop_assert!(!Marks::new(vec![b"another key".to_vec()]).verify(Sealed::Child, &refs, Some(&seal)));
+        if other != parts[0] {
+            let mut changed = refs.clone();
+            changed[0] = &other;
+            prop_assert!(!marks.verify(Sealed::Child, &changed, Some(&seal)));
+        }
+        // A mark written by anyone else holds only if it is the seal itself.
+        if mark.to_lowercase() != seal {
+            prop_assert!(!marks.verify(Sealed::Child, &refs, Some(&mark)));
         }
     }
 }
