@@ -14,7 +14,6 @@ use cli::{Cli, Command, LogFormat, OperatorArgs, ServeArgs, TasksCommand};
 // system allocator (measured by `make bench`, see docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use kube::CustomResourceExt;
 
 async fn client_command(command: Command) -> ExitCode {
     use runway::client::{self, ClientError, exit};
@@ -38,6 +37,9 @@ async fn client_command(command: Command) -> ExitCode {
                     &mut prompter,
                 )
                 .await
+            }
+            Command::Check { ready, target } => {
+                client::check(&target.target()?, ready.as_deref()).await
             }
             Command::Tasks { command } => match command {
                 TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
@@ -150,16 +152,10 @@ fn init_logs(format: LogFormat, default: &str) {
 }
 
 fn crds(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let all = [
-        (
-            "workflows.runway.dev.yaml",
-            serde_saphyr::to_string(&runway::api::Workflow::crd())?,
-        ),
-        (
-            "runs.runway.dev.yaml",
-            serde_saphyr::to_string(&runway::api::Run::crd())?,
-        ),
-    ];
+    let all = runway::api::schema::crds()
+        .into_iter()
+        .map(|(file, crd)| Ok((file, serde_saphyr::to_string(&crd)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     match dir {
         Some(dir) => {
             std::fs::create_dir_all(&dir)?;
@@ -192,7 +188,10 @@ async fn main() -> ExitCode {
     runway::install_crypto_provider();
     let cli = Cli::parse();
     // Client commands talk to people: only warnings unless RUST_LOG says otherwise.
-    let quiet = matches!(cli.command, Command::Call { .. } | Command::Tasks { .. });
+    let quiet = matches!(
+        cli.command,
+        Command::Call { .. } | Command::Tasks { .. } | Command::Check { .. }
+    );
     // rmcp logs every stateless request at info; its warnings are what operators need.
     // `runway workflows` prints its findings as a table; the loader's log would repeat them.
     let default_logs = match cli.command {
@@ -203,7 +202,9 @@ async fn main() -> ExitCode {
     };
     init_logs(cli.log_format, default_logs);
     match cli.command {
-        c @ (Command::Call { .. } | Command::Tasks { .. }) => client_command(c).await,
+        c @ (Command::Call { .. } | Command::Tasks { .. } | Command::Check { .. }) => {
+            client_command(c).await
+        }
         Command::Workflows { workflows, jobs } => list_workflows(&workflows, jobs),
         Command::Crds { dir } => match crds(dir) {
             Ok(()) => ExitCode::SUCCESS,
