@@ -5,9 +5,17 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// What `runway --version` prints: the version and the commit of the build.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("RUNWAY_COMMIT"),
+    ")"
+);
+
 /// Runway: Workflows as MCP tools, Runs as durable MCP tasks.
 #[derive(Parser)]
-#[command(name = "runway", version, about)]
+#[command(name = "runway", version = LONG_VERSION, about)]
 pub(crate) struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -349,6 +357,16 @@ pub(crate) enum Command {
     Tasks {
         #[command(subcommand)]
         command: TasksCommand,
+    },
+    /// Check that a Runway server is up: `--ready` (the metrics port's `/readyz`) answers, and
+    /// the MCP endpoint answers discovery for the token. Exits 0 when both hold; the chart's
+    /// `helm test` hook runs it.
+    Check {
+        /// Readiness URL to GET first, e.g. `http://runway-metrics:9090/readyz`.
+        #[arg(long)]
+        ready: Option<String>,
+        #[command(flatten)]
+        target: TargetFlags,
     },
     /// Check a directory of Workflow manifests as `runway serve` loads it and list every
     /// Workflow with its tool and Ready condition; exits 1 when a file or Workflow is broken.

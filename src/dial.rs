@@ -47,7 +47,7 @@ pub async fn open(
     let transport = StreamableHttpClientTransport::with_client(http, config);
     ClientConfig::new(
         capabilities(abilities),
-        Implementation::new("runway", env!("CARGO_PKG_VERSION")),
+        Implementation::new("runway", crate::VERSION),
     )
     .serve_with_lifecycle(
         transport,

@@ -2,6 +2,11 @@
 
 #![forbid(unsafe_code)]
 
+/// This build's version (`version` in Cargo.toml).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit this build comes from (`unknown` when it was built outside a checkout).
+pub const COMMIT: &str = env!("RUNWAY_COMMIT");
+
 pub mod api;
 pub mod controller;
 pub mod dial;

@@ -163,6 +163,14 @@ impl Metrics {
             "Run keys waiting in the controller queue",
             queue_depth.clone(),
         );
+        registry.register(
+            "build",
+            "The version and git commit of this build (always 1)",
+            prometheus_client::metrics::info::Info::new([
+                ("version", crate::VERSION),
+                ("commit", crate::COMMIT),
+            ]),
+        );
         let auth_cache = Family::<CacheLabels, Counter>::default();
         registry.register(
             "auth_cache_requests",

@@ -1,7 +1,8 @@
-//! The `runway call` and `runway tasks …` client commands: an MCP 2026-07-28 client (rmcp) that
+//! The `runway call`, `runway tasks …` and `runway check` client commands: an MCP 2026-07-28 client (rmcp) that
 //! works against any server, with a terminal prompt for input requests.
 
 mod call;
+mod check;
 mod errors;
 pub mod exit;
 mod outage;
@@ -11,6 +12,7 @@ mod target;
 mod tasks;
 
 pub use call::{arguments, call};
+pub use check::check;
 pub use errors::ClientError;
 pub use prompt::Prompter;
 pub use target::Target;

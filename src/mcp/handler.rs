@@ -57,7 +57,7 @@ impl ServerHandler for RunwayMcp {
                 .unwrap_or_default(),
         );
         ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new("runway", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new("runway", crate::VERSION))
             .with_instructions(
                 "Each tool is a Runway Workflow. Calls run durably as Runs; with the Tasks extension a call \
                  returns a task whose taskId is the Run's name.",

@@ -94,6 +94,64 @@ fn runway() -> Command {
     Command::new(env!("CARGO_BIN_EXE_runway"))
 }
 
+#[tokio::test]
+async fn version_names_the_release_and_the_commit() {
+    let out = runway().arg("--version").output().await.unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        format!(
+            "runway {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            support::harness::head_commit()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_whether_a_server_is_up_and_why_not() {
+    let (dir, p) = setup().await;
+    let mut up = client_cmd(&dir, &p);
+    up.arg("check").arg(format!("--ready={}/readyz", p.base()));
+    let (code, out, err) = run_with_stdin(up, "").await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!(
+            "runway {} answers at {}/namespaces/team-a/mcp",
+            env!("CARGO_PKG_VERSION"),
+            p.base()
+        )
+    );
+    // A readiness URL that does not answer 2xx stops the check before MCP is asked.
+    let mut unready = client_cmd(&dir, &p);
+    unready
+        .arg("check")
+        .arg(format!("--ready={}/mcp", p.base()));
+    let (code, _, err) = run_with_stdin(unready, "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("/mcp answered HTTP 405"), "{err}");
+    // A token the server does not take.
+    std::fs::write(dir.path().join("bad.token"), "nobody\n").unwrap();
+    let mut refused = client_cmd(&dir, &p);
+    refused
+        .arg("check")
+        .env("RUNWAY_TOKEN_FILE", dir.path().join("bad.token"));
+    let (code, _, err) = run_with_stdin(refused, "").await;
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("HTTP 401") && err.contains("not accepted"),
+        "{err}"
+    );
+    // Nothing listening.
+    let mut down = client_cmd(&dir, &p);
+    down.arg("check")
+        .arg(format!("--url=http://127.0.0.1:{}/mcp", free_port()));
+    let (code, _, err) = run_with_stdin(down, "").await;
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot reach"), "{err}");
+}
+
 async fn setup() -> (TempDir, Process) {
     let dir = TempDir::new();
     std::fs::create_dir_all(dir.path().join("workflows")).unwrap();

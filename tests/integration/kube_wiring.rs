@@ -423,6 +423,12 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
         "{metrics}"
     );
     assert!(metrics.contains("runway_queue_depth"), "{metrics}");
+    let build = format!(
+        "runway_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        crate::support::harness::head_commit()
+    );
+    assert!(metrics.contains(&build), "{build} in {metrics}");
     assert!(
         metrics.contains("runway_runs{phase=\"Succeeded\"}"),
         "{metrics}"

@@ -179,6 +179,10 @@ async fn discover_advertises_tasks_and_cache_hints() {
     assert_eq!(res["ttlMs"], 3_600_000);
     assert_eq!(res["cacheScope"], "public");
     assert_eq!(res["resultType"], "complete");
+    // Which build answers: the version of Cargo.toml (2026-07-28 carries it in `_meta`).
+    let info = &res["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "runway");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,6 +24,25 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 
 pub struct TempDir(PathBuf);
 
+/// The commit the tested build names: what `git rev-parse HEAD` says in the checkout, or
+/// `unknown` outside one (as the build script decides).
+pub fn head_commit() -> String {
+    std::env::var("RUNWAY_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| {
+            let out = std::process::Command::new("git")
+                .args(["rev-parse", "HEAD"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 impl TempDir {
     pub fn new() -> Self {
         let mut b = [0u8; 8];

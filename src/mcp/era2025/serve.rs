@@ -215,7 +215,7 @@ fn initialize(state: &McpState, bound: &str, id: &Value, params: Option<&Value>)
     let result = json!({
         "protocolVersion": session.version,
         "capabilities": server_caps,
-        "serverInfo": {"name": "runway", "version": env!("CARGO_PKG_VERSION")},
+        "serverInfo": {"name": "runway", "version": crate::VERSION},
         "instructions": INSTRUCTIONS,
     });
     state.config.metrics.request(METHOD_INITIALIZE, 200);

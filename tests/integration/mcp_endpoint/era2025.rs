@@ -73,6 +73,7 @@ async fn initialize_negotiates_a_revision_and_seals_the_session() {
         let result = &body["result"];
         assert_eq!(result["protocolVersion"], got, "{asked}: {body}");
         assert_eq!(result["serverInfo"]["name"], "runway");
+        assert_eq!(result["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
         assert!(result["capabilities"]["tools"].is_object());
         assert_eq!(
             result["capabilities"]["tasks"].is_object(),
