@@ -103,6 +103,16 @@ def chart_crds() -> list[dict[str, str]]:
         return chart.crds
 
 
+def is_hook(obj: Manifest) -> bool:
+    """Whether Helm keeps `obj` for a hook (`helm test`…) instead of installing it."""
+    return "helm.sh/hook" in obj["metadata"].get("annotations", {})
+
+
+def installed(objects: list[Manifest]) -> list[Manifest]:
+    """What `helm install` creates: the objects that are not hooks."""
+    return [o for o in objects if not is_hook(o)]
+
+
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
     """Objects of a kind (and name)."""
     return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]

@@ -176,10 +176,30 @@ CONTAINER = closed(
 SECRET_VOLUME = closed(
     {"secretName": NAME, "defaultMode": {"type": "integer", "minimum": 0, "maximum": 511}, "items": array(OBJECT), "optional": BOOL}
 )
+PROJECTED_VOLUME = closed(
+    {
+        "defaultMode": {"type": "integer", "minimum": 0, "maximum": 511},
+        "sources": array(
+            closed(
+                {
+                    "serviceAccountToken": closed(
+                        {"path": STRING, "audience": STRING, "expirationSeconds": {"type": "integer", "minimum": 600}},
+                        ["path"],
+                    ),
+                    "secret": OBJECT,
+                    "configMap": OBJECT,
+                    "downwardAPI": OBJECT,
+                }
+            ),
+            1,
+        ),
+    },
+    ["sources"],
+)
 VOLUME: Schema = {
     "type": "object",
     "required": ["name"],
-    "properties": {"name": LABEL_NAME, "secret": SECRET_VOLUME},
+    "properties": {"name": LABEL_NAME, "secret": SECRET_VOLUME, "projected": PROJECTED_VOLUME},
     "minProperties": 2,
 }
 POD_SPEC = closed(
@@ -342,6 +362,7 @@ KINDS: dict[tuple[str, str], Schema] = {
         },
         ["spec"],
     ),
+    ("v1", "Pod"): kind("v1", "Pod", True, {"spec": POD_SPEC}, ["spec"]),
     ("apps/v1", "Deployment"): kind(
         "apps/v1",
         "Deployment",

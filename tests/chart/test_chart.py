@@ -278,7 +278,7 @@ def test_leader_election_off_for_a_single_replica_and_refused_for_more() -> None
 def test_existing_service_account() -> None:
     values = {"serviceAccount": {"create": False, "name": "platform-runway"}}
     objects = render(values)
-    assert not find(objects, "ServiceAccount")
+    assert not find(check.installed(objects), "ServiceAccount")
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "platform-runway"
     assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "platform-runway"
     assert check.cross_check(objects, values) == []
@@ -337,6 +337,66 @@ def test_mcp_service_and_metrics_service_are_apart() -> None:
     metrics = one(objects, "Service", "runway-metrics")
     assert [p["targetPort"] for p in mcp["spec"]["ports"]] == ["mcp"]
     assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
+
+
+# --- helm test -----------------------------------------------------------------------------------------
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_helm_test_checks_readiness_and_discovery_with_a_token_for_runway() -> None:
+    objects = render()
+    pod = one(objects, "Pod")
+    account = one(objects, "ServiceAccount", "runway-test")
+    for hook in (pod, account):
+        annotations = hook["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "test"
+        assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
+    deployment = one(objects, "Deployment")
+    operator = deployment["spec"]["template"]["spec"]
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    # The operator's own image, running its `runway check` against both Services.
+    assert container["image"] == operator["containers"][0]["image"]
+    assert container["args"] == [
+        "check",
+        f"--ready=http://runway-metrics.{NAMESPACE}.svc:9090/readyz",
+        f"--url=http://runway.{NAMESPACE}.svc:80/mcp",
+        "--token-file=/var/run/secrets/runway/token",
+    ]
+    # Its own ServiceAccount, no API token mounted; a projected token for Runway's audience.
+    assert spec["serviceAccountName"] == "runway-test" and spec["automountServiceAccountToken"] is False
+    source = spec["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]
+    assert source == {"path": "token", "expirationSeconds": 600, "audience": "runway"}
+    assert container["volumeMounts"][0]["mountPath"] == "/var/run/secrets/runway"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # No Service and no ReplicaSet of the Deployment may take the test Pod for an operator.
+    labels = pod["metadata"]["labels"]
+    for service in find(objects, "Service"):
+        assert not _selects(service["spec"]["selector"], labels)
+    assert not _selects(deployment["spec"]["selector"]["matchLabels"], labels)
+    # No role is bound to it: discovery needs only a token Runway accepts.
+    for binding in find(objects, "RoleBinding") + find(objects, "ClusterRoleBinding"):
+        assert all(s.get("name") != "runway-test" for s in binding.get("subjects", []))
+    # Without audiences (tokens for the API server accepted), the token carries none.
+    source = one(render({"auth": {"tokenAudiences": []}}), "Pod")["spec"]["volumes"][0]["projected"]["sources"][0]
+    assert "audience" not in source["serviceAccountToken"]
+    assert not find(render({"tests": {"enabled": False}}), "Pod")
+
+
+def test_a_network_policy_that_narrows_the_peers_still_admits_the_test_pod() -> None:
+    objects = render(check.all_options())
+    pod_labels = one(objects, "Pod")["metadata"]["labels"]
+    rules = one(objects, "NetworkPolicy")["spec"]["ingress"]
+    admitted = [
+        {p["port"] for p in rule["ports"]}
+        for rule in rules
+        if any("namespaceSelector" not in peer and _selects(peer["podSelector"]["matchLabels"], pod_labels) for peer in rule.get("from", []))
+    ]
+    assert admitted == [{"mcp", "metrics"}]
 
 
 # --- values.schema.json ---------------------------------------------------------------------------------

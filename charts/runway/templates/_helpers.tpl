@@ -26,6 +26,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: runway
 {{- end }}
 
+{{/* Labels of the `helm test` objects: not the operator's selector labels, so that neither
+the Services nor the Deployment's ReplicaSet ever select the test Pod. */}}
+{{- define "runway.testLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "runway.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: helm-test
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: runway
+{{- end }}
+
 {{/* Labels that select the operator pods. */}}
 {{- define "runway.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "runway.name" . }}
