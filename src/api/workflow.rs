@@ -473,6 +473,14 @@ impl Workflow {
             .unwrap_or_default()
     }
 
+    /// Whether Runway has validated the Workflow at its current generation (whatever the
+    /// verdict): a Workflow applied a moment ago has no status yet.
+    pub fn is_validated(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.observed_generation == self.metadata.generation)
+    }
+
     /// Whether the Workflow's `Ready` condition is `True` for its current generation.
     pub fn is_ready(&self) -> bool {
         self.status.as_ref().is_some_and(|s| {

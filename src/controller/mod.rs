@@ -30,7 +30,10 @@ use crate::telemetry::ErrorKind;
 use inflight::Inflight;
 use queue::{Key, Queue};
 use waiting::Waiting;
-use work::{decide_off_worker, instant_at, off_worker, panic_message, waits_long};
+use work::{
+    Live, VALIDATION_POLL, decide_off_worker, instant_at, off_worker, panic_message,
+    waited_for_validation, waits_long,
+};
 
 /// Pause before retrying after a store failure.
 const STORE_RETRY: Duration = Duration::from_secs(1);
@@ -255,7 +258,17 @@ impl Controller {
                 Written::Again => continue,
                 Written::Stop => return,
             };
-            let live = self.live_workflow(k, &run).await;
+            let live = match self.live_workflow(k, &run).await {
+                Live::Ready(w) => Some(*w),
+                Live::Absent => None,
+                Live::Validating if waited_for_validation(&run) => None,
+                Live::Validating => {
+                    tracing::debug!(workflow = %run.spec.workflow_ref.name, "waiting for the run's workflow to be validated");
+                    return self
+                        .queue
+                        .add_at(k.clone(), Instant::now() + VALIDATION_POLL);
+                }
+            };
             if self
                 .hold(k, &run, live.as_ref().map(|w| &w.spec))
                 .await
@@ -308,14 +321,19 @@ impl Controller {
     }
 
     /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.
-    async fn live_workflow(&self, k: &Key, run: &Run) -> Option<crate::api::Workflow> {
+    async fn live_workflow(&self, k: &Key, run: &Run) -> Live {
         if run.phase().is_terminal() || run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
-            return None;
+            return Live::Absent;
         }
-        self.workflows
+        match self
+            .workflows
             .get(&k.namespace, &run.spec.workflow_ref.name)
             .await
-            .filter(|w| w.is_ready())
+        {
+            Some(w) if w.is_ready() => Live::Ready(Box::new(w)),
+            Some(w) if !w.is_validated() => Live::Validating,
+            _ => Live::Absent,
+        }
     }
 
     /// Delete a finished Run whose time to live is over, and the child Runs below it (they

@@ -1,5 +1,5 @@
 //! Helpers of the reconcile: which effects run detached, engine work off the async workers,
-//! and the clock of the work queue.
+//! a Run's Workflow before its snapshot, and the clock of the work queue.
 
 use std::time::Duration;
 
@@ -40,6 +40,32 @@ pub(super) async fn decide_off_worker(
 ) -> engine::Decision {
     let (run, live) = (run.clone(), live.cloned());
     off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
+}
+
+/// What a Run that has not started finds of its Workflow.
+pub(super) enum Live {
+    /// Validated and Ready at its current generation: the Run starts from it.
+    Ready(Box<crate::api::Workflow>),
+    /// Not validated yet at its current generation (applied a moment ago, together with the
+    /// Run, or the operator only just started): the Run waits for the verdict.
+    Validating,
+    /// Missing, or found not Ready: the Run fails.
+    Absent,
+}
+
+/// How often a Run looks again at a Workflow that is being validated.
+pub(super) const VALIDATION_POLL: Duration = Duration::from_secs(1);
+/// How long after its creation a Run waits for its Workflow's validation before it fails as
+/// for a Workflow that is not Ready (the validator runs in every operator; minutes mean it
+/// is not coming).
+const VALIDATION_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_mins(2);
+
+/// Whether `run` has waited long enough for its Workflow to be validated.
+pub(super) fn waited_for_validation(run: &Run) -> bool {
+    run.metadata
+        .creation_timestamp
+        .as_ref()
+        .is_none_or(|t| Timestamp::now().duration_since(t.0) > VALIDATION_GRACE)
 }
 
 pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -59,7 +59,7 @@ async fn reconcile_workflow(
             &Patch::Apply(&patch),
         )
         .await?;
-        tracing::info!(namespace = ?wf.namespace(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
+        tracing::info!(namespace = %wf.namespace().unwrap_or_default(), workflow = %wf.name_any(), ready = %status.conditions[0].status, reason = %status.conditions[0].reason, "workflow validated");
     }
     // Both verdicts depend on the namespace's other Workflows.
     if [reasons::DUPLICATE_TOOL, reasons::WORKFLOW_CYCLE]
