@@ -426,7 +426,7 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
     let build = format!(
         "runway_build_info{{version=\"{}\",commit=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION"),
-        crate::support::harness::head_commit()
+        support::harness::head_commit()
     );
     assert!(metrics.contains(&build), "{build} in {metrics}");
     assert!(
