@@ -339,6 +339,40 @@ def test_mcp_service_and_metrics_service_are_apart() -> None:
     assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
 
 
+# --- Chart.yaml -----------------------------------------------------------------------------------------
+
+
+def test_artifact_hub_annotations_match_the_chart() -> None:
+    chart = yaml.safe_load((check.CHART / "Chart.yaml").read_text())
+    annotations = chart["annotations"]
+    assert annotations["artifacthub.io/license"] == "Apache-2.0"
+    # The image Artifact Hub lists is the one the chart installs by default.
+    images = yaml.safe_load(annotations["artifacthub.io/images"])
+    default = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert images == [{"name": "runway", "image": default}]
+    assert default == f"runway:{chart['appVersion']}"
+    # The CRDs it lists are the ones the chart ships.
+    listed = {(c["name"], c["kind"], c["version"]) for c in yaml.safe_load(annotations["artifacthub.io/crds"])}
+    shipped = set()
+    for path in sorted((check.CHART / "crds").glob("*.yaml")):
+        crd = yaml.safe_load_all(path.read_text())
+        for doc in crd:
+            if doc:
+                for version in doc["spec"]["versions"]:
+                    shipped.add((doc["metadata"]["name"], doc["spec"]["names"]["kind"], version["name"]))
+    assert listed == shipped
+    for example in yaml.safe_load(annotations["artifacthub.io/crdsExamples"]):
+        assert check.validate_runway_object(example) == [], example
+
+
+def test_chart_and_binary_versions_agree() -> None:
+    chart = yaml.safe_load((check.CHART / "Chart.yaml").read_text())
+    cargo = (check.ROOT / "Cargo.toml").read_text()
+    version = next(line.split('"')[1] for line in cargo.splitlines() if line.startswith("version = "))
+    assert chart["appVersion"] == version
+    assert f"## [{version}]" in (check.ROOT / "CHANGELOG.md").read_text()
+
+
 # --- helm test -----------------------------------------------------------------------------------------
 
 
