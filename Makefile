@@ -1,4 +1,5 @@
-# Runway developer commands. CI (.ci/run) runs `make test`, `make chart-check` and `make conformance`.
+# Runway developer commands. CI (.ci/run) runs `make test`, `make chart-check`, `make conformance`,
+# `make sdk`, `make console`, `make sbom` and `make e2e`.
 
 CARGO ?= cargo
 RUNWAY := target/debug/runway
@@ -12,9 +13,10 @@ build:
 run: build
 	$(RUNWAY) serve --workflows examples --db runway.db --listen 127.0.0.1:8080 --no-auth
 
-## Everything CI checks: formatting, lints, API docs without warnings, generated CRDs, all
-## tests (tests/integration/layering.rs among them keeps the module graph one-way).
-test: fmt-check clippy doc crds-check unit
+## Everything CI checks: formatting, lints, API docs without warnings, generated CRDs, the
+## dependencies' licences and sources, all tests (tests/integration/layering.rs among them
+## keeps the module graph one-way).
+test: fmt-check clippy doc crds-check deny unit
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -25,8 +27,9 @@ clippy:
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --lib
 
+# Every test binary runs even when one fails, so one failure does not hide others.
 unit:
-	$(CARGO) test --all-targets
+	$(CARGO) test --all-targets --no-fail-fast
 
 ## Regenerate crds/ (and the chart's copy) from the Rust types.
 crds: build
@@ -41,11 +44,13 @@ crds-check: build
 	rm -rf $$tmp
 
 ## Lint, render and validate the Helm chart; test its RBAC, security context and admission
-## policy (tests/chart/). Installs the pinned Python packages into .cache/chart-venv.
+## policy (tests/chart/); check that crds/ accepts what the previous release's CRDs accepted. Installs the pinned Python packages into .cache/chart-venv.
 CHART_VENV := .cache/chart-venv
 .PHONY: chart-check
 chart-check: $(CHART_VENV)/.installed
 	$(CHART_VENV)/bin/python tests/chart/check.py
+	$(CHART_VENV)/bin/python tests/chart/crd_compat.py --accept tests/e2e/upgrade/accepted-changes.txt \
+	  tests/e2e/upgrade/crds crds
 	$(CHART_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/chart
 
 $(CHART_VENV)/.installed: tests/chart/requirements.txt
@@ -86,13 +91,53 @@ bench-kube: $(CHART_VENV)/.installed
 clean:
 	$(CARGO) clean
 
+## Tools built from crates.io into .cache/tools, pinned.
+TOOLS := $(CURDIR)/.cache/tools
+CARGO_DENY_VERSION := 0.20.2
+CARGO_CYCLONEDX_VERSION := 0.5.9
+$(TOOLS)/bin/cargo-deny:
+	$(CARGO) install --locked --quiet --root $(TOOLS) cargo-deny@$(CARGO_DENY_VERSION)
+$(TOOLS)/bin/cargo-cyclonedx:
+	$(CARGO) install --locked --quiet --root $(TOOLS) cargo-cyclonedx@$(CARGO_CYCLONEDX_VERSION)
+
+## Licences, duplicate crates and sources of every dependency in Cargo.lock (deny.toml).
+.PHONY: deny
+deny: $(TOOLS)/bin/cargo-deny
+	$(TOOLS)/bin/cargo-deny --offline check licenses bans sources
+
+## Known vulnerabilities: Cargo.lock against the RustSec advisory database (fetched from its
+## git repository, so this needs network access to it).
+.PHONY: audit
+audit: $(TOOLS)/bin/cargo-deny
+	$(TOOLS)/bin/cargo-deny check advisories
+
+## The bill of materials of the runway binary (CycloneDX JSON from Cargo.lock, the dependencies
+## that ship: no dev or build-only crates) in target/sbom/, checked by tests/chart/sbom.py.
+.PHONY: sbom
+sbom: $(TOOLS)/bin/cargo-cyclonedx $(CHART_VENV)/.installed
+	tests/chart/sbom.sh $(TOOLS)/bin/cargo-cyclonedx target/sbom
+
+## The Runway image as a reproducible OCI archive, target/image/runway-<version>.oci.tar, built
+## without a container daemon (image/build.sh with umoci); the Dockerfile builds the same image
+## with a container builder. IMAGE_PROFILE=dev builds it from a debug binary (the e2e tier does).
+IMAGE_PROFILE ?= release
+IMAGE_DIR ?= target/image
+IMAGE_BIN_DIR = $(if $(filter dev,$(IMAGE_PROFILE)),debug,$(IMAGE_PROFILE))
+.PHONY: image
+image:
+	$(CARGO) build --locked --bin runway --profile $(IMAGE_PROFILE)
+	image/build.sh target/$(IMAGE_BIN_DIR)/runway $(IMAGE_DIR)
+
 ## The e2e tier on a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager
-## from KUBEBUILDER_ASSETS; default .cache/k8s when it holds them). See docs/kubernetes.md.
+## from KUBEBUILDER_ASSETS; default .cache/k8s when it holds them), with the image built from a
+## debug binary for the upgrade test (tests/e2e/upgrade.rs). See docs/kubernetes.md.
 K8S_ASSETS ?= $(CURDIR)/.cache/k8s
 .PHONY: e2e
 e2e: $(CHART_VENV)/.installed
 	$(CHART_VENV)/bin/python tests/chart/render.py target/e2e/chart.yaml
-	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover
+	$(MAKE) image IMAGE_PROFILE=dev IMAGE_DIR=target/e2e/image
+	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" RUNWAY_E2E_IMAGE_DIR=$(CURDIR)/target/e2e/image \
+	  $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover --test e2e_upgrade
 
 ## The long crash test: `runway serve` killed with SIGKILL CRASH_KILLS times at seeded random
 ## instants under retried idempotent calls (the short version runs in `make test`).
