@@ -1,7 +1,8 @@
 """Render the chart as a cluster admin would install it, for the e2e tier (`make e2e`).
 
 Writes every object `helm install` creates except the Deployment (hooks such as the `helm test`
-Pod are left out too) to the file named by the first argument:
+Pod are left out too) to the file named by the first argument, and the Deployment alone to
+`deployment.yaml` beside it:
 the e2e tests run `runway operator` replicas themselves, as the chart's ServiceAccount, and apply
 the rest (RBAC, tenant roles, admission policy, state-key Secret, Service) with server-side apply.
 """
@@ -19,12 +20,16 @@ from check import NAMESPACE, RELEASE, installed, render  # noqa: E402
 
 def main() -> None:
     out = Path(sys.argv[1])
-    objects = [o for o in installed(render()) if o["kind"] != "Deployment"]
-    for o in objects:
+    everything = installed(render())
+    for o in everything:
         o.pop("__source__", None)
+    objects = [o for o in everything if o["kind"] != "Deployment"]
     out.parent.mkdir(parents=True, exist_ok=True)
     header = f"# The chart rendered as release {RELEASE!r} in namespace {NAMESPACE!r}, without its Deployment.\n"
     out.write_text(header + yaml.safe_dump_all(objects, sort_keys=False))
+    # The Deployment beside it: the e2e tier starts the image with its container's args.
+    deployment = next(o for o in everything if o["kind"] == "Deployment")
+    (out.parent / "deployment.yaml").write_text(yaml.safe_dump(deployment, sort_keys=False))
 
 
 if __name__ == "__main__":

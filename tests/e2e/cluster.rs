@@ -100,7 +100,13 @@ pub fn sharded_cluster(replicas: usize, shards: u32) -> &'static Cluster {
     c
 }
 
-fn root() -> PathBuf {
+/// The control plane of this test binary, started on first use with the CRDs of the folder
+/// `crds` and no operator: the test starts what it needs.
+pub fn cluster_with_crds(crds: &Path) -> &'static Cluster {
+    CLUSTER.get_or_init(|| Cluster::start_with(0, 1, &LEASE_FLAGS, crds))
+}
+
+pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -151,7 +157,7 @@ fn log_to(cmd: &mut Command, file: &Path) {
 
 /// A free loopback port (bound, read, released). Here rather than shared with the test support
 /// code, so that the kube benchmark can use this file on its own.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -205,7 +211,7 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     buf.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ok() {
         assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
@@ -217,6 +223,11 @@ impl Cluster {
     /// Start a control plane with Runway installed, and `replicas` operators splitting the
     /// Runs into `shards`, with these lease timing flags (none: the defaults).
     pub fn start(replicas: usize, shards: u32, lease_flags: &[&str]) -> Self {
+        Self::start_with(replicas, shards, lease_flags, &root().join("crds"))
+    }
+
+    /// [`Cluster::start`] with the CRDs of the folder `crds` (another release's, say).
+    pub fn start_with(replicas: usize, shards: u32, lease_flags: &[&str], crds: &Path) -> Self {
         let bin = assets();
         let chart = std::env::var_os(CHART_ENV)
             .map(PathBuf::from)
@@ -379,7 +390,6 @@ impl Cluster {
         me.control_plane.lock().unwrap().push(spawn(kcm));
 
         // Install as a cluster admin would: CRDs, then the chart's objects, by server-side apply.
-        let crds = root().join("crds");
         me.admin(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
         me.admin(&[
             "wait",
@@ -417,6 +427,7 @@ impl Cluster {
             "--duration=24h",
         ]);
         write_kubeconfig(&me.dir, &me.server, "operator", sa_token.trim());
+        std::fs::write(me.dir.join("operator.token"), sa_token.trim()).unwrap();
 
         for i in 0..replicas {
             me.start_operator(&format!("replica-{i}"));
@@ -587,6 +598,23 @@ impl Cluster {
             child,
         });
         mcp
+    }
+
+    /// The chart's ServiceAccount token the replicas use (from the TokenRequest API).
+    pub fn operator_token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("operator.token")).unwrap()
+    }
+
+    /// The API server's port on loopback.
+    pub fn api_port(&self) -> u16 {
+        self.server.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// Start `cmd` as a child of this test binary (it dies with it), its stderr in
+    /// `<name>.log` beside the control plane's logs.
+    pub fn spawn_logged(&self, mut cmd: Command, name: &str) -> Child {
+        log_to(&mut cmd, &self.dir.join(format!("{name}.log")));
+        spawn(cmd)
     }
 
     /// MCP ports of the running replicas.
