@@ -130,7 +130,25 @@ fn list_workflows(dir: &std::path::Path, jobs: bool) -> ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat, default: &str) {
+/// The replica's name in the Leases and in its traces: `--identity` (the Pod name), else the
+/// host name.
+fn host_identity() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
+}
+
+/// Logs on stderr (text or JSON, filtered by `RUST_LOG` or `default`) and, for a server
+/// (`traced_as` names it), spans exported over OTLP when the `OTEL_*` environment asks for
+/// them: Runway's own spans at info, without the reconciles, which the Run's spans cover.
+fn init_logs(
+    format: LogFormat,
+    default: &str,
+    traced_as: Option<&str>,
+) -> Result<(), runway::telemetry::TracesError> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
         // kube-client logs a response it cannot decode whole, at WARN: a page of up to 500
@@ -140,15 +158,32 @@ fn init_logs(format: LogFormat, default: &str) {
                 .parse()
                 .expect("a valid log directive"),
         );
+    let tracer = match traced_as {
+        Some(instance) => runway::telemetry::init(instance)?,
+        None => None,
+    };
+    let exported = tracing_subscriber::filter::filter_fn(|m| {
+        m.target().starts_with("runway")
+            && *m.level() <= tracing::Level::INFO
+            && (m.is_event() || m.name() != "reconcile")
+    });
+    let otel = tracer.map(|t| {
+        tracing_opentelemetry::layer()
+            .with_tracer(t)
+            .with_context_activation(false)
+            .with_tracked_inactivity(false)
+            .with_filter(exported)
+    });
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(otel);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
+        LogFormat::Json => registry.with(logs.json().with_filter(filter)).init(),
     }
+    Ok(())
 }
 
 fn crds(dir: Option<PathBuf>) -> anyhow::Result<()> {
@@ -200,7 +235,15 @@ async fn main() -> ExitCode {
         _ if quiet => "warn,rmcp=off",
         _ => "info,rmcp=warn",
     };
-    init_logs(cli.log_format, default_logs);
+    let traced_as = match &cli.command {
+        Command::Operator(args) => Some(args.identity.clone().unwrap_or_else(host_identity)),
+        Command::Serve(_) => Some(host_identity()),
+        _ => None,
+    };
+    if let Err(e) = init_logs(cli.log_format, default_logs, traced_as.as_deref()) {
+        eprintln!("runway: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         c @ (Command::Call { .. } | Command::Tasks { .. } | Command::Check { .. }) => {
             client_command(c).await
@@ -245,11 +288,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let identity = identity.unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| format!("runway-{}", std::process::id()))
-    });
+    let identity = identity.unwrap_or_else(host_identity);
     let mut lease =
         runway::operator::lease::Settings::new(&lease_name, &lease_namespace, &identity);
     lease.shards = shards;
@@ -277,7 +316,9 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         shutdown_signal().await;
         token.cancel();
     });
-    match runway::operator::run(opts, shutdown).await {
+    let ran = runway::operator::run(opts, shutdown).await;
+    runway::telemetry::shutdown();
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("runway: {e}");
@@ -322,6 +363,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     match runway::server::Server::start(opts).await {
         Ok(server) => {
             server.wait(shutdown_signal()).await;
+            runway::telemetry::shutdown();
             ExitCode::SUCCESS
         }
         Err(e) => {

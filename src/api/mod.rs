@@ -162,6 +162,10 @@ pub mod annotations {
     /// HMAC under the state key of the object's identity and the markers above. Objects with
     /// the same name or markers but no valid seal are never adopted or acted on.
     pub const MARK: &str = "runway.dev/mark";
+    /// The W3C trace context (`traceparent`) of what created the Run — the MCP request, the
+    /// parent Run's step — so that its trace joins the caller's. Written only while traces
+    /// are exported; a Run without it starts a trace of its own.
+    pub const TRACEPARENT: &str = "runway.dev/traceparent";
 }
 
 /// Longest workflow-name prefix of a task id (the id stays within 63 characters).

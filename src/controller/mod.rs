@@ -170,6 +170,10 @@ impl Controller {
                 for e in events {
                     self.events.record(&written, e);
                 }
+                // The write that ends the Run is made once: its span is emitted with it.
+                if written.phase().is_terminal() && !run.phase().is_terminal() {
+                    crate::telemetry::finish_run(&written);
+                }
                 Wrote::Run(Box::new(written))
             }
             Err(StoreError::Conflict) => Wrote::Conflict,
@@ -242,12 +246,14 @@ impl Controller {
     /// Bring one Run as far as it can go now.
     #[tracing::instrument(name = "reconcile", skip_all, fields(
         namespace = %k.namespace, run = %k.name, uid = tracing::field::Empty,
+        trace_id = tracing::field::Empty, span_id = tracing::field::Empty,
     ))]
     pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.namespace, &k.name).await {
                 Ok(Some(run)) => {
                     crate::telemetry::record_run(&run);
+                    crate::telemetry::record_run_ids(&tracing::Span::current(), &run);
                     run
                 }
                 Ok(None) => return,
@@ -482,6 +488,12 @@ impl Controller {
         step = %effect.step,
         attempt = effect.attempt,
         kind = effect.action.kind(),
+        otel.name = %format_args!("step {}", effect.step),
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        runway.step.retry_reason = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
     ))]
     async fn perform(
         &self,
@@ -498,9 +510,13 @@ impl Controller {
         {
             token.cancel();
         }
+        crate::telemetry::attempt_started(&tracing::Span::current(), run, effect);
         let started = std::time::Instant::now();
         let outcome = self.executor.execute(run, effect, token).await;
         self.config.metrics.step(effect.action.kind(), started);
+        if let Some(outcome) = &outcome {
+            crate::telemetry::attempt_ended(&tracing::Span::current(), outcome);
+        }
         outcome
     }
 

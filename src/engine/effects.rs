@@ -217,6 +217,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What kind of failure this is (`timeout`, `server_error`, `internal`…), `None` for
+    /// anything but a failure.
+    pub fn failure_class(&self) -> Option<String> {
+        match self {
+            Self::Failed { class, .. } | Self::UpstreamFailed { class, .. } => Some(
+                serde_json::to_value(class)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            ),
+            Self::Fatal(e) => Some(e.code.to_string()),
+            _ => None,
+        }
+    }
+
     /// A protocol-level failure of this server (`-32603`): a step this server cannot perform
     /// as asked. It ends the Run; retrying would not help.
     pub(crate) fn internal(message: impl Into<String>) -> Self {

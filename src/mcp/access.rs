@@ -246,6 +246,7 @@ pub(super) async fn task_run(
         return Ok(None);
     };
     crate::telemetry::record_run(&run);
+    crate::telemetry::link_run(&tracing::Span::current(), &run);
     Ok(owner_rule_allows(state, t, &run, access)
         .await
         .then_some(run))

@@ -84,6 +84,13 @@ pub(super) struct FastGet {
     task_id: String,
 }
 
+impl FastGet {
+    /// The request as the general path would read it, for its span.
+    pub(super) fn as_message(&self) -> Value {
+        serde_json::json!({"method": METHOD_GET_TASK, "id": self.id, "params": {"taskId": self.task_id}})
+    }
+}
+
 /// The `tasks/get` in `body`, if this path may answer it; `None` sends the request on to the
 /// general path (and so to rmcp).
 pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
@@ -269,6 +276,14 @@ pub(super) struct FastCall {
     name: String,
     arguments: Map<String, Value>,
     meta: Map<String, Value>,
+}
+
+impl FastCall {
+    /// The request as the general path would read it, for its span.
+    pub(super) fn as_message(&self) -> Value {
+        serde_json::json!({"method": METHOD_CALL_TOOL, "id": self.id,
+            "params": {"name": self.name, "_meta": self.meta}})
+    }
 }
 
 /// The `tools/call` in `body`, if it has the shape this path answers; `None` sends it on to the

@@ -14,6 +14,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+use tracing::Instrument;
 
 use super::caller::caller;
 use super::config::MAX_BODY_BYTES;
@@ -102,14 +103,98 @@ fn rmcp_stop(shutdown: &CancellationToken) -> CancellationToken {
 /// `tasks/*` requests that did not declare the extension, or whose `Mcp-Name` does not match
 /// their `taskId`, go to rmcp without a tenant: it refuses them (`-32021`, `-32020`) before any
 /// lookup, which is the order the protocol prescribes.
-#[tracing::instrument(name = "request", level = "debug", skip_all, fields(
-    path = %req.uri().path(),
-    method = tracing::field::Empty,
-    namespace = tracing::field::Empty,
-    run = tracing::field::Empty,
-    uid = tracing::field::Empty,
-))]
 async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
+    let span = request_span(req.uri().path());
+    gate_handler_in(gate, req).instrument(span).await
+}
+
+/// The span of one request: a server span of the MCP semantic conventions when traces are
+/// exported; otherwise at debug level, so that the hot path pays nothing for it.
+fn request_span(path: &str) -> tracing::Span {
+    macro_rules! request_span {
+        ($level:expr) => {
+            tracing::span!(
+                $level,
+                "request",
+                path = %path,
+                method = tracing::field::Empty,
+                namespace = tracing::field::Empty,
+                run = tracing::field::Empty,
+                uid = tracing::field::Empty,
+                otel.name = "mcp",
+                otel.kind = "server",
+                otel.status_code = tracing::field::Empty,
+                mcp.method.name = tracing::field::Empty,
+                mcp.protocol.version = tracing::field::Empty,
+                jsonrpc.request.id = tracing::field::Empty,
+                gen_ai.tool.name = tracing::field::Empty,
+                gen_ai.operation.name = tracing::field::Empty,
+                rpc.response.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+            )
+        };
+    }
+    if crate::telemetry::enabled() {
+        request_span!(tracing::Level::INFO)
+    } else {
+        request_span!(tracing::Level::DEBUG)
+    }
+}
+
+/// Name the request on its span once its body is read: method, tool, request id, protocol
+/// version, and the caller's trace context (`_meta.traceparent`, else the header) as parent.
+fn describe_request(msg: &Value, headers: &HeaderMap) {
+    let span = tracing::Span::current();
+    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+        return;
+    };
+    span.record("method", method);
+    if !crate::telemetry::enabled() {
+        return;
+    }
+    let params = msg.get("params");
+    crate::telemetry::follow_caller(&span, params.and_then(|p| p.get("_meta")), headers);
+    span.record("mcp.method.name", method);
+    match params.and_then(|p| p.get("name")).and_then(Value::as_str) {
+        Some(tool) if method == METHOD_CALL_TOOL => {
+            span.record("otel.name", format!("{method} {tool}"));
+            span.record("gen_ai.tool.name", tool);
+            span.record("gen_ai.operation.name", "execute_tool");
+        }
+        _ => {
+            span.record("otel.name", method);
+        }
+    }
+    if let Some(id) = msg.get("id").filter(|id| !id.is_null()) {
+        span.record("jsonrpc.request.id", id.to_string().trim_matches('"'));
+    }
+    if let Some(v) = headers
+        .get(crate::protocol::HEADER_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+    {
+        span.record("mcp.protocol.version", v);
+    }
+    crate::telemetry::record_ids(&span);
+}
+
+/// The outcome of a request on its span: the HTTP status, an error when it is one.
+fn record_outcome(resp: &Response) {
+    if !crate::telemetry::enabled() {
+        return;
+    }
+    let span = tracing::Span::current();
+    let status = resp.status().as_u16();
+    span.record("http.response.status_code", status);
+    if status >= 400 {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", status.to_string());
+    }
+}
+
+async fn gate_handler_in(gate: Arc<Gate>, req: Request) -> Response {
     if req.method() != Method::POST {
         return gate.rmcp(req).await;
     }
@@ -146,14 +231,14 @@ async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     ) else {
         return too_many("too many requests of this caller or namespace in progress; retry later");
     };
-    admitted(&gate, parts, body, path_ns, identity)
-        .await
-        .map(|b| {
-            Body::new(Holding {
-                inner: b,
-                _share: share,
-            })
+    let resp = admitted(&gate, parts, body, path_ns, identity).await;
+    record_outcome(&resp);
+    resp.map(|b| {
+        Body::new(Holding {
+            inner: b,
+            _share: share,
         })
+    })
 }
 
 /// A response body that holds the caller's share of the endpoint until it ends.
@@ -234,9 +319,7 @@ async fn admitted(
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, why.code(), &message);
         }
     };
-    if let Some(method) = msg.get("method").and_then(Value::as_str) {
-        tracing::Span::current().record("method", method);
-    }
+    describe_request(&msg, &parts.headers);
     if era2025::recognise(&parts.headers, &msg) {
         let caller = era2025::Caller {
             identity: caller_identity,
@@ -329,6 +412,9 @@ async fn fast_path(
     bytes: &bytes::Bytes,
 ) -> Option<Response> {
     if let Some(get) = fast::eligible(headers, bytes) {
+        if crate::telemetry::enabled() {
+            describe_request(&get.as_message(), headers);
+        }
         let resp = fast::get_task(state, tenant, get).await;
         state
             .config
@@ -337,6 +423,9 @@ async fn fast_path(
         return Some(resp);
     }
     let call = fast::eligible_call(headers, bytes)?;
+    if crate::telemetry::enabled() {
+        describe_request(&call.as_message(), headers);
+    }
     let resp = fast::call_tool(state, tenant, headers, call).await?;
     state
         .config

@@ -188,7 +188,8 @@ impl RunwayMcp {
             Some(t.identity.principal.clone()),
             jiff::Timestamp::now(),
         )
-        .with_labels(labels.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        .with_labels(labels.iter().map(|(k, v)| (k.as_str(), v.clone())))
+        .with_annotations(crate::telemetry::run_annotation());
         match self.state.store.create(run.clone()).await {
             Ok(r) => {
                 crate::telemetry::record_run(&r);

@@ -200,7 +200,10 @@ impl ChildExecutor {
             (annotations::LINEAGE, tree.workflows.join(",")),
         ]);
         let mark = self.marks.seal(Sealed::Child, &child_parts(&run));
-        run = run.with_annotations([(annotations::MARK, mark)]);
+        // The child's trace hangs under this step attempt of its parent.
+        run = run
+            .with_annotations([(annotations::MARK, mark)])
+            .with_annotations(crate::telemetry::run_annotation());
         // Kubernetes deletes the child with its parent.
         run.metadata.owner_references = Some(vec![OwnerReference {
             api_version: Run::api_version(&()).into_owned(),

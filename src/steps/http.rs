@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::api::{ErrorClass, Run};
 use crate::engine::{Action, Body, Effect, HttpRequest, Outcome};
@@ -58,10 +59,11 @@ impl super::Executor for HttpExecutor {
         // An attempt runs in a controller worker: bounded even where the step sets no
         // timeout, so that a receiver that never answers cannot hold the worker for the
         // Run's whole deadline.
+        let client = crate::telemetry::http_client_span(&req.method, &req.url);
         let bounded = async {
             tokio::time::timeout(
                 crate::engine::budget::MAX_HTTP_ATTEMPT,
-                self.attempt(run, effect, req),
+                self.attempt(run, effect, req).instrument(client.clone()),
             )
             .await
             .unwrap_or_else(|_| Outcome::Failed {
@@ -72,6 +74,11 @@ impl super::Executor for HttpExecutor {
                     crate::engine::budget::MAX_HTTP_ATTEMPT.as_secs()
                 ),
             })
+        };
+        let bounded = async {
+            let outcome = bounded.await;
+            crate::telemetry::attempt_ended(&client, &outcome);
+            outcome
         };
         let attempt = super::within_deadline(effect, bounded, || Outcome::Failed {
             detail: None,
@@ -103,6 +110,10 @@ impl HttpExecutor {
             .client
             .request(method, &req.url)
             .header(IDEMPOTENCY_KEY_HEADER, &effect.idempotency_key);
+        // The receiver's spans join the Run's trace (W3C trace context).
+        for (name, value) in crate::telemetry::current_context() {
+            builder = builder.header(name, value);
+        }
         match super::resolve_headers(&*self.secrets, run, &req.headers).await {
             Ok(headers) => {
                 for (name, value) in headers {
@@ -137,6 +148,9 @@ impl HttpExecutor {
             }
         };
         let status = resp.status().as_u16();
+        if crate::telemetry::enabled() {
+            tracing::Span::current().record("http.response.status_code", status);
+        }
         let headers: BTreeMap<String, String> = resp
             .headers()
             .iter()

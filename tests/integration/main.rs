@@ -25,4 +25,5 @@ mod schedules;
 mod store_kube;
 mod store_sqlite;
 mod tool_steps;
+mod traces;
 mod workflow_language;

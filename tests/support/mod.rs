@@ -6,6 +6,7 @@ pub mod cut;
 pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
+pub mod otlp;
 pub mod process;
 pub mod sink;
 pub mod upstream;

@@ -9,6 +9,8 @@ use tokio::process::{Child, Command};
 pub struct Process {
     pub child: Child,
     pub port: u16,
+    /// Every line the server wrote on stderr so far (its log).
+    pub logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 pub fn free_port() -> u16 {
@@ -58,9 +60,13 @@ impl Process {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let logs: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let kept = logs.clone();
         let started = tokio::time::timeout(super::harness::PATIENCE, async {
             while let Some(line) = lines.next_line().await.unwrap() {
-                if line.contains("runway serve started") {
+                let started = line.contains("runway serve started");
+                kept.lock().unwrap().push(line);
+                if started {
                     return true;
                 }
             }
@@ -68,10 +74,19 @@ impl Process {
         })
         .await
         .unwrap_or(false);
-        assert!(started, "runway serve did not start");
+        assert!(
+            started,
+            "runway serve did not start: {:?}",
+            logs.lock().unwrap()
+        );
         // Keep draining stderr so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { child, port }
+        let kept = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                kept.lock().unwrap().push(line);
+            }
+        });
+        Self { child, port, logs }
     }
 
     /// SIGKILL, as a crash.

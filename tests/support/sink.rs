@@ -1,5 +1,5 @@
 //! A local HTTP endpoint that webhook steps post to: it answers `{"ok": true}` and counts the
-//! deliveries per `Idempotency-Key` and the `Authorization` headers it saw.
+//! deliveries per `Idempotency-Key` and the `Authorization` and `traceparent` headers it saw.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,17 +13,20 @@ pub struct Sink {
     pub by_key: Arc<Mutex<BTreeMap<String, usize>>>,
     /// Every `Authorization` header received, in order.
     pub authorization: Arc<Mutex<Vec<String>>>,
+    /// Every `traceparent` header received, in order.
+    pub traceparent: Arc<Mutex<Vec<String>>>,
 }
 
 impl Sink {
     pub async fn start() -> Self {
         let by_key: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
         let authorization: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (k, a) = (by_key.clone(), authorization.clone());
+        let traceparent: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (k, a, t) = (by_key.clone(), authorization.clone(), traceparent.clone());
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |headers: http::HeaderMap| {
-                let (k, a) = (k.clone(), a.clone());
+                let (k, a, t) = (k.clone(), a.clone(), t.clone());
                 async move {
                     let header = |name: &str, default: &str| {
                         headers
@@ -37,6 +40,9 @@ impl Sink {
                         .entry(header("idempotency-key", "<none>"))
                         .or_default() += 1;
                     a.lock().unwrap().push(header("authorization", ""));
+                    if headers.contains_key("traceparent") {
+                        t.lock().unwrap().push(header("traceparent", ""));
+                    }
                     axum::Json(json!({"ok": true}))
                 }
             }),
@@ -48,6 +54,7 @@ impl Sink {
             url: format!("http://{addr}/hook"),
             by_key,
             authorization,
+            traceparent,
         }
     }
 

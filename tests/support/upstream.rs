@@ -26,6 +26,8 @@ struct Seen {
     /// The idempotency keys of each `tools/call` forwarded: its `Idempotency-Key` header and
     /// its `_meta` key.
     call_keys: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// The `_meta.traceparent` of each `tools/call` forwarded.
+    call_traces: Mutex<Vec<Option<String>>>,
 }
 
 /// A proxy that forwards every request to `target` and counts them.
@@ -73,13 +75,14 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
         .await
         .unwrap_or_default();
     if method == "tools/call" {
-        let meta_key = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| {
-                v["params"]["_meta"]["dev.runway/idempotencyKey"]
-                    .as_str()
-                    .map(str::to_owned)
-            });
+        let parsed = serde_json::from_slice::<serde_json::Value>(&body).ok();
+        let meta = |key: &str| {
+            parsed
+                .as_ref()
+                .and_then(|v| v["params"]["_meta"][key].as_str().map(str::to_owned))
+        };
+        let meta_key = meta("dev.runway/idempotencyKey");
+        s.seen.call_traces.lock().unwrap().push(meta("traceparent"));
         s.seen
             .call_keys
             .lock()
@@ -132,6 +135,7 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
 impl Proxy {
     /// Forward to `target` (`http://host:port`).
     pub async fn start(target: &str) -> Self {
+        runway::install_crypto_provider();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
@@ -167,6 +171,11 @@ impl Proxy {
     /// The idempotency keys (header, `_meta`) of every `tools/call` seen, in order.
     pub fn call_keys(&self) -> Vec<(Option<String>, Option<String>)> {
         self.seen.call_keys.lock().unwrap().clone()
+    }
+
+    /// The `_meta.traceparent` of every `tools/call` seen, in order.
+    pub fn call_traces(&self) -> Vec<Option<String>> {
+        self.seen.call_traces.lock().unwrap().clone()
     }
 
     /// Requests with this `Mcp-Method` forwarded so far.

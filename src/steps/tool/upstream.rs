@@ -11,6 +11,7 @@ use rmcp::model::{
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::outcomes::*;
 use crate::api::ErrorClass;
@@ -148,8 +149,29 @@ impl Upstream {
             META_IDEMPOTENCY_KEY.to_owned(),
             Value::String(call.idempotency_key.clone()),
         );
+        let client = crate::telemetry::mcp_client_span(call.tool, &self.url);
+        // The upstream's spans join the Run's trace: the MCP convention carries the W3C
+        // trace context in `_meta`.
+        for (key, value) in client.in_scope(crate::telemetry::current_context) {
+            meta.insert(key, Value::String(value));
+        }
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
         let what = format!("tools/call {} on {}", call.tool, self.url);
+        let outcome = self
+            .answer_of_call(session, params, &what)
+            .instrument(client.clone())
+            .await;
+        crate::telemetry::attempt_ended(&client, &outcome);
+        outcome
+    }
+
+    async fn answer_of_call(
+        &self,
+        session: &Session,
+        params: CallToolRequestParams,
+        what: &str,
+    ) -> Outcome {
+        let what = what.to_owned();
         match session.call_tool_once(params).await {
             Ok(CallToolResponse::Complete(result)) => {
                 result_outcome(&what, serde_json::to_value(result).unwrap_or(Value::Null))

@@ -294,19 +294,6 @@ impl Metrics {
     }
 }
 
-/// Name the Run a span is about (its namespace, name and uid), on the current span: the
-/// request that created or read it, the reconcile, the effect. Fields a span did not declare
-/// are left alone.
-pub fn record_run(run: &crate::api::Run) {
-    let span = tracing::Span::current();
-    span.record(
-        "namespace",
-        run.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    span.record("run", run.metadata.name.as_deref().unwrap_or_default());
-    span.record("uid", run.metadata.uid.as_deref().unwrap_or_default());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
