@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Runway image as an OCI archive without a container daemon (`make image`), with
 # umoci (Debian package `umoci`, installed when missing): one layer holding the tree of
-# image/rootfs.sh, and the image configuration the Dockerfile declares. Reproducible: every
+# image/rootfs.sh (written by GNU tar), and the image configuration the Dockerfile declares. Reproducible: every
 # timestamp is the commit's time and the archive is written in a fixed order, so the same
 # binary gives the same digest.
 #
@@ -31,9 +31,15 @@ layout="$work/oci"
 ref="$layout:$version"
 umoci init --layout "$layout"
 umoci new --image "$ref"
-umoci insert --image "$ref" --history.created "$created" --history.author Runway \
+# The layer: the tree as a tar in a fixed order, every entry owned by root unless the tree
+# says otherwise, no access or change times. umoci compresses and adds it as it is (its own
+# `insert` was seen to cut the last file of a layer short).
+tar --sort=name --mtime="@$epoch" --numeric-owner --format=posix \
+  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  -C "$work/rootfs" -cf "$work/layer.tar" .
+umoci raw add-layer --image "$ref" --history.created "$created" --history.author Runway \
   --history.created_by "image/rootfs.sh" --history.comment "runway $version ($commit)" \
-  "$work/rootfs" /
+  "$work/layer.tar"
 # The same configuration as the Dockerfile's final stage (keep the two in step;
 # tests/chart/test_image.py compares them).
 labels=()

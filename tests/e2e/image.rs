@@ -25,6 +25,8 @@ pub struct Image {
     pub bundle: PathBuf,
     /// The image configuration (`config` of the OCI image config blob).
     pub config: Value,
+    /// Every path its layers hold, relative, sorted.
+    layer_paths: Vec<String>,
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -42,9 +44,14 @@ fn json_file(path: &Path) -> Value {
 }
 
 impl Image {
-    /// Unpack the archive of the folder named by [`IMAGE_DIR_ENV`] (default `target/image`) into
-    /// a fresh folder under `target/e2e`.
-    pub fn unpack() -> Self {
+    /// The image of the folder named by [`IMAGE_DIR_ENV`] (default `target/image`), unpacked
+    /// once per test binary into a fresh folder under `target/e2e`.
+    pub fn unpacked() -> &'static Self {
+        static IMAGE: std::sync::OnceLock<Image> = std::sync::OnceLock::new();
+        IMAGE.get_or_init(Self::unpack)
+    }
+
+    fn unpack() -> Self {
         let dir = std::env::var_os(IMAGE_DIR_ENV)
             .map(PathBuf::from)
             .unwrap_or_else(|| root().join("target/image"));
@@ -78,6 +85,27 @@ impl Image {
         };
         let manifest = json_file(&blob(manifest_ref["digest"].as_str().unwrap()));
         let config = json_file(&blob(manifest["config"]["digest"].as_str().unwrap()));
+        // Every layer is a whole tar archive: a runtime refuses one that ends early, even where
+        // a lenient unpacker takes what is there.
+        let mut layer_paths = vec![];
+        for layer in manifest["layers"].as_array().unwrap() {
+            let path = blob(layer["digest"].as_str().unwrap());
+            let listed = Command::new("tar").arg("-tzf").arg(&path).output().unwrap();
+            assert!(
+                listed.status.success(),
+                "layer {} is not a whole tar archive: {}",
+                layer["digest"],
+                String::from_utf8_lossy(&listed.stderr)
+            );
+            layer_paths.extend(
+                String::from_utf8_lossy(&listed.stdout)
+                    .lines()
+                    .map(|l| l.trim_start_matches("./").trim_end_matches('/').to_owned())
+                    .filter(|l| !l.is_empty() && l != "."),
+            );
+        }
+        layer_paths.sort();
+        layer_paths.dedup();
         let bundle = work.join("bundle");
         run(Command::new("umoci")
             .arg("unpack")
@@ -87,6 +115,7 @@ impl Image {
         Self {
             bundle,
             config: config["config"].clone(),
+            layer_paths,
         }
     }
 
@@ -95,20 +124,9 @@ impl Image {
         self.bundle.join("rootfs")
     }
 
-    /// Every path of the root filesystem (files, links and folders), relative, sorted.
+    /// Every path the image's layers hold (files, links and folders), relative, sorted.
     pub fn paths(&self) -> Vec<String> {
-        let rootfs = self.rootfs();
-        let out = run(Command::new("find")
-            .arg(".")
-            .arg("-mindepth")
-            .arg("1")
-            .current_dir(&rootfs));
-        let mut paths: Vec<String> = out
-            .lines()
-            .map(|l| l.trim_start_matches("./").to_owned())
-            .collect();
-        paths.sort();
-        paths
+        self.layer_paths.clone()
     }
 
     /// The image's user, as `uid:gid`.

@@ -210,7 +210,7 @@ async fn runs_of_the_previous_release_finish_after_an_upgrade_to_this_image() {
     }
 
     // The operator again, from this tree's image, with the chart's arguments.
-    let image = Image::unpack();
+    let image = Image::unpacked();
     let (mut operator, mcp, _) = image.start_operator(c, "image-replica-0", &chart_args());
     let alice = Client::new(
         &format!("http://127.0.0.1:{mcp}"),
@@ -332,7 +332,7 @@ fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
 
 #[test]
 fn the_image_holds_the_binary_its_libraries_and_certificates_and_nothing_else() {
-    let image = Image::unpack();
+    let image = Image::unpacked();
     let paths = image.paths();
     let mut expected = vec![
         "etc",
@@ -405,7 +405,7 @@ fn the_image_holds_the_binary_its_libraries_and_certificates_and_nothing_else() 
 
 #[test]
 fn the_image_is_configured_as_the_dockerfile_and_the_chart_say() {
-    let image = Image::unpack();
+    let image = Image::unpacked();
     let config = &image.config;
     // The chart's podSecurityContext runs as 65532:65532; the image's user is the same, so
     // it also runs as itself under a plain `docker run`.
@@ -472,7 +472,7 @@ fn the_image_is_configured_as_the_dockerfile_and_the_chart_say() {
 
 #[test]
 fn the_image_says_which_build_it_is() {
-    let image = Image::unpack();
+    let image = Image::unpacked();
     let out = image.output(Some(&["--version".to_owned()]));
     assert_eq!(
         out.trim(),
