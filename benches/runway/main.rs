@@ -6,7 +6,7 @@
 //! `target/bench/report.json`; `-- --quick` shortens every window for a smoke run. The
 //! subcommands `http-limit ADDR BODY_FILE` and `rmcp-peer ADDR` serve the baselines, and
 //! `drive ADDR get|create|e2e CLIENTS SECONDS` loads a server started by hand (for profiling);
-//! `fan-out` runs the fan-out scenarios alone.
+//! `fan-out` runs the fan-out scenarios alone, `traces` the cost of traces alone.
 
 mod baselines;
 #[path = "../../tests/e2e/cluster.rs"]
@@ -15,6 +15,7 @@ mod fanout;
 mod kube;
 mod load;
 mod procs;
+mod tracing;
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -176,6 +177,18 @@ fn main() {
             let cases = rt.block_on(fanout::bench(&work, plan));
             println!("{}", fanout::table(&cases));
         }
+        Some("traces") if benching => {
+            let plan = if args.iter().any(|a| a == "--quick") {
+                Plan::quick()
+            } else {
+                Plan::full()
+            };
+            runway::install_crypto_provider();
+            let work = bench_dir().join("work");
+            std::fs::create_dir_all(&work).expect("target/bench is writable");
+            let cost = rt.block_on(tracing::bench(&work, plan));
+            println!("{}", tracing::table(&cost));
+        }
         _ if !benching => {
             eprintln!("runway benchmark: run it with `make bench` (cargo bench --bench runway)");
         }
@@ -307,6 +320,9 @@ async fn bench(plan: Plan) {
     step("runway: fan-out (forEach items) against one-step Runs");
     let fan_out = fanout::bench(&work, plan).await;
 
+    step("runway: traces off and on");
+    let traces = tracing::bench(&work, plan).await;
+
     let report = Report {
         storage,
         storage_samples: samples.clone(),
@@ -316,6 +332,7 @@ async fn bench(plan: Plan) {
         recovery,
         memory,
         fan_out,
+        traces,
         seconds: started.elapsed().as_secs_f64(),
     };
     let (table, targets) = report.render();
@@ -330,6 +347,7 @@ async fn bench(plan: Plan) {
         "recovery": report.recovery,
         "memory": report.memory,
         "fanOut": report.fan_out,
+        "traces": report.traces,
         "targets": targets,
         "seconds": report.seconds,
     });
@@ -842,6 +860,7 @@ struct Report {
     recovery: Recovery,
     memory: Memory,
     fan_out: Vec<fanout::Case>,
+    traces: tracing::Cost,
     seconds: f64,
 }
 
@@ -1059,6 +1078,8 @@ impl Report {
 
         t.push('\n');
         t.push_str(&fanout::table(&self.fan_out));
+        t.push('\n');
+        t.push_str(&tracing::table(&self.traces));
 
         let get64 = at(&self.runway.get, 64);
         let e2e_best = self
@@ -1097,6 +1118,12 @@ impl Report {
                 self.recovery.all_succeeded_s,
                 |v| v <= 10.0 && self.recovery.runs >= RECOVERY_RUNS,
                 " s",
+            ),
+            target(
+                "tools/call with traces exported ≥ 0.9× the throughput without (1 client)",
+                ratio(self.traces.call_on.per_sec, self.traces.call_off.per_sec),
+                |v| v >= 0.9,
+                "×",
             ),
             target(
                 "listen notification p99 ≤ 50 ms",

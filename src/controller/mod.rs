@@ -170,10 +170,7 @@ impl Controller {
                 for e in events {
                     self.events.record(&written, e);
                 }
-                // The write that ends the Run is made once: its span is emitted with it.
-                if written.phase().is_terminal() && !run.phase().is_terminal() {
-                    crate::telemetry::finish_run(&written);
-                }
+                self.transitions(run, &written);
                 Wrote::Run(Box::new(written))
             }
             Err(StoreError::Conflict) => Wrote::Conflict,
@@ -193,6 +190,28 @@ impl Controller {
                 self.retry_later(k, e);
                 Wrote::Later
             }
+        }
+    }
+
+    /// What a status write that starts or ends a Run tells (it is made once: a conflict
+    /// writes nothing): its span, the finished count, how long it waited to start.
+    fn transitions(&self, before: &Run, after: &Run) {
+        let (was, is) = (before.phase(), after.phase());
+        if is.is_terminal() && !was.is_terminal() {
+            crate::telemetry::finish_run(after);
+            self.config.metrics.run_finished(
+                after.metadata.namespace.as_deref().unwrap_or_default(),
+                &after.spec.workflow_ref.name,
+                is.as_str(),
+            );
+        }
+        fn started(r: &Run) -> Option<&str> {
+            r.status.as_ref().and_then(|s| s.started_at.as_deref())
+        }
+        if let (None, Some(at)) = (started(before), started(after))
+            && let Some(waited) = engine::waited_to_start(after, at)
+        {
+            self.config.metrics.run_started(waited);
         }
     }
 

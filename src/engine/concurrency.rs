@@ -21,7 +21,7 @@ use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
 pub const RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
 
 /// Where a Run stands in its group's line: when it was created, then requested, then its name.
-fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
+pub(crate) fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
     let created = run
         .metadata
         .creation_timestamp

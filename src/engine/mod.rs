@@ -105,6 +105,15 @@ pub fn context(run: &Run, status: &RunStatus) -> Value {
     })
 }
 
+/// How long `run` waited between its request (the requested-at annotation, else its creation)
+/// and `started_at`, its start; `None` when either cannot be read.
+pub fn waited_to_start(run: &Run, started_at: &str) -> Option<std::time::Duration> {
+    let (created, requested, _) = concurrency::place(run);
+    let requested = requested.unwrap_or(created);
+    let started: Timestamp = started_at.parse().ok()?;
+    std::time::Duration::try_from(started.duration_since(requested)).ok()
+}
+
 /// Whether `effect` is still to be performed for `run`: its cleanup is pending, or its step's
 /// record runs that very attempt.
 pub fn is_due(run: &Run, effect: &Effect) -> bool {

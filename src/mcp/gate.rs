@@ -105,7 +105,9 @@ fn rmcp_stop(shutdown: &CancellationToken) -> CancellationToken {
 /// lookup, which is the order the protocol prescribes.
 async fn gate_handler(State(gate): State<Arc<Gate>>, req: Request) -> Response {
     let span = request_span(req.uri().path());
-    gate_handler_in(gate, req).instrument(span).await
+    crate::telemetry::timed(gate_handler_in(gate, req))
+        .instrument(span)
+        .await
 }
 
 /// The span of one request: a server span of the MCP semantic conventions when traces are

@@ -285,6 +285,7 @@ pub async fn run_with(
         drive_owned_shards(cluster, &opts, metrics, &shutdown).await;
     } else {
         let all = controller::Shards::all();
+        metrics.set_shards(1, 1);
         lead(cluster, &opts, metrics, all, shutdown.clone()).await;
     }
     shutdown.cancel();
@@ -311,6 +312,7 @@ async fn drive_owned_shards(
     let elect = tokio::spawn(elector.run(owned_tx, running, shutdown.clone()));
     loop {
         let shards = owned.borrow_and_update().clone();
+        metrics.set_shards(shards.count, shards.owned.len());
         if !shards.owned.is_empty() {
             tracing::info!(identity = %opts.lease.identity, shards = ?shards.owned, of = shards.count, "driving the Runs of these shards");
             running_tx.send_replace(shards.owned.clone());
@@ -342,6 +344,7 @@ async fn drive_owned_shards(
         }
     }
     running_tx.send_replace(Default::default());
+    metrics.set_shards(opts.lease.shards, 0);
     let _ = elect.await;
     follow.abort();
 }

@@ -1,6 +1,7 @@
 //! Metrics (Prometheus text format) and their names, in one place. `Metrics` is cheap to clone;
 //! every component records into the same registry, which `/metrics` encodes.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -68,6 +69,24 @@ pub(crate) struct ErrorLabels {
     pub kind: &'static str,
 }
 
+/// Label set of the MCP request latency.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct MethodLabels {
+    /// JSON-RPC method (a known one, or `other`).
+    pub method: &'static str,
+}
+
+/// Label set of finished Runs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FinishedLabels {
+    /// Namespace of the Run.
+    pub namespace: String,
+    /// Its Workflow.
+    pub workflow: String,
+    /// How it ended: `Succeeded`, `Failed` or `Cancelled`.
+    pub phase: &'static str,
+}
+
 /// Label set of auth cache metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CacheLabels {
@@ -91,6 +110,23 @@ struct Inner {
     /// The four auth cache counters once they exist ((token, access) × (hit, miss)), so that a
     /// lookup, made several times per request, builds no labels.
     auth_cache_counters: [std::sync::OnceLock<Counter>; 4],
+    request_seconds: Family<MethodLabels, Histogram>,
+    /// The latency histogram of each known method, then of `other`, once it exists.
+    request_seconds_of: Vec<std::sync::OnceLock<Histogram>>,
+    finished: Family<FinishedLabels, Counter>,
+    queue_wait: Histogram,
+    shards: Gauge,
+    shards_held: Gauge,
+}
+
+tokio::task_local! {
+    /// When the request being served arrived: [`Metrics::request`] observes its latency.
+    static REQUEST_STARTED: Instant;
+}
+
+/// Serve one request inside `fut`: the latency [`Metrics::request`] records is from now.
+pub(crate) async fn timed<F: Future>(fut: F) -> F::Output {
+    REQUEST_STARTED.scope(Instant::now(), fut).await
 }
 
 /// The process's metrics.
@@ -110,6 +146,9 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+/// The kinds of step attempt `runway_step_duration_seconds` is labelled with.
+const STEP_KINDS: &[&str] = &["http", "tool", "job", "workflow", "cleanup"];
 
 /// The MCP methods counted by name; every other method is counted as `other`.
 pub(crate) const KNOWN_METHODS: &[&str] = &[
@@ -177,8 +216,60 @@ impl Metrics {
             "Authentication and authorization cache lookups",
             auth_cache.clone(),
         );
+        let request_seconds = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+        });
+        registry.register(
+            "mcp_request_duration_seconds",
+            "Time from an MCP request's arrival to its response's headers (a held call: to its end), by method",
+            request_seconds.clone(),
+        );
+        let finished = Family::<FinishedLabels, Counter>::default();
+        registry.register(
+            "runs_finished",
+            "Runs that ended, by namespace, Workflow and how they ended",
+            finished.clone(),
+        );
+        let queue_wait = Histogram::new(exponential_buckets(0.01, 2.0, 20));
+        registry.register(
+            "run_start_delay_seconds",
+            "Time from a Run's request to its start (queued behind a concurrency limit, or waiting for a worker)",
+            queue_wait.clone(),
+        );
+        let shards = Gauge::default();
+        registry.register(
+            "shards",
+            "Shards the Runs are split into (one Lease each)",
+            shards.clone(),
+        );
+        let shards_held = Gauge::default();
+        registry.register(
+            "shards_held",
+            "Shards whose Runs this replica drives now (the Leases it holds)",
+            shards_held.clone(),
+        );
+        // Counters and histograms of known labels exist from the start, at zero, so that a
+        // rate over them is defined before the first error or attempt.
+        for kind in [ErrorKind::Store, ErrorKind::Refused, ErrorKind::Panic] {
+            let _ = reconcile_errors.get_or_create(&ErrorLabels {
+                kind: kind.as_str(),
+            });
+        }
+        for kind in STEP_KINDS {
+            let _ = steps.get_or_create(&StepLabels {
+                kind: (*kind).to_owned(),
+            });
+        }
         Self {
             inner: Arc::new(Inner {
+                request_seconds,
+                request_seconds_of: (0..=KNOWN_METHODS.len())
+                    .map(|_| Default::default())
+                    .collect(),
+                finished,
+                queue_wait,
+                shards,
+                shards_held,
                 registry: Mutex::new(registry),
                 runs,
                 steps,
@@ -214,11 +305,24 @@ impl Metrics {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    /// Count one MCP request.
+    /// Count one MCP request, and observe its latency when it is served inside [`timed`].
     pub fn request(&self, method: &str, status: u16) {
         // Label values come from callers: only known methods and real status codes, so that no
         // caller can grow the metric without bound.
         let known = KNOWN_METHODS.iter().position(|m| *m == method);
+        if let Ok(seconds) = REQUEST_STARTED.try_with(|at| at.elapsed().as_secs_f64()) {
+            let slot = known.unwrap_or(KNOWN_METHODS.len());
+            self.inner.request_seconds_of[slot]
+                .get_or_init(|| {
+                    self.inner
+                        .request_seconds
+                        .get_or_create(&MethodLabels {
+                            method: known.map(|i| KNOWN_METHODS[i]).unwrap_or("other"),
+                        })
+                        .clone()
+                })
+                .observe(seconds);
+        }
         if let (Some(i), 200) = (known, status) {
             self.inner.ok_requests[i]
                 .get_or_init(|| self.counter(KNOWN_METHODS[i], 200))
@@ -252,6 +356,29 @@ impl Metrics {
                 kind: kind.as_str(),
             })
             .inc();
+    }
+
+    /// Count a Run that ended (`phase` is terminal).
+    pub(crate) fn run_finished(&self, namespace: &str, workflow: &str, phase: &'static str) {
+        self.inner
+            .finished
+            .get_or_create(&FinishedLabels {
+                namespace: namespace.to_owned(),
+                workflow: workflow.to_owned(),
+                phase,
+            })
+            .inc();
+    }
+
+    /// Observe how long a Run that starts now waited since it was requested.
+    pub(crate) fn run_started(&self, waited: std::time::Duration) {
+        self.inner.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    /// Set how many shards there are and how many this replica drives.
+    pub(crate) fn set_shards(&self, total: u32, held: usize) {
+        self.inner.shards.set(i64::from(total));
+        self.inner.shards_held.set(held as i64);
     }
 
     /// Set the controller queue depth.
@@ -306,8 +433,23 @@ mod tests {
         m.set_runs(&[("Running", 3)]);
         m.reconcile_error(ErrorKind::Refused);
         m.step("http", Instant::now());
+        m.run_finished("team-a", "deploy", "Failed");
+        m.run_started(std::time::Duration::from_millis(20));
+        m.set_shards(4, 2);
+        // Latency is observed for requests served inside `timed`, and only there.
+        m.request("tasks/get", 200);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(timed(async { m.request("tasks/get", 200) }));
         let text = m.encode();
         for needle in [
+            "runway_runs_finished_total{namespace=\"team-a\",workflow=\"deploy\",phase=\"Failed\"} 1",
+            "runway_run_start_delay_seconds_count 1",
+            "runway_shards 4",
+            "runway_shards_held 2",
+            "runway_mcp_request_duration_seconds_count{method=\"tasks/get\"} 1",
+            "runway_build_info{version=",
             "runway_mcp_requests_total{method=\"tools/call\",status=\"200\"} 1",
             "runway_auth_cache_requests_total{cache=\"token\",result=\"hit\"} 1",
             "runway_runs{phase=\"Running\"} 3",

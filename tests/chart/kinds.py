@@ -363,6 +363,45 @@ KINDS: dict[tuple[str, str], Schema] = {
         ["spec"],
     ),
     ("v1", "Pod"): kind("v1", "Pod", True, {"spec": POD_SPEC}, ["spec"]),
+    ("v1", "ConfigMap"): kind("v1", "ConfigMap", True, {"data": STRING_MAP, "binaryData": STRING_MAP, "immutable": BOOL}),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): kind(
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        True,
+        {
+            "spec": closed(
+                {
+                    "groups": array(
+                        closed(
+                            {
+                                "name": STRING,
+                                "interval": STRING,
+                                "rules": array(
+                                    closed(
+                                        {
+                                            "alert": STRING,
+                                            "record": STRING,
+                                            "expr": STRING,
+                                            "for": STRING,
+                                            "keep_firing_for": STRING,
+                                            "labels": STRING_MAP,
+                                            "annotations": STRING_MAP,
+                                        },
+                                        ["expr"],
+                                    ),
+                                    1,
+                                ),
+                            },
+                            ["name", "rules"],
+                        ),
+                        1,
+                    )
+                },
+                ["groups"],
+            )
+        },
+        ["spec"],
+    ),
     ("apps/v1", "Deployment"): kind(
         "apps/v1",
         "Deployment",

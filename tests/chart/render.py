@@ -2,7 +2,8 @@
 
 Writes every object `helm install` creates except the Deployment (hooks such as the `helm test`
 Pod are left out too) to the file named by the first argument, and the Deployment alone to
-`deployment.yaml` beside it:
+`deployment.yaml` beside it, and the alerts (`rules.yaml`, a Prometheus rules file) and the
+Grafana dashboard (`dashboard.json`) the chart can install:
 the e2e tests run `runway operator` replicas themselves, as the chart's ServiceAccount, and apply
 the rest (RBAC, tenant roles, admission policy, state-key Secret, Service) with server-side apply.
 """
@@ -30,6 +31,12 @@ def main() -> None:
     # The Deployment beside it: the e2e tier starts the image with its container's args.
     deployment = next(o for o in everything if o["kind"] == "Deployment")
     (out.parent / "deployment.yaml").write_text(yaml.safe_dump(deployment, sort_keys=False))
+    # The alerts as a Prometheus rules file and the dashboard, for promtool in the e2e tier.
+    monitoring = render({"metrics": {"prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}})
+    rule = next(o for o in monitoring if o["kind"] == "PrometheusRule")
+    (out.parent / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+    board = next(o for o in monitoring if o["kind"] == "ConfigMap")
+    (out.parent / "dashboard.json").write_text(board["data"]["runway.json"])
 
 
 if __name__ == "__main__":

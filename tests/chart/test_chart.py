@@ -339,6 +339,55 @@ def test_mcp_service_and_metrics_service_are_apart() -> None:
     assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
 
 
+# --- traces, alerts and the dashboard ---------------------------------------------------------------------
+
+
+def test_tracing_sets_the_standard_otel_environment() -> None:
+    values = check.all_options()
+    container = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector.observability:4318"
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "http/protobuf"
+    assert env["OTEL_TRACES_SAMPLER"]["value"] == "parentbased_traceidratio"
+    assert env["OTEL_TRACES_SAMPLER_ARG"]["value"] == "0.25"
+    assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {"name": "otlp-auth", "key": "headers"}
+    assert (
+        env["OTEL_RESOURCE_ATTRIBUTES"]["value"]
+        == f"k8s.namespace.name={NAMESPACE},k8s.pod.name=$(POD_NAME),deployment.environment=test"
+    )
+    # POD_NAME is defined before the variable that expands it.
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_NAME") < names.index("OTEL_RESOURCE_ATTRIBUTES")
+    defaults = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert not any(e["name"].startswith("OTEL_") for e in defaults["env"])
+    with pytest.raises(helm.HelmRenderError, match="tracing.endpoint"):
+        render({"tracing": {"enabled": True}})
+
+
+def test_alerts_and_dashboard_are_optional_and_read_runway_metrics() -> None:
+    assert not find(render(), "PrometheusRule") and not find(render(), "ConfigMap")
+    objects = render(check.all_options())
+    rules = one(objects, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} == {
+        "RunwayRunsFailing",
+        "RunwayRunsQueuedWithoutStarting",
+        "RunwayReconcileErrors",
+        "RunwayShardWithoutHolder",
+        "RunwayOperatorAbsent",
+        "RunwayMCPServerErrors",
+        "RunwayControllerBacklog",
+    }
+    assert "> 0.5" in next(r for r in rules if r["alert"] == "RunwayRunsFailing")["expr"]
+    for rule in rules:
+        assert "runway_" in rule["expr"] and rule["labels"]["severity"] in ("warning", "critical")
+    dashboard = one(objects, "ConfigMap")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    board = json.loads(dashboard["data"]["runway.json"])
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15 and all("runway_" in e for e in exprs)
+
+
 # --- Chart.yaml -----------------------------------------------------------------------------------------
 
 

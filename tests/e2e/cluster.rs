@@ -564,8 +564,21 @@ impl Cluster {
         shards: u32,
         extra: &[&str],
     ) -> u16 {
+        self.start_operator_env(identity, key_file, shards, extra, &[])
+    }
+
+    /// [`Cluster::start_operator_with`] with these environment variables set.
+    pub fn start_operator_env(
+        &self,
+        identity: &str,
+        key_file: bool,
+        shards: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> u16 {
         let (mcp, metrics) = (free_port(), free_port());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+        cmd.envs(env.iter().copied());
         cmd.current_dir(&self.dir)
             .env("KUBECONFIG", self.kubeconfig("operator"))
             .env("POD_NAMESPACE", SYSTEM_NS)

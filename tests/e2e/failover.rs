@@ -287,3 +287,122 @@ async fn shards_are_shared_handed_over_on_a_graceful_stop_and_shared_again() {
     c.wait_holders("b and d to drive one shard each", pair(b, d));
     runs_on(d).await;
 }
+
+const TRACED: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: traced }
+spec:
+  steps:
+    - name: notify
+      http: { method: POST, url: "SINK" }
+    - name: approve
+      input:
+        requests:
+          - name: ok
+            message: "Ship?"
+            requestedSchema: { type: object, properties: {} }
+    - name: again
+      http: { method: POST, url: "SINK" }
+  result:
+    content: [ { type: text, text: "shipped" } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_trace_goes_on_from_the_replica_that_takes_over() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let c = sharded_cluster(2, SHARDS);
+    let receiver = support::otlp::Receiver::start().await;
+    let sink = Sink::start().await;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let (a, b) = ("traced-a", "traced-b");
+    for replica in [a, b] {
+        c.start_operator_env(replica, true, SHARDS, &[], &env);
+    }
+    for other in c.replicas().into_iter().filter(|r| r != a && r != b) {
+        c.stop(&other);
+    }
+    c.wait_holders("both traced replicas holding a shard", |h| {
+        h.iter().filter(|x| *x == a || *x == b).count() == SHARDS as usize
+    });
+    let ns = c.namespace("traced");
+    assert!(
+        c.apply("admin", &ns, &TRACED.replace("SINK", &sink.url))
+            .status
+            .success()
+    );
+    c.wait_ready(&ns, &["traced"]);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller = "00f067aa0ba902b7";
+    let alice = Client::new(
+        &c.base_of(a),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    let reply = alice
+        .rpc(
+            "tools/call",
+            Some("traced"),
+            json!({"name": "traced", "arguments": {},
+                "_meta": {"traceparent": format!("00-{trace}-{caller}-01")}}),
+        )
+        .await;
+    let task = reply.result()["taskId"].as_str().unwrap().to_owned();
+    alice.await_status(&task, "input_required").await;
+    // The replica that drove the first step dies; the other takes its shard over.
+    let spans = receiver
+        .wait_for("the first step", |s| {
+            s.iter().any(|x| x.name == "step notify")
+        })
+        .await;
+    let first = spans
+        .iter()
+        .find(|x| x.name == "step notify")
+        .unwrap()
+        .clone();
+    let driver = first.resource["service.instance.id"].clone();
+    let survivor = if driver == a { b } else { a };
+    c.kill(&driver);
+    let alice = Client::new(
+        &c.base_of(survivor),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    alice
+        .update(
+            &task,
+            json!({"approve.ok": {"action": "accept", "content": {}}}),
+        )
+        .await
+        .assert_complete();
+    alice.await_status(&task, "completed").await;
+    let spans = receiver
+        .wait_for("the Run's span", |s| {
+            s.iter().any(|x| x.name == "run traced")
+        })
+        .await;
+    let run = spans.iter().find(|x| x.name == "run traced").unwrap();
+    let second = spans.iter().find(|x| x.name == "step again").unwrap();
+    assert_eq!(run.trace_id, trace);
+    assert_eq!(run.resource["service.instance.id"], survivor);
+    // One trace across both replicas: the first step (from the dead one) and the last (from
+    // the survivor) hang under the same Run span, which hangs under the call's request.
+    for step in [&first, second] {
+        assert_eq!(step.trace_id, trace);
+        assert_eq!(step.parent_span_id, run.span_id);
+    }
+    assert_eq!(second.resource["service.instance.id"], survivor);
+    let request = spans
+        .iter()
+        .find(|x| x.name == "tools/call traced" && x.trace_id == trace)
+        .expect("the request span");
+    assert_eq!(request.parent_span_id, caller);
+    assert_eq!(run.parent_span_id, request.span_id);
+    // The http steps told their receiver the trace (a traceparent per delivery).
+    let sent = sink.traceparent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(sent.iter().all(|t| t.starts_with(&format!("00-{trace}-"))));
+}

@@ -3,6 +3,7 @@
 //! asserting what they would look at. `make e2e` runs it.
 
 mod cluster;
+mod monitoring;
 #[path = "../support/mod.rs"]
 mod support;
 
