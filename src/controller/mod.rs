@@ -462,8 +462,9 @@ impl Controller {
             end_all(&pending);
             return Written::Run(Box::new(run));
         }
+        let events = engine::recorded_events(run.status.as_ref(), &status);
         let wrote = self
-            .write_status(k, &run, status, &[], OnRefusal::FailRun)
+            .write_status(k, &run, status, &events, OnRefusal::FailRun)
             .await;
         match wrote {
             Wrote::Run(written) => {
@@ -558,8 +559,9 @@ impl Controller {
             }
             // On a transient error the outcome is lost; the step is still Running and will be
             // attempted again under the same idempotency key.
+            let events = engine::recorded_events(latest.status.as_ref(), &status);
             match self
-                .write_status(k, &latest, status, &[], OnRefusal::FailRun)
+                .write_status(k, &latest, status, &events, OnRefusal::FailRun)
                 .await
             {
                 Wrote::Run(_) => return true,

@@ -29,7 +29,7 @@ pub use budget::guard_output;
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
 pub use endings::fail_internal;
 pub use machine::decide;
-pub use record::{record, record_all};
+pub use record::{record, record_all, recorded_events};
 pub use render::{HeaderError, RenderError, child_run_name, job_name, upstream_server};
 pub use sample::sampling_answer_error;
 

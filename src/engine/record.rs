@@ -8,13 +8,13 @@ use serde_json::{Value, json};
 
 use super::budget::guard_output;
 use super::duration::{self, DurationError};
-use super::effects::{Action, Effect, Outcome};
+use super::effects::{Action, Effect, Event, Outcome};
 use super::endings::{fail_internal, tool_error_ending, upstream_error_ending};
 use super::template::{self, TemplateError};
 use super::{MAX_OUTPUT_BYTES, budget, context_for, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
-    StepRecord,
+    StepRecord, event_reasons, item_of,
 };
 use crate::protocol::codes;
 
@@ -28,6 +28,37 @@ pub(super) const DEFAULT_MAX_BACKOFF: SignedDuration = SignedDuration::from_mins
 /// no longer running) leave the status unchanged.
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
     within_budget(run, record_outcome(run, effect, outcome, now), now)
+}
+
+/// The Events of what recording outcomes changed between `before` and `after`: a step (not an
+/// item of a `forEach` step, whose own step tells) that succeeded or failed for good.
+pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Event> {
+    let was = |name: &str| {
+        before
+            .and_then(|b| b.steps.iter().find(|r| r.name == name))
+            .map(|r| r.phase)
+    };
+    after
+        .steps
+        .iter()
+        .filter(|r| item_of(&r.name).is_none() && was(&r.name) != Some(r.phase))
+        .filter_map(|r| match r.phase {
+            StepPhase::Succeeded => Some(Event {
+                reason: event_reasons::STEP_SUCCEEDED,
+                message: format!("step {} succeeded", r.name),
+                warning: false,
+            }),
+            StepPhase::Failed => Some(Event {
+                reason: event_reasons::STEP_FAILED,
+                message: match &r.message {
+                    Some(m) => format!("step {}: {m}", r.name),
+                    None => format!("step {} failed", r.name),
+                },
+                warning: true,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Record several outcomes at once (steps running at the same time), in order, as [`record`]

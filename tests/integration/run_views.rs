@@ -577,3 +577,56 @@ async fn a_page_of_the_server_itself_may_post_and_a_foreign_page_may_not() {
         assert_eq!(r.status, 403, "{foreign}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_steps_tell_their_end_as_events_like_every_other_step() {
+    let sink = support::sink::Sink::start().await;
+    let missing = sink.url.replace("/hook", "/missing");
+    let wf = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: posts, namespace: team-a }}
+spec:
+  steps:
+    - name: deliver
+      http: {{ method: POST, url: "{}" }}
+    - name: lost
+      http: {{ method: POST, url: "{missing}" }}
+"#,
+        sink.url
+    );
+    let mcp = Mcp::start(&[("wf.yaml", &wf)]).await;
+    let alice = mcp.client("alice-token");
+    let task = start(&alice, "posts").await;
+    mcp.wait(&task, "failed", |r| r.phase() == RunPhase::Failed)
+        .await;
+    // Events are recorded after the status write they describe: follow them to the last.
+    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
+    let reasons = loop {
+        let full = alice.call("runway_get_run", json!({"taskId": task})).await;
+        let reasons = full.event_reasons();
+        let messages: Vec<String> = full.result()["structuredContent"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["reason"], e["message"]))
+            .collect();
+        if reasons.iter().any(|r| r == "Finished") || std::time::Instant::now() > deadline {
+            break messages;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(
+        reasons
+            .iter()
+            .any(|m| m == "\"StepSucceeded\" \"step deliver succeeded\""),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|m| m.starts_with("\"StepFailed\" \"step lost: HTTP 404")),
+        "{reasons:?}"
+    );
+}
