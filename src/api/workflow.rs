@@ -452,6 +452,22 @@ impl WorkflowSpec {
     }
 
     /// Input request `name` of input step `step`.
+    /// Where input request `name` of `step` stands in the manifest (step, then request), so
+    /// that questions are asked in the order their author wrote them; unknown ones come last.
+    pub fn input_request_place(&self, step: &str, name: &str) -> (usize, usize) {
+        let base = item_of(step).map_or(step, |(s, _)| s);
+        let Some(i) = self.all_steps().position(|s| s.name == base) else {
+            return (usize::MAX, usize::MAX);
+        };
+        let j = self
+            .step(step)
+            .and_then(|s| s.input.as_ref())
+            .and_then(|input| input.requests.iter().position(|r| r.name == name))
+            .unwrap_or(usize::MAX);
+        (i, j)
+    }
+
+    /// The input request `name` of `step`, if it is one of the Workflow's.
     pub fn input_request(&self, step: &str, name: &str) -> Option<&InputRequestSpec> {
         self.step(step)?
             .input

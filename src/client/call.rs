@@ -179,7 +179,10 @@ pub(super) async fn follow(
     poll_ms: Option<u64>,
     prompter: &mut Prompter,
 ) -> Result<u8, ClientError> {
+    // The status line and the note about questions for others are told apart: sharing one
+    // "last printed" value made each undo the other, and both were printed on every poll.
     let mut last_message = None;
+    let mut last_note: Option<String> = None;
     let mut interval = Duration::from_millis(poll_ms.unwrap_or(1000).max(50));
     // Keys answered here: the server takes answers eventually, so a poll may still list them.
     let mut answered = BTreeSet::new();
@@ -232,9 +235,9 @@ pub(super) async fn follow(
                 match ask(&session, id, &requests, mine, prompter).await? {
                     Asked::Answered => {}
                     Asked::Interrupted => return Ok(interrupted(id)),
-                    Asked::NotMine(note) if last_message.as_deref() != Some(note.as_str()) => {
+                    Asked::NotMine(note) if last_note.as_deref() != Some(note.as_str()) => {
                         eprintln!("  {}", shown(&note));
-                        last_message = Some(note);
+                        last_note = Some(note);
                     }
                     Asked::NotMine(_) => {}
                 }
@@ -284,10 +287,14 @@ async fn ask(
         // Sent already; the server has not taken them yet.
         return Ok(Asked::Answered);
     }
-    let mine: Vec<(&String, &Value)> = mine
+    let mut mine: Vec<(&String, &Value)> = mine
         .into_iter()
         .filter(|(k, _)| !me.answered.contains(*k))
         .collect();
+    // Runway lists the caller's questions in the order the Workflow asks them.
+    if let Some(order) = me.awaiting {
+        mine.sort_by_key(|(k, _)| order.iter().position(|a| a == *k));
+    }
     if mine.is_empty() {
         let others: Vec<&str> = open.map(|(k, _)| k.as_str()).collect();
         return Ok(Asked::NotMine(format!(

@@ -117,6 +117,9 @@ enum Refused {
     /// Not one of the words a boolean is typed as.
     #[error("not a boolean (y/n)")]
     NotABoolean,
+    /// Starts like a JSON list and is not one.
+    #[error("not a list (type values separated by commas, or a JSON array)")]
+    NotAList,
     /// An integer property, and no integer.
     #[error("not an integer")]
     NotAnInteger(#[source] std::num::ParseIntError),
@@ -162,23 +165,54 @@ impl<'a> Field<'a> {
         self.schema["type"].as_str().unwrap_or("string")
     }
 
-    /// Allowed values: `enum`, or the `const`s of a titled `oneOf`.
+    /// Allowed values: `enum`, or the `const`s of a titled `oneOf`; for an array, its items'.
     fn choices(&self) -> Vec<Value> {
-        if let Some(e) = self.schema["enum"].as_array() {
+        let of = if self.ty() == "array" {
+            &self.schema["items"]
+        } else {
+            self.schema
+        };
+        if let Some(e) = of["enum"].as_array() {
             return e.clone();
         }
-        self.schema["oneOf"]
+        of["anyOf"]
             .as_array()
+            .or_else(|| of["oneOf"].as_array())
             .into_iter()
             .flatten()
             .filter_map(|o| o.get("const").cloned())
             .collect()
     }
 
-    /// `  Channel* (string, one of stable|beta, default beta): `
+    /// One item of an array property, typed as its items' `type` says.
+    fn item(&self, raw: &str) -> Result<Value, Refused> {
+        Ok(
+            match self.schema["items"]["type"].as_str().unwrap_or("string") {
+                "boolean" => Value::Bool(boolean(raw)?),
+                "integer" => raw
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .map_err(Refused::NotAnInteger)?,
+                "number" => raw
+                    .parse::<f64>()
+                    .map(Value::from)
+                    .map_err(Refused::NotANumber)?,
+                _ => Value::String(raw.to_owned()),
+            },
+        )
+    }
+
+    /// `  Channel* (string, one of stable|beta, default beta): `; an array says how to type
+    /// several values.
     fn prompt(&self) -> String {
         let title = self.schema["title"].as_str().unwrap_or(self.name);
-        let mut hints = vec![self.ty().to_owned()];
+        let mut hints = vec![match self.ty() {
+            "array" => format!(
+                "list of {}, comma-separated",
+                self.schema["items"]["type"].as_str().unwrap_or("string")
+            ),
+            other => other.to_owned(),
+        }];
         let choices = self.choices();
         if !choices.is_empty() {
             let list: Vec<String> = choices.iter().map(plain).collect();
@@ -204,11 +238,18 @@ impl<'a> Field<'a> {
         }
         let ty = self.ty();
         let v = match ty {
-            "boolean" => match raw.to_ascii_lowercase().as_str() {
-                "y" | "yes" | "true" => Value::Bool(true),
-                "n" | "no" | "false" => Value::Bool(false),
-                _ => return Err(Refused::NotABoolean),
-            },
+            "boolean" => Value::Bool(boolean(raw)?),
+            // `x, z` or JSON (`["x", "z"]`).
+            "array" if raw.trim_start().starts_with('[') => {
+                serde_json::from_str(raw).map_err(|_| Refused::NotAList)?
+            }
+            "array" => Value::Array(
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(|x| self.item(x))
+                    .collect::<Result<_, _>>()?,
+            ),
             "integer" => raw
                 .parse::<i64>()
                 .map(Value::from)
@@ -228,5 +269,14 @@ impl<'a> Field<'a> {
                 source,
             }),
         }
+    }
+}
+
+/// A boolean as a person types it.
+fn boolean(raw: &str) -> Result<bool, Refused> {
+    match raw.to_ascii_lowercase().as_str() {
+        "y" | "yes" | "true" => Ok(true),
+        "n" | "no" | "false" => Ok(false),
+        _ => Err(Refused::NotABoolean),
     }
 }

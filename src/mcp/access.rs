@@ -110,7 +110,8 @@ pub(super) fn awaiting_keys(
         return Some(vec![]);
     }
     let snapshot = run.workflow_snapshot();
-    open.iter()
+    let mut mine: Vec<(&String, &crate::api::OpenInputRequest)> = open
+        .iter()
         .filter(|(key, req)| {
             !run.spec.input_responses.contains_key(*key)
                 && may_answer_question(
@@ -123,9 +124,12 @@ pub(super) fn awaiting_keys(
                 )
                 .is_ok()
         })
-        .map(|(key, _)| key.clone())
-        .collect::<Vec<_>>()
-        .into()
+        .collect();
+    // In the manifest's order, which is the order a person is asked in.
+    if let Some(w) = &snapshot {
+        mine.sort_by_key(|(key, req)| (w.input_request_place(&req.step, &req.name), *key));
+    }
+    Some(mine.into_iter().map(|(key, _)| key.clone()).collect())
 }
 
 /// Why a caller may not answer one question of a Run.

@@ -63,9 +63,30 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: label, namespace: team-a }
+spec:
+  tool: { description: "Asks for tags, then for a note." }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: tags
+            message: "Which tags?"
+            requestedSchema:
+              type: object
+              properties: { picked: { type: array, items: { type: string, enum: [x, "y", z] } } }
+              required: [picked]
+          - name: about
+            message: "Anything to add?"
+            requestedSchema: { type: object, properties: { note: { type: string } } }
+  result: { content: [ { type: text, text: "{{ inputs.tags.picked | join(',') }} / {{ inputs.about.note }}" } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: gated, namespace: team-a }
 spec:
   tool: { description: Needs an ops approver other than the requester. }
+  execution: { pollInterval: 100ms }
   steps:
     - name: ask
       input:
@@ -672,6 +693,30 @@ async fn screen_until(out: &mut tokio::process::ChildStdout, seen: &mut String, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_come_in_manifest_order_and_lists_are_typed_with_commas_or_json() {
+    let (dir, p) = setup().await;
+    let mut child = in_a_terminal(&dir, &p, "call label").spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    // `ask.tags` before `ask.about`, as written, though its key sorts after.
+    for (expect, typed) in [
+        ("Which tags?", ""),
+        ("picked* (list of string, comma-separated, one of x|y|z): ", "x, w\n"),
+        ("is not one of", "[\"x\", \"z\"\n"),
+        ("not a list", "x, z\n"),
+        ("Anything to add?", ""),
+        ("note (string, optional, Enter skips): ", "fine\n"),
+    ] {
+        screen_until(&mut out, &mut seen, expect).await;
+        stdin.write_all(typed.as_bytes()).await.unwrap();
+    }
+    screen_until(&mut out, &mut seen, "x,z / fine").await;
+    assert!(child.wait().await.unwrap().success(), "{seen}");
+    assert!(seen.find("Which tags?") < seen.find("Anything to add?"), "{seen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_terminal_prompt_follows_the_manifest_and_checks_each_answer() {
     let (dir, p) = setup().await;
     let mut child = in_a_terminal(&dir, &p, "call place").spawn().unwrap();
@@ -735,25 +780,44 @@ async fn a_failed_call_exits_the_same_with_and_without_a_task() {
 async fn runway_call_waits_for_questions_that_are_someone_elses_to_answer() {
     use tokio::io::AsyncBufReadExt;
     let (dir, p) = setup().await;
+    // Through a proxy that counts the polls.
+    let proxy = support::upstream::Proxy::start(&p.base()).await;
     let mut cmd = client_cmd(&dir, &p);
-    cmd.args(["call", "gated"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.env(
+        "RUNWAY_URL",
+        format!("http://{}/namespaces/team-a/mcp", proxy.addr),
+    )
+    .args(["call", "gated"])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let id = read_until(&mut lines, "task gated-").await;
     let id = id.trim().strip_prefix("task ").unwrap().to_owned();
-    // alice requested it and may not answer: she is not asked, she is told.
+    // alice requested it and may not answer: she is not asked, she is told — once, however
+    // many times she polls while she waits.
     read_until(&mut lines, "waiting for someone else to answer ask.ok").await;
+    let polls = proxy.count("tasks/get");
+    proxy.wait_for("tasks/get", polls + 4).await;
     let bob = Client::new(&p.base(), Some("bob-token"), "/namespaces/team-a/mcp");
     let taken = bob
         .update(&id, json!({"ask.ok": {"action": "accept", "content": {}}}))
         .await;
     taken.assert_complete();
+    let mut rest = vec![];
+    while let Some(l) = lines.next_line().await.unwrap() {
+        rest.push(l);
+    }
     let out = child.wait_with_output().await.unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "approved");
+    assert!(
+        !rest
+            .iter()
+            .any(|l| l.contains("waiting for someone else") || l.contains("step 1/1")),
+        "printed again: {rest:?}"
+    );
 }
 
 /// A proxy in front of `target` that plays a server which takes answers late: after each
