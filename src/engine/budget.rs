@@ -87,13 +87,16 @@ pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), BudgetError>
     Ok(())
 }
 
-/// Validate arguments against a tool's input schema; the schema errors, as `{path, message}`.
+/// Validate arguments (or an answer) against a schema; the schema errors, as `{path,
+/// message}`. `format` is asserted (`email`, `date`, `uri`…), as forms promise their users.
 /// `Err` when the schema itself does not compile.
 pub(crate) fn schema_errors(
     schema: &Value,
     args: &Value,
 ) -> Result<Vec<Value>, jsonschema::ValidationError<'static>> {
-    let validator = jsonschema::draft202012::new(schema)?;
+    let validator = jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(schema)?;
     Ok(validator
         .iter_errors(args)
         .map(|e| serde_json::json!({"path": e.instance_path().to_string(), "message": e.to_string()}))

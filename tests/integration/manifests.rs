@@ -96,7 +96,32 @@ async fn broken_manifests_are_not_ready_and_say_why() {
             "schema",
             "  tool: { inputSchema: { type: object, properties: { a: { type: 12 } } } }\n  steps: []\n",
             "InvalidSchema",
-            "tool.inputSchema",
+            "tool.inputSchema at /properties/a/type",
+        ),
+        // YAML 1.1, as kubectl reads it: `y` is `true`.
+        (
+            "yamlenum",
+            "  steps:\n    - name: pick\n      input:\n        requests:\n          - { name: which, message: m, requestedSchema: { type: object, properties: { v: { type: string, enum: [x, true, z] } } } }\n",
+            "InvalidSchema",
+            "at /properties/v/enum/1: true is not of type string",
+        ),
+        (
+            "baddefault",
+            "  tool: { inputSchema: { type: object, properties: { n: { type: integer, default: \"two\" } } } }\n  steps: []\n",
+            "InvalidSchema",
+            "tool.inputSchema at /properties/n/default: \"two\" is not of type integer",
+        ),
+        (
+            "required",
+            "  tool: { inputSchema: { type: object, properties: { a: { type: string } }, required: [a, b] } }\n  steps: []\n",
+            "InvalidSchema",
+            "tool.inputSchema at /required/1: \"b\" names no property",
+        ),
+        (
+            "elicitform",
+            "  elicit: [ { key: k, message: m, requestedSchema: { type: object, properties: { c: { const: 1, type: string } } } } ]\n  steps: []\n",
+            "InvalidSchema",
+            "elicit k: requestedSchema at /properties/c/const",
         ),
         (
             "job",

@@ -982,3 +982,67 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     .await;
     assert!(closed.is_ok(), "the connection is still open");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn formats_are_asserted_on_arguments_and_on_answers() {
+    let wf = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: invite, namespace: team-a }
+spec:
+  tool:
+    inputSchema:
+      type: object
+      properties: { email: { type: string, format: email }, on: { type: string, format: date } }
+      required: [email]
+  steps:
+    - name: confirm
+      input:
+        requests:
+          - name: site
+            message: "Which site?"
+            requestedSchema:
+              type: object
+              properties: { url: { type: string, format: uri } }
+              required: [url]
+  result:
+    content: [ { type: text, text: "invited {{ args.email }}" } ]
+"#;
+    let s = Mcp::start(&[("wf.yaml", wf)]).await;
+    let c = s.client("alice-token");
+    for bad in [
+        json!({"email": "not an address"}),
+        json!({"email": "a@example.com", "on": "tomorrow"}),
+    ] {
+        let r = c.call("invite", bad.clone()).await;
+        assert_eq!(r.error_code(), -32602, "{bad}");
+        let errors = r.last()["error"]["data"]["errors"].to_string();
+        assert!(errors.contains("is not a"), "{bad}: {errors}");
+    }
+    let task = c
+        .call(
+            "invite",
+            json!({"email": "a@example.com", "on": "2026-12-24"}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.await_status(&task, "input_required").await;
+    let refused = c
+        .update(
+            &task,
+            json!({"confirm.site": {"action": "accept", "content": {"url": "no url here"}}}),
+        )
+        .await;
+    assert_eq!(refused.error_code(), -32602);
+    assert_eq!(c.get(&task).await.result()["status"], "input_required");
+    c.update(
+        &task,
+        json!({"confirm.site": {"action": "accept", "content": {"url": "https://example.com/a"}}}),
+    )
+    .await
+    .assert_complete();
+    c.await_status(&task, "completed").await;
+}

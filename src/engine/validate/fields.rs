@@ -30,10 +30,133 @@ pub struct Capabilities {
     pub jobs: bool,
 }
 
+/// A JSON Schema (2020-12) that compiles and that can be met: the values it names itself
+/// (`enum`, `const`, `default`) are of its own `type`, and what it requires are properties it
+/// has. The message locates the problem (`tool.inputSchema at /properties/zone/enum/1: …`).
 pub(super) fn json_schema(field: &str, schema: &Value) -> Result<(), Invalid> {
-    jsonschema::draft202012::new(schema)
-        .map(|_| ())
-        .map_err(|e| invalid(reasons::INVALID_SCHEMA, format!("{field}: {e}")))
+    jsonschema::draft202012::new(schema).map_err(|e| {
+        let at = e.instance_path().to_string();
+        let located = if at.is_empty() {
+            format!("{field}: {e}")
+        } else {
+            format!("{field} at {at}: {e}")
+        };
+        invalid(reasons::INVALID_SCHEMA, located)
+    })?;
+    match unmeetable(schema, "") {
+        Some(why) => Err(invalid(
+            reasons::INVALID_SCHEMA,
+            format!("{field} at {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `v` is of JSON Schema type `ty`.
+fn of_type(ty: &str, v: &Value) -> bool {
+    match ty {
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        _ => true,
+    }
+}
+
+/// Keywords whose value is one subschema, and those whose value holds subschemas by key or
+/// index: where [`unmeetable`] looks further.
+const ONE_SUBSCHEMA: [&str; 8] = [
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+];
+const MANY_SUBSCHEMAS: [&str; 8] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+    "allOf",
+    "anyOf",
+    "oneOf",
+];
+
+/// The first place in `schema` (a JSON pointer below `at`) that names a value its own type
+/// refuses or requires a property it does not define, and what is wrong there.
+fn unmeetable(schema: &Value, at: &str) -> Option<String> {
+    let obj = schema.as_object()?;
+    let types: Vec<&str> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let refused = |v: &Value| !types.is_empty() && !types.iter().any(|t| of_type(t, v));
+    let shown_type = types.join(" or ");
+    if let Some(values) = obj.get("enum").and_then(Value::as_array) {
+        for (i, v) in values.iter().enumerate() {
+            if refused(v) {
+                return Some(format!(
+                    "{at}/enum/{i}: {v} is not of type {shown_type} (quote it in YAML if it is meant as text)"
+                ));
+            }
+        }
+    }
+    for key in ["const", "default"] {
+        if let Some(v) = obj.get(key).filter(|v| refused(v)) {
+            return Some(format!("{at}/{key}: {v} is not of type {shown_type}"));
+        }
+    }
+    if let (Some(required), Some(props)) = (
+        obj.get("required").and_then(Value::as_array),
+        obj.get("properties").and_then(Value::as_object),
+    ) && !obj.contains_key("patternProperties")
+    {
+        for (i, r) in required.iter().enumerate() {
+            if let Some(name) = r.as_str().filter(|n| !props.contains_key(*n)) {
+                return Some(format!(
+                    "{at}/required/{i}: {name:?} names no property (properties: {})",
+                    props.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    for key in ONE_SUBSCHEMA {
+        if let Some(sub) = obj.get(key)
+            && let Some(why) = unmeetable(sub, &format!("{at}/{key}"))
+        {
+            return Some(why);
+        }
+    }
+    for key in MANY_SUBSCHEMAS {
+        let found = match obj.get(key) {
+            Some(Value::Object(m)) => m
+                .iter()
+                .find_map(|(k, sub)| unmeetable(sub, &format!("{at}/{key}/{k}"))),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, sub)| unmeetable(sub, &format!("{at}/{key}/{i}"))),
+            _ => None,
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    if let Some(items) = obj.get("prefixItems").and_then(Value::as_array) {
+        return items
+            .iter()
+            .enumerate()
+            .find_map(|(i, sub)| unmeetable(sub, &format!("{at}/prefixItems/{i}")));
+    }
+    None
 }
 
 pub(super) fn tmpl(field: &str, v: &Value) -> Result<(), Invalid> {

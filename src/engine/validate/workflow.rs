@@ -150,6 +150,10 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
         json_schema("tool.outputSchema", schema)?;
     }
     for e in &spec.elicit {
+        json_schema(
+            &format!("elicit {}: requestedSchema", e.key),
+            &e.requested_schema,
+        )?;
         no_secret(
             &format!("elicit {}: requestedSchema", e.key),
             &e.requested_schema,
@@ -226,10 +230,16 @@ fn result(result: &ResultSpec) -> Result<(), Invalid> {
 /// Every schedule: a unique lowercase name, a cron expression and time zone that read, a
 /// deadline that parses, and arguments the tool's input schema accepts.
 fn schedules(spec: &WorkflowSpec) -> Result<(), Invalid> {
+    // One line, whatever the cron library says: a condition message is read in a column.
     let bad = |name: &str, why: String| {
+        let why: Vec<&str> = why
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
         invalid(
             reasons::INVALID_SCHEDULE,
-            format!("schedules[{name}]: {why}"),
+            format!("schedules[{name}]: {}", why.join(" ")),
         )
     };
     let mut names = std::collections::BTreeSet::new();
