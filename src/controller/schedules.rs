@@ -37,8 +37,8 @@ pub struct Scheduler {
     /// When this process first saw each schedule that has no Run yet: a new schedule owes
     /// nothing from before it was seen.
     first_seen: Mutex<HashMap<ScheduleKey, Timestamp>>,
-    /// The latest time each schedule acted on (started, or skipped under `Forbid`), so that a
-    /// skipped time is not started later; Runs carry the rest of the state.
+    /// The latest time each schedule acted on (started, or given up past `startingDeadline`),
+    /// so that such a time is not started later; Runs carry the rest of the state.
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
     /// The key of scheduled Run names.
     name_key: Vec<u8>,
@@ -47,6 +47,9 @@ pub struct Scheduler {
     /// write those) moves no schedule and is never cancelled or pruned by it.
     marks: Marks,
 }
+
+/// How soon a schedule whose time waits behind an unfinished Run (`Forbid`) looks again.
+const FORBID_RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
 
 /// The user name scheduled Runs are requested by.
 pub fn requester(workflow: &str, schedule: &str) -> String {
@@ -208,6 +211,7 @@ impl Scheduler {
                 .expect("handled lock")
                 .insert(key.clone(), at);
         }
+        let mut recheck = None;
         if let Some(at) = plan.due {
             if plan.missed > 0 {
                 tracing::warn!(namespace = %key.0, workflow = %key.1, schedule = %key.2, missed = plan.missed, "schedule: times missed while not running; starting the latest");
@@ -220,8 +224,14 @@ impl Scheduler {
             let started = match schedule::admit(spec, active.len()) {
                 Admit::Start => self.start(wf, spec, key, at).await,
                 Admit::Skip => {
-                    tracing::info!(namespace = %key.0, workflow = %key.1, schedule = %key.2, at = %at, "schedule: previous run unfinished (Forbid); skipped");
-                    true
+                    // As a CronJob does: the time stays owed, and starts once the Run ahead has
+                    // finished (within `startingDeadline`) — the Run ahead may only be one the
+                    // controller has not looked at since a restart — unless a newer time comes
+                    // first.
+                    tracing::info!(namespace = %key.0, workflow = %key.1, schedule = %key.2, at = %at, "schedule: previous run unfinished (Forbid); waiting for it");
+                    let again = Timestamp::now() + FORBID_RECHECK;
+                    recheck = Some(again);
+                    false
                 }
                 Admit::Replace => {
                     for r in &active {
@@ -239,7 +249,10 @@ impl Scheduler {
             }
         }
         self.prune(spec, mine).await;
-        plan.next
+        match (plan.next, recheck) {
+            (Some(n), Some(r)) => Some(n.min(r)),
+            (n, r) => n.or(r),
+        }
     }
 
     /// Create the Run for `at`; whether it exists now (created here or before).

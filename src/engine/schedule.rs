@@ -632,9 +632,14 @@ mod validation {
                 json!([{"name": "n", "cron": "0 2 * * *", "arguments": {"env": "x"}}, {"name": "n", "cron": "@daily", "arguments": {"env": "y"}}]),
                 "used twice",
             ),
+            (
+                json!([{"name": "n", "cron": "0 99 * * *", "arguments": {"env": "x"}}]),
+                "schedules[n]: cron \"0 99 * * *\"",
+            ),
         ] {
             let e = check(schedules.clone()).unwrap_err();
             assert!(e.contains(says), "{schedules}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
         }
     }
 }

@@ -216,3 +216,70 @@ async fn after_a_restart_a_schedule_goes_on_from_its_runs_without_starting_one_t
     let times: BTreeSet<String> = all.iter().map(scheduled_for).collect();
     assert_eq!(times.len(), all.len(), "one Run per time");
 }
+
+const FORBIDDEN: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: guarded, namespace: team-a }
+spec:
+  tool: { description: Works a while; never two at once. }
+  steps: [ { name: work, delay: { duration: 1500ms } } ]
+  schedules:
+    - { name: forbid, cron: "*/2 * * * * *", concurrencyPolicy: Forbid }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_forbid_a_time_missed_while_down_starts_once_the_run_ahead_is_done() {
+    let mcp = Mcp::start(&[("wf.yaml", FORBIDDEN)]).await;
+    let seen = follow(&mcp, "forbid", "a working run", |evs| {
+        evs.iter().any(|e| e.run().phase() == RunPhase::Running)
+    })
+    .await;
+    let first = seen
+        .iter()
+        .map(WatchEvent::run)
+        .find(|r| r.phase() == RunPhase::Running)
+        .unwrap()
+        .clone();
+    let at: jiff::Timestamp = scheduled_for(&first).parse().unwrap();
+    // Down while it works, until past its end (1.5 s) and past the schedule's next time.
+    let dir = mcp.stop().await;
+    let next = at + jiff::SignedDuration::from_secs(2);
+    let back = next + jiff::SignedDuration::from_millis(300);
+    let wait = back.duration_since(jiff::Timestamp::now());
+    tokio::time::sleep(std::time::Duration::try_from(wait).unwrap_or_default()).await;
+    let mcp = Mcp::start_in(dir).await;
+    // The Run ahead is still Running in the store until the controller looks at it: the time
+    // it held back waits for that, and starts — it is not skipped for the next one.
+    let store = mcp.store();
+    let mut watch = store.watch(Some(store.resource_version().await.unwrap()));
+    let want = next.to_string();
+    let already = store
+        .list(Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| of_schedule(r, "forbid") && scheduled_for(r) == want);
+    if !already {
+        tokio::time::timeout(PATIENCE, async {
+            while let Some(ev) = watch.next().await {
+                let r = ev.unwrap().run().clone();
+                if of_schedule(&r, "forbid") && scheduled_for(&r) == want {
+                    return;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the time {want} missed behind the working run never started"));
+    }
+    let ahead = store
+        .get("team-a", first.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ahead.phase(),
+        RunPhase::Succeeded,
+        "it started after the run ahead ended"
+    );
+}
