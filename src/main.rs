@@ -162,26 +162,43 @@ fn init_logs(
         Some(instance) => runway::telemetry::init(instance)?,
         None => None,
     };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let Some(tracer) = tracer else {
+        // Without traces, one global filter: its level bounds every `debug!` of every crate
+        // before any callsite is looked at, which per-layer filters cannot do.
+        let logs = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr);
+        match format {
+            LogFormat::Text => logs.init(),
+            LogFormat::Json => logs.json().init(),
+        }
+        return Ok(());
+    };
     let exported = tracing_subscriber::filter::filter_fn(|m| {
         m.target().starts_with("runway")
             && *m.level() <= tracing::Level::INFO
             && (m.is_event() || m.name() != "reconcile")
     });
-    let otel = tracer.map(|t| {
-        tracing_opentelemetry::layer()
-            .with_tracer(t)
-            .with_context_activation(false)
-            .with_tracked_inactivity(false)
-            .with_filter(exported)
-    });
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_context_activation(false)
+        .with_tracked_inactivity(false)
+        .with_filter(exported);
     let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
+    // The request span is raised to info only for the traces; formatting its fields for the
+    // log of every request would cost the hot path as much as exporting it.
+    use tracing_subscriber::filter::FilterExt;
+    let logged = filter.and(tracing_subscriber::filter::filter_fn(|m| {
+        !(m.is_span() && m.name() == "request" && *m.level() == tracing::Level::INFO)
+    }));
     let registry = tracing_subscriber::registry().with(otel);
     match format {
-        LogFormat::Text => registry.with(logs.with_filter(filter)).init(),
-        LogFormat::Json => registry.with(logs.json().with_filter(filter)).init(),
+        LogFormat::Text => registry.with(logs.with_filter(logged)).init(),
+        LogFormat::Json => registry.with(logs.json().with_filter(logged)).init(),
     }
     Ok(())
 }

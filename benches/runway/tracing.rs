@@ -1,10 +1,13 @@
 //! What traces cost: `tasks/get` (16 clients) and `tools/call` → CreateTaskResult (1 client) on
-//! two `runway serve` processes side by side, one with traces off and one exporting every span
-//! to a local OTLP/HTTP endpoint, measured back to back twice so that both see the same
-//! machine.
+//! `runway serve` processes side by side — one with traces off, one exporting every span to a
+//! local OTLP/HTTP endpoint and, with `RUNWAY_BENCH_BASE_BIN`, a build without traces at all —
+//! measured back to back twice so that all see the same machine.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde_json::json;
@@ -13,7 +16,7 @@ use super::load::{self, Stats, closed_loop};
 use super::procs::{self, Proc, free_addr, work_dir};
 use super::{Plan, WORKFLOWS, one_run, settle, step};
 
-/// The two processes' figures, each the better of its two windows.
+/// The processes' figures, each the better of its two windows.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cost {
@@ -21,19 +24,22 @@ pub struct Cost {
     pub get_on: Stats,
     pub call_off: Stats,
     pub call_on: Stats,
-    /// Spans the endpoint received (what was exported while measuring).
+    /// The build without traces (`RUNWAY_BENCH_BASE_BIN`), when given.
+    pub get_base: Option<Stats>,
+    pub call_base: Option<Stats>,
+    /// OTLP exports the endpoint received while measuring.
     pub exported_batches: u64,
 }
 
 /// An OTLP/HTTP endpoint that takes every export (an empty protobuf answer is an
-/// `ExportTraceServiceResponse`), counting the batches.
-async fn endpoint() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
-    let batches = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+/// `ExportTraceServiceResponse`), counting them.
+async fn endpoint() -> (SocketAddr, Arc<AtomicU64>) {
+    let batches = Arc::new(AtomicU64::new(0));
     let counted = batches.clone();
     let app = axum::Router::new().fallback(move || {
         let counted = counted.clone();
         async move {
-            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            counted.fetch_add(1, Ordering::Relaxed);
             ""
         }
     });
@@ -45,75 +51,104 @@ async fn endpoint() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>
     (addr, batches)
 }
 
-async fn serve(work: &Path, name: &str, otlp: Option<SocketAddr>) -> Proc {
+/// A `runway serve` (of `bin`, else this build) exporting to `otlp` when given, with a
+/// finished task to read.
+async fn serve(
+    work: &Path,
+    name: &str,
+    otlp: Option<SocketAddr>,
+    bin: Option<&OsStr>,
+) -> (Proc, String) {
     let dir = work_dir(work, name);
     std::fs::write(dir.join("workflows/bench.yaml"), WORKFLOWS).expect("workflows written");
     let addr = free_addr();
     let mut cmd = procs::serve(&dir, addr);
+    if let Some(bin) = bin {
+        let mut other = std::process::Command::new(bin);
+        other.args(cmd.get_args());
+        cmd = other;
+    }
     cmd.arg("--no-auth");
     if let Some(otlp) = otlp {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"));
     }
     let mut p = Proc::spawn("runway serve", cmd, addr, &dir.join("runway.log"));
     p.ready(Some("/healthz")).await;
-    p
+    let (task, _) = one_run(addr, "trivial", json!({})).await;
+    (p, task)
 }
 
-fn better(a: Stats, b: Stats) -> Stats {
-    if b.per_sec > a.per_sec { b } else { a }
+fn better(a: Option<Stats>, b: Stats) -> Stats {
+    match a {
+        Some(a) if a.per_sec >= b.per_sec => a,
+        _ => b,
+    }
+}
+
+/// One window of `tasks/get` at 16 clients and one of `tools/call` at 1 client on `p`.
+async fn windows(p: &Proc, task: &str, plan: Plan) -> (Stats, Stats) {
+    let get = closed_loop(p.addr, 16, plan.warmup, plan.measure, load::get_op(task)).await;
+    let call = closed_loop(
+        p.addr,
+        1,
+        plan.warmup,
+        plan.measure,
+        load::create_op("trivial"),
+    )
+    .await;
+    settle(p.addr).await;
+    (get, call)
 }
 
 pub async fn bench(work: &Path, plan: Plan) -> Cost {
     let (otlp, batches) = endpoint().await;
-    let mut off = serve(work, "traces-off", None).await;
-    let mut on = serve(work, "traces-on", Some(otlp)).await;
-    let (off_task, _) = one_run(off.addr, "trivial", json!({})).await;
-    let (on_task, _) = one_run(on.addr, "trivial", json!({})).await;
-    let mut cost = Cost::default();
-    for round in 1..=2 {
-        step(&format!(
-            "traces off and on, round {round}: tasks/get, 16 clients"
-        ));
-        let get =
-            |addr, task: &str| closed_loop(addr, 16, plan.warmup, plan.measure, load::get_op(task));
-        cost.get_off = better(cost.get_off.clone(), get(off.addr, &off_task).await);
-        cost.get_on = better(cost.get_on.clone(), get(on.addr, &on_task).await);
-        step(&format!(
-            "traces off and on, round {round}: tools/call, 1 client"
-        ));
-        let call = |addr| {
-            closed_loop(
-                addr,
-                1,
-                plan.warmup,
-                plan.measure,
-                load::create_op("trivial"),
-            )
-        };
-        cost.call_off = better(cost.call_off.clone(), call(off.addr).await);
-        settle(off.addr).await;
-        cost.call_on = better(cost.call_on.clone(), call(on.addr).await);
-        settle(on.addr).await;
+    let base_bin = std::env::var_os("RUNWAY_BENCH_BASE_BIN");
+    let mut servers = vec![
+        ("off", serve(work, "traces-off", None, None).await),
+        ("on", serve(work, "traces-on", Some(otlp), None).await),
+    ];
+    if let Some(bin) = &base_bin {
+        servers.push(("base", serve(work, "traces-base", None, Some(bin)).await));
     }
-    cost.exported_batches = batches.load(std::sync::atomic::Ordering::Relaxed);
-    off.kill();
-    on.kill();
-    cost
+    let mut best: [(Option<Stats>, Option<Stats>); 3] = Default::default();
+    for round in 1..=2 {
+        for (i, (which, (p, task))) in servers.iter().enumerate() {
+            step(&format!("traces, round {round}: {which}"));
+            let (get, call) = windows(p, task, plan).await;
+            best[i] = (
+                Some(better(best[i].0.take(), get)),
+                Some(better(best[i].1.take(), call)),
+            );
+        }
+    }
+    for (_, (p, _)) in servers.iter_mut() {
+        p.kill();
+    }
+    let [off, on, base] = best;
+    Cost {
+        get_off: off.0.unwrap_or_default(),
+        call_off: off.1.unwrap_or_default(),
+        get_on: on.0.unwrap_or_default(),
+        call_on: on.1.unwrap_or_default(),
+        get_base: base.0,
+        call_base: base.1,
+        exported_batches: batches.load(Ordering::Relaxed),
+    }
 }
 
-/// The cost as a Markdown table.
+/// The cost as Markdown tables.
 pub fn table(c: &Cost) -> String {
-    let row = |what: &str, off: &Stats, on: &Stats| {
+    let row = |what: &str, a: &Stats, b: &Stats| {
         format!(
             "| {what} | {:.0}/s, p50 {:.2} ms | {:.0}/s, p50 {:.2} ms | {:.2}× |\n",
-            off.per_sec,
-            off.p50_ms,
-            on.per_sec,
-            on.p50_ms,
-            if off.per_sec == 0.0 {
+            a.per_sec,
+            a.p50_ms,
+            b.per_sec,
+            b.p50_ms,
+            if a.per_sec == 0.0 {
                 0.0
             } else {
-                on.per_sec / off.per_sec
+                b.per_sec / a.per_sec
             }
         )
     };
@@ -121,8 +156,15 @@ pub fn table(c: &Cost) -> String {
         String::from("| Traces | Off | On (every span exported) | On / off |\n|---|---|---|---|\n");
     t.push_str(&row("tasks/get, 16 clients", &c.get_off, &c.get_on));
     t.push_str(&row("tools/call, 1 client", &c.call_off, &c.call_on));
+    if let (Some(get), Some(call)) = (&c.get_base, &c.call_base) {
+        t.push_str(
+            "\n| Traces off | A build without traces | This build | This / that |\n|---|---|---|---|\n",
+        );
+        t.push_str(&row("tasks/get, 16 clients", get, &c.get_off));
+        t.push_str(&row("tools/call, 1 client", call, &c.call_off));
+    }
     t.push_str(&format!(
-        "\n{} OTLP batches exported while measuring.\n",
+        "\n{} OTLP exports received while measuring.\n",
         c.exported_batches
     ));
     t

@@ -293,13 +293,17 @@ impl Image {
             .map(|(_, v)| v)
             .unwrap_or_default();
         script.push_str(&format!(
-            "PATH={path:?} exec /usr/sbin/chroot --userspec={uid}:{gid} --groups={gid} \"$r\" \"$@\"\n"
+            "PATH={path:?} /usr/sbin/chroot --userspec={uid}:{gid} --groups={gid} \"$r\" \"$@\"\n"
         ));
+        // A PID namespace whose first process is this shell, which stays root: when the test
+        // binary dies, `--kill-child` kills the shell and with it everything in the namespace
+        // (a parent-death signal would not reach the entrypoint, whose credentials changed).
         let mut cmd = Command::new("unshare");
         cmd.args([
             "--mount",
             "--propagation",
             "private",
+            "--pid",
             "--fork",
             "--kill-child",
             "sh",
