@@ -12,6 +12,7 @@ mod controller;
 mod crash;
 mod crash_retry;
 mod crd_cel;
+mod examples;
 mod hostile;
 mod kube_wiring;
 mod layering;
