@@ -377,6 +377,11 @@ pub(crate) enum Command {
         /// Check as the Kubernetes store would (`job` steps allowed).
         #[arg(long)]
         jobs: bool,
+        /// The database of the `runway serve` that serves the directory: which of two
+        /// Workflows offering one tool is older is then decided as that server does (without
+        /// it: in file order, as a server starting on a new database would).
+        #[arg(long)]
+        db: Option<PathBuf>,
     },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crds {

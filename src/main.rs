@@ -90,13 +90,22 @@ async fn client_command(command: Command) -> ExitCode {
 }
 
 /// `runway workflows`: the manifest directory as the embedded server sees it.
-fn list_workflows(dir: &std::path::Path, jobs: bool) -> ExitCode {
+fn list_workflows(dir: &std::path::Path, jobs: bool, db: Option<&std::path::Path>) -> ExitCode {
     use runway::store::manifests::ManifestWorkflows;
     if !dir.is_dir() {
         eprintln!("runway: {} is not a directory", dir.display());
         return ExitCode::from(2);
     }
-    let src = ManifestWorkflows::load(dir, runway::engine::validate::Capabilities { jobs });
+    let book = match db.map(runway::store::identities::WorkflowBook::open_read_only) {
+        Some(Ok(b)) => Some(b),
+        Some(Err(e)) => {
+            eprintln!("runway: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    let caps = runway::engine::validate::Capabilities { jobs };
+    let src = ManifestWorkflows::load_with(dir, caps, book);
     let rows = src.snapshot();
     let mut broken = !src.problems().is_empty();
     println!(
@@ -265,7 +274,11 @@ async fn main() -> ExitCode {
         c @ (Command::Call { .. } | Command::Tasks { .. } | Command::Check { .. }) => {
             client_command(c).await
         }
-        Command::Workflows { workflows, jobs } => list_workflows(&workflows, jobs),
+        Command::Workflows {
+            workflows,
+            jobs,
+            db,
+        } => list_workflows(&workflows, jobs, db.as_deref()),
         Command::Crds { dir } => match crds(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -18,6 +18,7 @@ use crate::engine::validate::Capabilities;
 use crate::mcp;
 use crate::steps::tool::ToolExecutor;
 use crate::steps::{Executors, StaticSecrets};
+use crate::store::identities::WorkflowBook;
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{RunChanges, RunStore, StoreError, WorkflowSource};
@@ -178,7 +179,12 @@ impl Server {
             source,
         })?;
         let (authn, authz, secrets) = access(&opts)?;
-        let workflows = ManifestWorkflows::load(&opts.workflows, Capabilities { jobs: false });
+        let book = WorkflowBook::open(&opts.db).map_err(|source| StartError::Database {
+            path: opts.db.clone(),
+            source,
+        })?;
+        let workflows =
+            ManifestWorkflows::load_with(&opts.workflows, Capabilities { jobs: false }, Some(book));
         for p in workflows.problems() {
             tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
         }

@@ -39,6 +39,9 @@ pub struct ManifestWorkflows {
 struct Inner {
     dir: PathBuf,
     caps: Capabilities,
+    /// Where identities outlive the process (`runway serve`); without it, a fresh load gives
+    /// them in file order.
+    book: Option<super::identities::WorkflowBook>,
     state: RwLock<State>,
     changes: watch::Sender<u64>,
 }
@@ -307,11 +310,21 @@ fn names_key(line: &str, key: &str) -> bool {
 impl ManifestWorkflows {
     /// Load `dir` now. `caps` says which step kinds this server can run.
     pub fn load(dir: &Path, caps: Capabilities) -> Self {
+        Self::load_with(dir, caps, None)
+    }
+
+    /// [`ManifestWorkflows::load`], the Workflows' identities kept in `book`.
+    pub fn load_with(
+        dir: &Path,
+        caps: Capabilities,
+        book: Option<super::identities::WorkflowBook>,
+    ) -> Self {
         let (changes, _) = watch::channel(0);
         let me = Self {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 caps,
+                book,
                 state: RwLock::new(State::default()),
                 changes,
             }),
@@ -342,9 +355,13 @@ impl ManifestWorkflows {
                                 let prev = previous.get(&key_of(&wf));
                                 self.validated(wf, prev)
                             }
-                            Err((key, e)) => {
-                                invalid_manifest(&key, file, &e.to_string(), previous.get(&key))
-                            }
+                            Err((key, e)) => invalid_manifest(
+                                &key,
+                                file,
+                                &e.to_string(),
+                                previous.get(&key),
+                                self.inner.book.as_ref(),
+                            ),
                         };
                         let key = key_of(&wf);
                         keys.push(key.clone());
@@ -396,7 +413,7 @@ impl ManifestWorkflows {
     }
 
     fn validated(&self, mut wf: Workflow, previous: Option<&Workflow>) -> Workflow {
-        carry_identity(&mut wf, previous);
+        carry_identity(&mut wf, previous, self.inner.book.as_ref());
         let status = match validate::workflow(&wf, self.inner.caps) {
             Ok(()) => ready(
                 &wf,
@@ -482,7 +499,12 @@ fn key_of(wf: &Workflow) -> Key {
     )
 }
 
-fn carry_identity(wf: &mut Workflow, previous: Option<&Workflow>) {
+fn carry_identity(
+    wf: &mut Workflow,
+    previous: Option<&Workflow>,
+    book: Option<&super::identities::WorkflowBook>,
+) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     match previous {
         Some(p) => {
             wf.metadata.uid = p.metadata.uid.clone();
@@ -491,12 +513,22 @@ fn carry_identity(wf: &mut Workflow, previous: Option<&Workflow>) {
             wf.metadata.generation = Some(if p.spec == wf.spec { g } else { g + 1 });
         }
         None => {
-            wf.metadata.uid = Some(new_uid());
-            // Full precision (the API server keeps seconds): the tool-name rule orders by
-            // creation time, and files added within one second must still come in order.
-            wf.metadata.creation_timestamp = Some(
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
-            );
+            let key = key_of(wf);
+            let (uid, created) = match book.and_then(|b| b.get(&key.namespace, &key.name)) {
+                Some(known) => known,
+                None => {
+                    // Full precision (the API server keeps seconds): the tool-name rule orders
+                    // by creation time, and files added within one second must still come in
+                    // order.
+                    let fresh = (new_uid(), jiff::Timestamp::now());
+                    if let Some(b) = book {
+                        b.put(&key.namespace, &key.name, &fresh.0, fresh.1);
+                    }
+                    fresh
+                }
+            };
+            wf.metadata.uid = Some(uid);
+            wf.metadata.creation_timestamp = Some(Time(created));
             wf.metadata.generation = Some(1);
         }
     }
@@ -509,6 +541,7 @@ fn invalid_manifest(
     file: &Path,
     message: &str,
     previous: Option<&Workflow>,
+    book: Option<&super::identities::WorkflowBook>,
 ) -> Workflow {
     let mut wf = Workflow::new(
         &key.name,
@@ -523,7 +556,7 @@ fn invalid_manifest(
         },
     );
     wf.metadata.namespace = Some(key.namespace.clone());
-    carry_identity(&mut wf, previous);
+    carry_identity(&mut wf, previous, book);
     wf.status = Some(ready(
         &wf,
         previous,

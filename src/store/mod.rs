@@ -5,6 +5,7 @@
 pub mod changes;
 pub mod events;
 mod fill;
+pub mod identities;
 pub mod kube;
 pub mod manifests;
 pub mod sqlite;

@@ -702,7 +702,10 @@ async fn questions_come_in_manifest_order_and_lists_are_typed_with_commas_or_jso
     // `ask.tags` before `ask.about`, as written, though its key sorts after.
     for (expect, typed) in [
         ("Which tags?", ""),
-        ("picked* (list of string, comma-separated, one of x|y|z): ", "x, w\n"),
+        (
+            "picked* (list of string, comma-separated, one of x|y|z): ",
+            "x, w\n",
+        ),
         ("is not one of", "[\"x\", \"z\"\n"),
         ("not a list", "x, z\n"),
         ("Anything to add?", ""),
@@ -713,7 +716,10 @@ async fn questions_come_in_manifest_order_and_lists_are_typed_with_commas_or_jso
     }
     screen_until(&mut out, &mut seen, "x,z / fine").await;
     assert!(child.wait().await.unwrap().success(), "{seen}");
-    assert!(seen.find("Which tags?") < seen.find("Anything to add?"), "{seen}");
+    assert!(
+        seen.find("Which tags?") < seen.find("Anything to add?"),
+        "{seen}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

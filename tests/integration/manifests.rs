@@ -351,3 +351,74 @@ async fn namespaces_come_from_metadata() {
     assert!(src.get("team-a", "x").await.is_some());
     assert!(src.list("default").await.is_empty());
 }
+
+#[tokio::test]
+async fn the_older_workflow_keeps_its_tool_across_restarts_whatever_the_file_order() {
+    use runway::store::identities::WorkflowBook;
+    let dir = TempDir::new();
+    let db = dir.path().join("runs.db");
+    let manifests = dir.path().join("workflows");
+    std::fs::create_dir_all(&manifests).unwrap();
+    let offering = |name: &str| {
+        wf(
+            name,
+            &format!("  tool: {{ name: shared, description: from {name} }}\n  steps: []\n"),
+        )
+    };
+    let holder_of = |src: &ManifestWorkflows| {
+        src.snapshot()
+            .into_iter()
+            .filter(|w| w.is_ready())
+            .map(|w| w.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    let caps = Capabilities { jobs: false };
+    // zed is served first; alpha, in a file that sorts before it, comes later.
+    std::fs::write(manifests.join("z.yaml"), offering("zed")).unwrap();
+    let src =
+        ManifestWorkflows::load_with(&manifests, caps, Some(WorkflowBook::open(&db).unwrap()));
+    std::fs::write(manifests.join("a.yaml"), offering("alpha")).unwrap();
+    assert!(src.reload());
+    assert_eq!(holder_of(&src), ["zed"]);
+    drop(src);
+    // Restarted, the files are read a then z: the book, not the order, says who is older.
+    let src =
+        ManifestWorkflows::load_with(&manifests, caps, Some(WorkflowBook::open(&db).unwrap()));
+    assert_eq!(holder_of(&src), ["zed"]);
+    let alpha = src
+        .snapshot()
+        .into_iter()
+        .find(|w| w.metadata.name.as_deref() == Some("alpha"))
+        .unwrap();
+    let ready = &alpha.status.unwrap().conditions[0];
+    assert_eq!(ready.reason, "DuplicateTool");
+    assert!(
+        ready.message.contains("workflow zed, which is older"),
+        "{}",
+        ready.message
+    );
+    // `runway workflows --db` reads the same book (and writes nothing); without it, a fresh
+    // start's file order decides.
+    let check = |db: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_runway"));
+        cmd.args(["workflows", "--workflows"]).arg(&manifests);
+        if let Some(db) = db {
+            cmd.arg("--db").arg(db);
+        }
+        String::from_utf8(cmd.output().unwrap().stdout).unwrap()
+    };
+    let with_db = check(Some(&db));
+    assert!(
+        with_db
+            .lines()
+            .any(|l| l.contains("alpha") && l.contains("DuplicateTool")),
+        "{with_db}"
+    );
+    let fresh = check(None);
+    assert!(
+        fresh
+            .lines()
+            .any(|l| l.contains("zed") && l.contains("DuplicateTool")),
+        "{fresh}"
+    );
+}
