@@ -1550,3 +1550,136 @@ async fn an_item_that_names_a_variable_reaches_the_pod_as_it_was_written() {
     finish_pod(c, &ns, &job, "$(DB_PASSWORD)");
     alice.await_status(&id, "completed").await;
 }
+
+/// The commands of the `bash` blocks under `heading` in `doc`, as a person pastes them: a
+/// backslash continues a line, a `  #` starts a comment.
+fn recipes(doc: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(cluster::root().join(doc)).unwrap();
+    let section = text
+        .split(heading)
+        .nth(1)
+        .expect("the heading is in the doc");
+    let section = section.split("\n## ").next().unwrap();
+    let mut out = vec![];
+    for block in section.split("```bash\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let mut line = String::new();
+        for l in block.lines() {
+            let l = l.split("  #").next().unwrap().trim_end();
+            match l.strip_suffix('\\') {
+                Some(part) => line.push_str(part),
+                None => {
+                    line.push_str(l);
+                    if !line.trim().is_empty() {
+                        out.push(line.trim().to_owned());
+                    }
+                    line.clear();
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Run a documented command as `user` (their kubeconfig, `$USER`), in `ns` for `team-a`.
+fn paste(c: &Cluster, user: &str, ns: &str, command: &str) -> String {
+    let command = command.replace("team-a", ns);
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .current_dir(cluster::root())
+        .env("KUBECONFIG", c.kubeconfig(user))
+        .env("USER", user)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubectl_recipes_of_docs_kubernetes_run_as_written() {
+    let c = up();
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).unwrap();
+    let ns = format!("recipes-{}", data_encoding::HEXLOWER.encode(&b));
+    c.admin(&["create", "namespace", &ns]);
+    c.admin(&["create", "serviceaccount", "agent", "-n", &ns]);
+    // §4: the tenant's bindings, and nothing else, in a namespace of its own.
+    let grants = recipes("docs/kubernetes.md", "## 4. Grant a tenant access");
+    assert_eq!(grants.len(), 3, "{grants:?}");
+    for g in &grants {
+        paste(c, "admin", &ns, g);
+    }
+    // §5: the example, seen through kubectl.
+    let follow = recipes("docs/kubernetes.md", "## 5. Follow Runs with kubectl");
+    let line = |needle: &str| {
+        follow
+            .iter()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle} in {follow:?}"))
+            .clone()
+    };
+    paste(
+        c,
+        "admin",
+        &ns,
+        &line("kubectl apply -f examples/approval.yaml"),
+    );
+    c.wait_ready(&ns, &["approve-deploy"]);
+    let wf = paste(c, "admin", &ns, &line("kubectl get wf"));
+    assert!(
+        wf.contains("TOOL") && wf.contains("READY") && wf.contains("True"),
+        "{wf}"
+    );
+    // The agent calls the tool on `POST /mcp`, its own namespace, with a token for Runway.
+    let token = c.admin(&[
+        "create",
+        "token",
+        "agent",
+        "-n",
+        &ns,
+        &format!("--audience={AUDIENCE}"),
+    ]);
+    let agent = Client::new(&c.base(0), Some(token.trim()), "/mcp");
+    let id = task_id(
+        &agent
+            .call("approve-deploy", json!({"service": "api"}))
+            .await,
+    );
+    agent.await_status(&id, "input_required").await;
+    let run = |l: String, id: &str| l.replace("approve-deploy-<id>", id);
+    let described = paste(c, "admin", &ns, &run(line("kubectl describe run"), &id));
+    assert!(described.contains("InputRequested"), "{described}");
+    // carol (ops) answers with kubectl, as herself.
+    paste(c, "carol", &ns, &run(line("\"inputResponses\""), &id));
+    paste(
+        c,
+        "admin",
+        &ns,
+        &run(line("kubectl wait --for=jsonpath"), &id),
+    );
+    let done = agent.get(&id).await.result().clone();
+    assert_eq!(done["status"], "completed", "{done}");
+    let answered = c.admin(&[
+        "get",
+        &format!("run/{id}"),
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.spec.inputResponses.approval\\.decision.answeredBy}",
+    ]);
+    assert_eq!(answered, "carol");
+    // The cancel recipe, on a Run still working: carol may, with runway-approver.
+    let id = task_id(
+        &agent
+            .call("approve-deploy", json!({"service": "web"}))
+            .await,
+    );
+    agent.await_status(&id, "input_required").await;
+    paste(c, "carol", &ns, &run(line("\"cancel\""), &id));
+    agent.await_status(&id, "cancelled").await;
+}
