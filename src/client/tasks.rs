@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use rmcp::model::{CancelTaskParams, GetTaskParams, TaskPayload, UpdateTaskParams};
+use rmcp::model::{CancelTaskParams, GetTaskParams, TaskPayload, TaskStatus, UpdateTaskParams};
 use serde_json::{Value, json};
 
 use crate::protocol::codes::INVALID_PARAMS;
@@ -71,13 +71,46 @@ pub async fn answer(
     }
 }
 
-/// `runway tasks cancel`.
+/// `runway tasks cancel`: ask for the cancellation, then say what it did: a task that had
+/// already ended is left as it was; a running one is being stopped (its `finally` steps run
+/// first), or is stopped already.
 pub async fn cancel(target: &Target, id: &str) -> Result<u8, ClientError> {
     let session = connect(target, true).await?;
+    let before = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+    let was = before.task.task.status;
+    if was.is_terminal() {
+        eprintln!(
+            "task {id} had already ended ({}); nothing to cancel",
+            status_name(was)
+        );
+        return Ok(exit::NOT_TAKEN);
+    }
     session
         .cancel_task(CancelTaskParams::new(id.to_owned()))
         .await?;
+    let after = session.get_task(GetTaskParams::new(id.to_owned())).await?;
+    let now = after.task.task.status;
+    if now.is_terminal() {
+        eprintln!(
+            "task {id} cancelled (it was {}; now {})",
+            status_name(was),
+            status_name(now)
+        );
+    } else {
+        eprintln!(
+            "cancel of task {id} requested (it was {}): it stops at its next step boundary, after its finally steps; `runway tasks watch {id}` follows it",
+            status_name(was)
+        );
+    }
     Ok(exit::OK)
+}
+
+/// A task status as the protocol spells it.
+fn status_name(s: TaskStatus) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{s:?}"))
 }
 
 /// One message of a listen stream: print task states; `Some` with the exit code once the task

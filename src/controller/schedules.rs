@@ -51,44 +51,6 @@ pub struct Scheduler {
 /// How soon a schedule whose time waits behind an unfinished Run (`Forbid`) looks again.
 const FORBID_RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
 
-/// The user name scheduled Runs are requested by.
-pub fn requester(workflow: &str, schedule: &str) -> String {
-    format!("runway:schedule:{workflow}/{schedule}")
-}
-
-/// The parts a scheduled Run's seal covers.
-fn scheduled_parts<'a>(run: &'a Run, workflow: &'a str, schedule: &'a str) -> [&'a str; 5] {
-    [
-        run.metadata.namespace.as_deref().unwrap_or_default(),
-        run.metadata.name.as_deref().unwrap_or_default(),
-        workflow,
-        schedule,
-        run.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(annotations::SCHEDULED_FOR))
-            .map(String::as_str)
-            .unwrap_or_default(),
-    ]
-}
-
-fn mark_of(run: &Run) -> Option<&str> {
-    run.metadata
-        .annotations
-        .as_ref()?
-        .get(annotations::MARK)
-        .map(String::as_str)
-}
-
-fn scheduled_for(run: &Run) -> Option<Timestamp> {
-    run.metadata
-        .annotations
-        .as_ref()?
-        .get(annotations::SCHEDULED_FOR)?
-        .parse()
-        .ok()
-}
-
 impl Scheduler {
     /// A scheduler over `store` and `workflows`; the names of the Runs it starts are keyed by
     /// `name_key` (the server's state key).
@@ -112,11 +74,7 @@ impl Scheduler {
 
     /// Whether `run` is one this scheduler started for `workflow`'s schedule `schedule`.
     fn started(&self, run: &Run, workflow: &str, schedule: &str) -> bool {
-        self.marks.verify(
-            Sealed::Scheduled,
-            &scheduled_parts(run, workflow, schedule),
-            mark_of(run),
-        )
+        schedule::started_by(&self.marks, run, workflow, schedule)
     }
 
     /// Run until `shutdown`: a pass over every schedule, then sleep until the next time due,
@@ -192,7 +150,7 @@ impl Scheduler {
         mine: &[&Run],
         now: Timestamp,
     ) -> Option<Timestamp> {
-        let last = mine.iter().filter_map(|r| scheduled_for(r)).max();
+        let last = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
         let since = {
             let handled = self.handled.lock().expect("handled lock").get(key).copied();
             let seen = *self
@@ -269,7 +227,7 @@ impl Scheduler {
             .clone()
             .unwrap_or_else(|| serde_json::json!({}));
         let requester = Principal {
-            username: requester(&key.1, &spec.name),
+            username: schedule::requester(&key.1, &spec.name),
             uid: None,
             groups: vec![],
         };
@@ -278,7 +236,7 @@ impl Scheduler {
             .with_annotations([(annotations::SCHEDULED_FOR, at.to_string())]);
         let mark = self.marks.seal(
             Sealed::Scheduled,
-            &scheduled_parts(&run, &key.1, &spec.name),
+            &schedule::sealed_parts(&run, &key.1, &spec.name),
         );
         let run = run.with_annotations([(annotations::MARK, mark)]);
         match self.store.create(run).await {
@@ -344,14 +302,14 @@ impl Scheduler {
     }
 
     async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) {
-        let newest = mine.iter().filter_map(|r| scheduled_for(r)).max();
+        let newest = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
         let finished: Vec<Finished> = mine
             .iter()
             .filter(|r| r.phase().is_terminal())
             .filter_map(|r| {
                 Some(Finished {
                     name: r.metadata.name.clone()?,
-                    scheduled_for: scheduled_for(r)?,
+                    scheduled_for: schedule::scheduled_for(r)?,
                     succeeded: r.phase() == RunPhase::Succeeded,
                 })
             })

@@ -25,6 +25,7 @@ mod render;
 mod sample;
 
 pub use branches::DEFAULT_PARALLELISM;
+pub(crate) use branches::dependencies;
 pub use budget::guard_output;
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
 pub use endings::fail_internal;

@@ -9,7 +9,8 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 use super::duration;
-use crate::api::{ConcurrencyPolicy, ScheduleSpec};
+use super::marks::{Marks, Sealed};
+use crate::api::{ConcurrencyPolicy, Run, ScheduleSpec, annotations};
 
 /// Succeeded Runs of a schedule kept when the schedule does not say.
 pub const DEFAULT_SUCCEEDED_KEPT: u32 = 3;
@@ -358,6 +359,57 @@ pub fn run_name(
     let mut b = [0u8; 16];
     b.copy_from_slice(&digest[..16]);
     crate::api::task_id_from(workflow, &b)
+}
+
+/// The user name scheduled Runs are requested by.
+pub fn requester(workflow: &str, schedule: &str) -> String {
+    format!("runway:schedule:{workflow}/{schedule}")
+}
+
+/// The parts a scheduled Run's seal covers: namespace, name, Workflow, schedule and time.
+pub fn sealed_parts<'a>(run: &'a Run, workflow: &'a str, schedule: &'a str) -> [&'a str; 5] {
+    [
+        run.metadata.namespace.as_deref().unwrap_or_default(),
+        run.metadata.name.as_deref().unwrap_or_default(),
+        workflow,
+        schedule,
+        run.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::SCHEDULED_FOR))
+            .map(String::as_str)
+            .unwrap_or_default(),
+    ]
+}
+
+/// The seal a Run carries, if any.
+pub fn mark_of(run: &Run) -> Option<&str> {
+    run.metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::MARK)
+        .map(String::as_str)
+}
+
+/// The schedule time a scheduled Run was started for.
+pub fn scheduled_for(run: &Run) -> Option<Timestamp> {
+    run.metadata
+        .annotations
+        .as_ref()?
+        .get(annotations::SCHEDULED_FOR)?
+        .parse()
+        .ok()
+}
+
+/// Whether `run` is one the scheduler started for `workflow`'s schedule `schedule`: its seal
+/// holds. A Run that merely carries the schedule's label and a time (anyone who may create
+/// Runs can write those) is not.
+pub fn started_by(marks: &Marks, run: &Run, workflow: &str, schedule: &str) -> bool {
+    marks.verify(
+        Sealed::Scheduled,
+        &sealed_parts(run, workflow, schedule),
+        mark_of(run),
+    )
 }
 
 #[cfg(test)]

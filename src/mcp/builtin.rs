@@ -4,130 +4,29 @@
 //! `tasks/*` method asks (RBAC verb and owner rule) and answers nothing more than it may.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData, Tool};
+use kube::core::SelectorExt;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::access::{Access, acts_for_anyone, allowed, awaiting_keys, is_owner, task_run};
+use super::catalog;
 use super::config::TaskAccess;
+use super::cursor::{Position, place};
 use super::errors::{forbidden, internal, invalid, unknown_task};
+use super::filters::{instant, selector};
 use super::handler::RunwayMcp;
-use super::state::{McpState, Tenant};
+use super::own_tools::{
+    ANSWER_RUN, CANCEL_RUN, DEFAULT_LIMIT, GET_RUN, LIST_RUNS, LIST_WORKFLOWS, MAX_LIMIT,
+    list_tool_on,
+};
+use super::state::Tenant;
 use super::tasks::live_spec;
 use super::views::{for_approver, full, page_text, summary};
 use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
-use crate::protocol::BUILTIN_TOOL_PREFIX;
-
-/// Lists the caller's Runs of the namespace (a model and app tool).
-pub(crate) const LIST_RUNS: &str = "runway_list_runs";
-/// One Run in full: steps, questions, answers, Events (an app tool).
-pub(crate) const GET_RUN: &str = "runway_get_run";
-/// Answers a Run's open questions, as `tasks/update` does (an app tool).
-pub(crate) const ANSWER_RUN: &str = "runway_answer_run";
-/// Cancels a Run, as `tasks/cancel` does (an app tool).
-pub(crate) const CANCEL_RUN: &str = "runway_cancel_run";
-
-/// Page size of `runway_list_runs` when the call names none.
-const DEFAULT_LIMIT: usize = 20;
-/// Largest page of `runway_list_runs`.
-const MAX_LIMIT: usize = 100;
-
-/// Whether `name` is one of Runway's own tools.
-pub(crate) fn is_builtin(name: &str) -> bool {
-    name.starts_with(BUILTIN_TOOL_PREFIX)
-}
-
-/// Whether the list tool is on for `namespace`.
-pub(crate) fn list_tool_on(state: &McpState, namespace: &str) -> bool {
-    state.config.list_tool && !state.config.list_tool_off_in.contains(namespace)
-}
-
-fn schema(v: Value) -> Arc<Map<String, Value>> {
-    Arc::new(v.as_object().cloned().unwrap_or_default())
-}
-
-fn task_id_schema() -> Value {
-    json!({"type": "string", "description": "The Run's name (the MCP taskId)", "maxLength": 253})
-}
-
-/// The list tool's definition.
-pub(crate) fn list_tool() -> Tool {
-    let phases: Vec<&str> = RunPhase::ALL.iter().map(|p| p.as_str()).collect();
-    Tool::new(
-        LIST_RUNS,
-        "List Runs (tasks) of this namespace that you may see, newest first: the ones you \
-         requested, asked you or you answered, or all of them if you may list runs. \
-         Use it to find a taskId again; then use tasks/get.",
-        schema(json!({
-            "type": "object",
-            "properties": {
-                "workflow": {"type": "string", "description": "Only Runs of this Workflow (its name)"},
-                "phase": {"type": "string", "enum": phases},
-                "waitingForMe": {"type": "boolean", "description": "Only Runs with a question you may answer"},
-                "requestedByMe": {"type": "boolean", "description": "Only Runs you requested"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-                "cursor": {"type": "string", "description": "nextCursor of the previous page"}
-            },
-            "additionalProperties": false
-        })),
-    )
-    .with_title("List Runs")
-    .with_annotations(
-        rmcp::model::ToolAnnotations::new()
-            .read_only(true)
-            .destructive(false)
-            .idempotent(true)
-            .open_world(false),
-    )
-}
-
-/// The app tools' definitions (listed for clients that declare MCP Apps).
-pub(crate) fn app_tools() -> Vec<Tool> {
-    vec![
-        Tool::new(
-            GET_RUN,
-            "One Run in full: arguments, steps and attempts, questions and answers, Events.",
-            schema(json!({
-                "type": "object",
-                "properties": {"taskId": task_id_schema()},
-                "required": ["taskId"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("Show a Run"),
-        Tool::new(
-            ANSWER_RUN,
-            "Answer a Run's open questions (as tasks/update).",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "taskId": task_id_schema(),
-                    "inputResponses": {"type": "object", "description": "Answers by question key: {action, content}"}
-                },
-                "required": ["taskId", "inputResponses"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("Answer a Run"),
-        Tool::new(
-            CANCEL_RUN,
-            "Cancel a Run (as tasks/cancel).",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "taskId": task_id_schema(),
-                    "reason": {"type": "string", "maxLength": 1024}
-                },
-                "required": ["taskId"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("Cancel a Run"),
-    ]
-}
+use crate::engine::marks::Marks;
 
 /// Arguments of `runway_list_runs`.
 #[derive(Debug, Default, Deserialize)]
@@ -139,9 +38,117 @@ struct ListArgs {
     waiting_for_me: bool,
     #[serde(default)]
     requested_by_me: bool,
+    requested_by: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    labels: Option<String>,
+    #[serde(default)]
+    order: Order,
     limit: Option<usize>,
     cursor: Option<String>,
 }
+
+/// Which end of the list comes first.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Order {
+    #[default]
+    Newest,
+    Oldest,
+}
+
+/// What `runway_list_runs` keeps of a namespace's Runs, read from its arguments: the filters
+/// that need only the Run (the caller's own come after).
+struct Query {
+    workflow: Option<String>,
+    phase: Option<RunPhase>,
+    requested_by: Option<String>,
+    since: Option<jiff::Timestamp>,
+    until: Option<jiff::Timestamp>,
+    labels: Option<kube::core::Selector>,
+    order: Order,
+    after: Option<Position>,
+    limit: usize,
+}
+
+impl Query {
+    /// The query `a` asks for, or what is wrong with it.
+    fn of(a: &ListArgs) -> Result<Self, ErrorData> {
+        let bad = |field: &str, why: String| {
+            invalid(format!("invalid arguments for {LIST_RUNS}: {field}: {why}"))
+        };
+        let limit = match a.limit {
+            None => DEFAULT_LIMIT,
+            Some(n @ 1..=MAX_LIMIT) => n,
+            Some(_) => return Err(bad("limit", format!("must be 1 to {MAX_LIMIT}"))),
+        };
+        let after = match a.cursor.as_deref().map(Position::decode) {
+            None => None,
+            Some(Some(p)) => Some(p),
+            Some(None) => return Err(invalid("invalid cursor")),
+        };
+        let time = |field: &str, v: &Option<String>| {
+            v.as_deref()
+                .map(|t| instant(t).map_err(|e| bad(field, e)))
+                .transpose()
+        };
+        Ok(Self {
+            workflow: a.workflow.clone(),
+            phase: a.phase,
+            requested_by: a.requested_by.clone(),
+            since: time("since", &a.since)?,
+            until: time("until", &a.until)?,
+            labels: a
+                .labels
+                .as_deref()
+                .map(|l| selector(l).map_err(|e| bad("labels", e)))
+                .transpose()?,
+            order: a.order,
+            after,
+            limit,
+        })
+    }
+
+    /// Whether `r` passes the filters and lies past the cursor.
+    fn admits(&self, r: &Run) -> bool {
+        let (created, _) = place(r);
+        let past = |p: &Position| match self.order {
+            Order::Newest => place(r) < p.place(),
+            Order::Oldest => place(r) > p.place(),
+        };
+        let no_labels = BTreeMap::new();
+        self.workflow
+            .as_ref()
+            .is_none_or(|w| &r.spec.workflow_ref.name == w)
+            && self.phase.is_none_or(|p| r.phase() == p)
+            && self.requested_by.as_ref().is_none_or(|u| {
+                r.spec
+                    .requested_by
+                    .as_ref()
+                    .is_some_and(|p| &p.username == u)
+            })
+            && self.since.is_none_or(|t| created >= t)
+            && self.until.is_none_or(|t| created < t)
+            && self
+                .labels
+                .as_ref()
+                .is_none_or(|s| s.matches(r.metadata.labels.as_ref().unwrap_or(&no_labels)))
+            && self.after.as_ref().is_none_or(past)
+    }
+
+    /// Whether `x` comes before `y` in the order asked for.
+    fn cmp(&self, x: &Run, y: &Run) -> std::cmp::Ordering {
+        match self.order {
+            Order::Newest => place(y).cmp(&place(x)),
+            Order::Oldest => place(x).cmp(&place(y)),
+        }
+    }
+}
+
+/// Arguments of a tool that takes none.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
 
 /// Arguments naming one Run.
 #[derive(Debug, Deserialize)]
@@ -162,53 +169,6 @@ fn parse<T: for<'de> Deserialize<'de>>(
         .map_err(|e| invalid(format!("invalid arguments for {tool}: {e}")))
 }
 
-/// Where a page starts: after the Run created at `created` named `name` (newest first).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Position {
-    created: jiff::Timestamp,
-    name: String,
-}
-
-/// A Run's place in the list, borrowed: newest first means the greatest of these first.
-pub(super) fn place(run: &Run) -> (jiff::Timestamp, &str) {
-    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    (
-        created.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
-        run.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
-
-impl Position {
-    pub(super) fn of(run: &Run) -> Self {
-        let (created, name) = place(run);
-        Self {
-            created,
-            name: name.to_owned(),
-        }
-    }
-
-    pub(super) fn place(&self) -> (jiff::Timestamp, &str) {
-        (self.created, &self.name)
-    }
-
-    pub(super) fn encode(&self) -> String {
-        data_encoding::BASE64URL_NOPAD.encode(format!("{}\n{}", self.created, self.name).as_bytes())
-    }
-
-    pub(super) fn decode(cursor: &str) -> Option<Self> {
-        let bytes = data_encoding::BASE64URL_NOPAD
-            .decode(cursor.as_bytes())
-            .ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let (created, name) = text.split_once('\n')?;
-        let created = created.parse::<jiff::Timestamp>().ok()?;
-        crate::api::is_dns_subdomain(name).then(|| Self {
-            created,
-            name: name.into(),
-        })
-    }
-}
-
 /// A result carrying `value` as structured content and as text.
 fn structured(value: Value, text: String) -> CallToolResponse {
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
@@ -227,6 +187,10 @@ impl RunwayMcp {
         Some(match name {
             LIST_RUNS if list_tool_on(&self.state, &t.namespace) => match parse(name, args) {
                 Ok(a) => self.list_runs(t, a).await,
+                Err(e) => Err(e),
+            },
+            LIST_WORKFLOWS => match parse::<NoArgs>(name, args) {
+                Ok(NoArgs {}) => self.list_workflows(t).await,
                 Err(e) => Err(e),
             },
             GET_RUN => match parse::<RunArgs>(name, args) {
@@ -264,20 +228,7 @@ impl RunwayMcp {
         if !allowed(&self.state, t, Verb::Get, Resource::Runs).await? {
             return Err(forbidden(t, Verb::Get, Resource::Runs));
         }
-        let limit = match a.limit {
-            None => DEFAULT_LIMIT,
-            Some(n @ 1..=MAX_LIMIT) => n,
-            Some(_) => {
-                return Err(invalid(format!(
-                    "invalid arguments for {LIST_RUNS}: limit must be 1 to {MAX_LIMIT}"
-                )));
-            }
-        };
-        let after = match a.cursor.as_deref().map(Position::decode) {
-            None => None,
-            Some(Some(p)) => Some(p),
-            Some(None) => return Err(invalid("invalid cursor")),
-        };
+        let q = Query::of(&a)?;
         let sees_all = allowed(&self.state, t, Verb::List, Resource::Runs).await?;
         let lax = self.state.config.task_access == TaskAccess::Namespace;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
@@ -293,13 +244,7 @@ impl RunwayMcp {
         let mut found: Vec<(&Run, Vec<String>)> = runs
             .iter()
             .map(|r| &**r)
-            .filter(|r| {
-                a.workflow
-                    .as_ref()
-                    .is_none_or(|w| &r.spec.workflow_ref.name == w)
-            })
-            .filter(|r| a.phase.is_none_or(|p| r.phase() == p))
-            .filter(|r| after.as_ref().is_none_or(|p| place(r) < p.place()))
+            .filter(|r| q.admits(r))
             .filter_map(|r| {
                 let mine = is_owner(r, me);
                 let for_anyone = sees_all || mine || lax;
@@ -313,12 +258,12 @@ impl RunwayMcp {
                 (visible && wanted).then_some((r, waiting))
             })
             .collect();
-        let more = found.len() > limit;
+        let more = found.len() > q.limit;
         if more {
-            found.select_nth_unstable_by(limit - 1, |x, y| place(y.0).cmp(&place(x.0)));
-            found.truncate(limit);
+            found.select_nth_unstable_by(q.limit - 1, |x, y| q.cmp(x.0, y.0));
+            found.truncate(q.limit);
         }
-        found.sort_by(|x, y| place(y.0).cmp(&place(x.0)));
+        found.sort_by(|x, y| q.cmp(x.0, y.0));
         let next = more
             .then(|| found.last().map(|(r, _)| Position::of(r).encode()))
             .flatten();
@@ -329,6 +274,51 @@ impl RunwayMcp {
             value["nextCursor"] = json!(n);
         }
         Ok(structured(value, text))
+    }
+
+    /// The namespace's Workflows for whoever may list them (as `tools/list` asks), with
+    /// their Runs' counts and schedules' Runs only for whoever may also list Runs.
+    async fn list_workflows(&self, t: &Tenant) -> Result<CallToolResponse, ErrorData> {
+        if !allowed(&self.state, t, Verb::List, Resource::Workflows).await? {
+            return Err(forbidden(t, Verb::List, Resource::Workflows));
+        }
+        let runs = if allowed(&self.state, t, Verb::List, Resource::Runs).await? {
+            let every = BTreeMap::new();
+            let all = self.state.store.list(Some(&t.namespace), &every);
+            Some(all.await.map_err(internal)?)
+        } else {
+            None
+        };
+        let marks = Marks::new(self.state.config.state_keys.clone());
+        let now = jiff::Timestamp::now();
+        let mut workflows = self.state.workflows.list(&t.namespace).await;
+        workflows.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let entries: Vec<Value> = workflows
+            .iter()
+            .map(|wf| {
+                let name = wf.metadata.name.as_deref().unwrap_or_default();
+                let of_wf: Option<Vec<&Run>> = runs.as_ref().map(|rs| {
+                    rs.iter()
+                        .map(|r| &**r)
+                        .filter(|r| r.spec.workflow_ref.name == name)
+                        .collect()
+                });
+                catalog::workflow(wf, of_wf.as_deref(), &marks, now)
+            })
+            .collect();
+        let text = entries
+            .iter()
+            .map(|w| {
+                let ready = w["ready"]["status"].as_str().unwrap_or("Unknown");
+                format!(
+                    "{} (tool {}) Ready={ready}",
+                    w["name"].as_str().unwrap_or_default(),
+                    w["tool"].as_str().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        Ok(structured(json!({ "workflows": entries }), text))
     }
 
     async fn run_in_full(&self, t: &Tenant, task_id: &str) -> Result<CallToolResponse, ErrorData> {
@@ -375,25 +365,6 @@ impl RunwayMcp {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_refuse_anything_else() {
-        let p = Position {
-            created: "2026-12-01T10:00:00Z".parse().unwrap(),
-            name: "deploy-abc".into(),
-        };
-        assert_eq!(Position::decode(&p.encode()), Some(p));
-        for bad in [
-            "",
-            "!!",
-            "bm90IGEgY3Vyc29y",
-            &data_encoding::BASE64URL_NOPAD.encode(b"yesterday\nx"),
-        ] {
-            assert_eq!(Position::decode(bad), None, "{bad}");
-        }
-        let upper = data_encoding::BASE64URL_NOPAD.encode(b"2026-12-01T10:00:00Z\nNot_A_Name");
-        assert_eq!(Position::decode(&upper), None);
-    }
 
     #[test]
     fn list_arguments_are_checked_by_name_and_type() {

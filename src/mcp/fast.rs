@@ -24,12 +24,12 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::access::allowed;
-use super::builtin::is_builtin;
 use super::calls::answer_mode;
 use super::caps::typed_declares_tasks;
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
 use super::headers::check_param_headers;
+use super::own_tools::is_builtin;
 use super::state::{McpState, Tenant};
 use super::{projection, tasks};
 use crate::auth::{Resource, Verb};

@@ -15,12 +15,12 @@ use serde_json::{Map, Value, json};
 
 use super::access::{Access, allowed, is_owner, readable_run, task_run};
 use super::apps::with_view;
-use super::builtin::{app_tools, is_builtin, list_tool, list_tool_on};
 use super::caller::tenant;
 use super::caps::{declares_forms, declares_sampling, declares_tasks, declares_urls, raw_caps};
 use super::delivery::Delivery;
 use super::errors::{err, forbidden, internal, invalid, missing_capability, unknown_task};
 use super::handler::RunwayMcp;
+use super::own_tools::{app_tools, is_builtin, list_tool, list_tool_on};
 use super::projection;
 use super::sealing::{Resume, fresh_round, round_key, same_call};
 use super::state::Tenant;

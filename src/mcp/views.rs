@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::api::Run;
+use crate::api::{Run, Step, StepKind, WorkflowSpec, labels};
+use crate::engine::dependencies;
 use crate::protocol::METHOD_ELICITATION;
 
 /// One Run as the list shows it.
@@ -25,7 +26,7 @@ pub(super) fn summary(run: &Run, awaiting: &[String]) -> Value {
 /// One Run in full, for people: what was asked, by whom, what happened step by step.
 pub(super) fn full(
     run: &Run,
-    live: Option<&crate::api::WorkflowSpec>,
+    live: Option<&WorkflowSpec>,
     awaiting: &[String],
     events: Value,
 ) -> Value {
@@ -88,6 +89,9 @@ pub(super) fn full(
         "arguments": run.spec.arguments,
         "steps": st.steps,
         "plannedSteps": spec.as_ref().map(|s| s.steps.iter().map(|x| x.name.clone()).collect::<Vec<_>>()),
+        "graph": spec.as_ref().map(graph),
+        "parent": parent(run),
+        "labels": run.metadata.labels,
         "questions": questions,
         "answers": answers,
         "cancel": run.spec.cancel,
@@ -96,6 +100,57 @@ pub(super) fn full(
         "error": st.error,
         "events": events,
     })
+}
+
+/// The kind of a step as the graph names it.
+fn kind_name(step: &Step) -> &'static str {
+    match step.kind() {
+        StepKind::Http(_) => "http",
+        StepKind::Tool(_) => "tool",
+        StepKind::Job(_) => "job",
+        StepKind::Input(_) => "input",
+        StepKind::Sample(_) => "sample",
+        StepKind::Delay(_) => "delay",
+        StepKind::Fail(_) => "fail",
+        StepKind::Workflow(_) => "workflow",
+        StepKind::None => "none",
+    }
+}
+
+/// The shape of a Workflow's steps, for drawing: each step with its kind, what it waits for
+/// (its `dependsOn`, else the step listed before it, as the engine reads it), whether it runs
+/// per item or only `when` something holds, and the Workflow a `workflow` step starts.
+/// `finally` steps wait, besides their own, for every main step to end.
+pub(super) fn graph(spec: &WorkflowSpec) -> Value {
+    let nodes = |list: &[Step], finally: bool| -> Vec<Value> {
+        (0..list.len())
+            .map(|i| {
+                let s = &list[i];
+                json!({
+                    "name": s.name,
+                    "kind": kind_name(s),
+                    "finally": finally,
+                    "dependsOn": dependencies(list, i),
+                    "forEach": s.for_each.is_some(),
+                    "when": s.when.is_some(),
+                    "retries": s.retry.as_ref().and_then(|r| r.limit.clone()),
+                    "workflow": match s.kind() {
+                        StepKind::Workflow(w) => Some(w.name.clone()),
+                        _ => None,
+                    },
+                })
+            })
+            .collect()
+    };
+    let mut all = nodes(&spec.steps, false);
+    all.extend(nodes(&spec.finally, true));
+    json!({ "steps": all })
+}
+
+/// The Run whose `workflow` step started this one, by name (its label).
+fn parent(run: &Run) -> Option<Value> {
+    let name = run.metadata.labels.as_ref()?.get(labels::PARENT)?;
+    Some(json!({ "taskId": name }))
 }
 
 /// A page of Run summaries as text: one line each (task id, phase, status message).
@@ -119,7 +174,7 @@ pub(super) fn page_text(page: &[Value]) -> String {
 /// The fields of [`full`] an approver reads: what `tasks/get` shows her (status, the open
 /// questions, the result) and where the Run stands, but not the caller's arguments, the steps'
 /// outputs, other people's answers, notes or Events, which are the requester's business.
-const APPROVER_FIELDS: [&str; 16] = [
+const APPROVER_FIELDS: [&str; 17] = [
     "taskId",
     "namespace",
     "workflow",
@@ -133,19 +188,21 @@ const APPROVER_FIELDS: [&str; 16] = [
     "finishedAt",
     "deadline",
     "plannedSteps",
+    "graph",
     "questions",
     "result",
     "error",
 ];
 
 /// What of a step's record an approver sees: which step, how far, since when.
-const APPROVER_STEP_FIELDS: [&str; 6] = [
+const APPROVER_STEP_FIELDS: [&str; 7] = [
     "name",
     "finally",
     "phase",
     "attempt",
     "startedAt",
     "finishedAt",
+    "wakeAt",
 ];
 
 /// [`full`] narrowed for a caller who reads the Run only as one of its approvers (named by an

@@ -310,9 +310,53 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("asks nothing now"), "{err}");
 
-    let mut cancel = client_cmd(&dir, &p);
-    cancel.args(["tasks", "cancel", &nap]);
-    assert_eq!(run_with_stdin(cancel, "").await.0, 0);
+    // The list shows both tasks, with the console's filters.
+    let list = |args: &[&str]| {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["tasks", "list"]).args(args);
+        run_with_stdin(cmd, "")
+    };
+    let (code, out, err) = list(&[]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("TASK") && lines[0].contains("REQUESTED BY"), "{out}");
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[1].starts_with(&nap) && lines[2].starts_with(&approve), "newest first: {out}");
+    let (_, out, _) = list(&["--oldest", "--limit", "1"]).await;
+    assert!(out.lines().nth(1).unwrap().starts_with(&approve), "{out}");
+    let (_, out, _) = list(&["--phase", "Succeeded", "--json"]).await;
+    let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(runs[0]["taskId"], approve.as_str());
+    let (code, out, err) = list(&["--since", "1h", "-l", "runway.dev/workflow=nap"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (code, out, err) = list(&["--until", "2h"]).await;
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    assert!(err.contains("no tasks"), "{err}");
+    let (code, _, err) = list(&["--since", "last week"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("--since") && err.contains("RFC 3339"), "{err}");
+    let (code, _, err) = list(&["-l", "a b"]).await;
+    assert_eq!(code, 2);
+    assert!(err.contains("labels"), "{err}");
+
+    // Cancel says what it did: requested for a running task, nothing for an ended one.
+    let cancel = |id: &str| {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["tasks", "cancel", id]);
+        run_with_stdin(cmd, "")
+    };
+    let (code, _, err) = cancel(&nap).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("cancel of task {nap} requested (it was working)"))
+            || err.contains(&format!("task {nap} cancelled (it was working")),
+        "{err}"
+    );
+    let (code, _, err) = cancel(&approve).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("had already ended (completed); nothing to cancel"), "{err}");
     let mut watch = client_cmd(&dir, &p);
     watch.args(["tasks", "watch", &nap]);
     let (code, out, _) = run_with_stdin(watch, "").await;

@@ -8,6 +8,7 @@ mod support;
 
 mod cli;
 mod concurrency;
+mod console_tools;
 mod controller;
 mod crash;
 mod crash_retry;

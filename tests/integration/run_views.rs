@@ -149,8 +149,8 @@ async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
     assert_eq!(order, newest_first);
 
     for (args, says) in [
-        (json!({"limit": 0}), "limit must be 1 to 100"),
-        (json!({"limit": 101}), "limit must be 1 to 100"),
+        (json!({"limit": 0}), "limit: must be 1 to 100"),
+        (json!({"limit": 101}), "limit: must be 1 to 100"),
         (json!({"cursor": "not-a-cursor"}), "invalid cursor"),
         (json!({"phase": "Asleep"}), "unknown variant"),
         (json!({"owner": "me"}), "unknown field"),
@@ -425,11 +425,17 @@ async fn mcp_apps_clients_get_the_view_and_the_app_tools_others_plain_tools() {
         let name = t["name"].as_str().unwrap();
         assert_eq!(
             app_only,
-            ["runway_get_run", "runway_answer_run", "runway_cancel_run"].contains(&name),
+            [
+                "runway_get_run",
+                "runway_answer_run",
+                "runway_cancel_run",
+                "runway_list_workflows"
+            ]
+            .contains(&name),
             "{name}"
         );
     }
-    assert_eq!(tools.len(), WORKFLOW_TOOLS + 1 + 3);
+    assert_eq!(tools.len(), WORKFLOW_TOOLS + 1 + 4);
 
     let plain = alice.rpc("tools/list", None, json!({})).await;
     let plain = plain.result()["tools"].as_array().unwrap().clone();

@@ -277,3 +277,31 @@ pub async fn wait_for_in(
         }
     }
 }
+
+/// Wait until some Run of namespace `ns` satisfies `pred` (one there already, or one the
+/// store's watch brings).
+pub async fn wait_for_any(
+    store: &SqliteStore,
+    ns: &str,
+    what: &str,
+    pred: impl Fn(&Run) -> bool,
+) -> Run {
+    let rv = store.resource_version().await.unwrap();
+    let mut watch = store.watch(Some(rv));
+    let check = async {
+        let now = store.list(Some(ns), &Default::default()).await.unwrap();
+        if let Some(r) = now.iter().find(|r| pred(r)) {
+            return (**r).clone();
+        }
+        while let Some(ev) = watch.next().await {
+            let r = ev.unwrap().run().clone();
+            if r.metadata.namespace.as_deref() == Some(ns) && pred(&r) {
+                return r;
+            }
+        }
+        panic!("watch ended")
+    };
+    tokio::time::timeout(PATIENCE, check)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what} in {ns}"))
+}
