@@ -2,7 +2,7 @@
 // with the Workflows and tokens of this directory. Screenshots go to target/console/.
 //
 // People: alice (dev) requests releases, olga (ops) approves them, mallory (dev) may read Runs
-// in team-a but requested none and is asked nothing.
+// in team-a but requested none and is asked nothing, sam (sre) may list every Run.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
@@ -27,6 +27,7 @@ const TOKENS = {
   alice: "alice-token-0123456789abcdef",
   olga: "olga-token-0123456789abcdef",
   mallory: "mallory-token-0123456789abcdef",
+  sam: "sam-token-0123456789abcdef",
 };
 const TASKS = { extensions: { "io.modelcontextprotocol/tasks": {} } };
 const UI = {
@@ -217,9 +218,18 @@ try {
     const page = await signedIn("alice");
     await page.locator(`tr[data-task="${release}"]`).waitFor({ timeout: WAIT });
     await page.locator(`tr[data-task="${soak}"] a`).click();
+    // Cancel asks first: backing out changes nothing.
     await page.locator(".run-head .cancel").click();
+    await page.locator("dialog.confirm .back").click();
+    await page.locator("dialog.confirm").waitFor({ state: "detached", timeout: WAIT });
+    assert.equal((await task("alice", soak)).status, "working");
+    await page.locator(".run-head .cancel").click();
+    await page.fill("#dialog-reason", "soak no longer needed");
+    await shot(page, "4-cancel-asks-for-a-reason");
+    await page.locator("dialog.confirm .confirm-go").click();
     await page.locator('.run-head .phase[data-phase="Cancelled"]').waitFor({ timeout: WAIT });
     await page.locator(".cancelled-by:has-text('alice')").waitFor({ timeout: WAIT });
+    await page.locator(".cancelled-by:has-text('soak no longer needed')").waitFor({ timeout: WAIT });
     await shot(page, "4-run-cancelled");
     assert.equal((await task("alice", soak)).status, "cancelled");
     // Filters: only the Runs waiting for her answer (none), then only the cancelled ones.
@@ -252,13 +262,14 @@ try {
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
     assert.equal(apps.getToolUiResourceUri(byName.release), "ui://runway/run");
     assert.equal(apps.getToolUiResourceUri(byName.runway_list_runs), "ui://runway/run");
-    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run"]) {
+    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run", "runway_list_workflows"]) {
       assert.ok(apps.isToolVisibilityAppOnly(byName[name]), name);
       apps.McpUiToolMetaSchema.parse(byName[name]._meta.ui);
     }
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
-    assert.deepEqual(plain.map((t) => t.name).sort(), ["announce", "release", "rollout", "runway_list_runs", "soak"]);
+    assert.deepEqual(plain.map((t) => t.name).sort(),
+      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "soak"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -305,6 +316,7 @@ try {
     const other = await call("alice", "soak", {}, UI);
     const second = await host("alice", {}, other);
     await second.view.locator(".run-head .cancel").click();
+    await second.view.locator("dialog.confirm .confirm-go").click();
     await second.view.locator('.run-head .phase[data-phase="Cancelled"]').waitFor({ timeout: WAIT });
     assert.equal((await task("alice", other.taskId)).status, "cancelled");
     await checkBridge(second.page);
@@ -341,22 +353,198 @@ try {
     await page.goto(`${base}/ui/#/ns/team-a/run/${parent}`);
     await page.locator('tr.item[data-step="regions[2]"] .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
     await page.locator('tr[data-step="regions"] .tag:text("3 items")').waitFor({ timeout: WAIT });
-    await page.locator(`tr[data-step="announce"] code:text("${child}")`).waitFor({ timeout: WAIT });
+    await page.locator(`tr[data-step="announce"] a.run-link:text("${child}")`).waitFor({ timeout: WAIT });
     await page.locator(`.status-message:has-text("(child run ${child})")`).waitFor({ timeout: WAIT });
     const order = await page.locator("tr[data-step]").evaluateAll((rows) => rows.map((r) => r.dataset.step));
     assert.deepEqual(order, ["regions", "regions[0]", "regions[1]", "regions[2]", "announce"]);
+    // The graph: both steps start at once (no arrow between them), the items counted on
+    // their node, and the child's node one click from the child.
+    const regions = page.locator('svg.graph .node[data-step="regions"]');
+    await regions.locator("text.sub:has-text('3/3 items')").waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("svg.graph path.edge").count(), 0);
+    assert.equal(await page.locator('svg.graph .node[data-step="announce"]').getAttribute("data-phase"), "Running");
+    assert.equal(await page.locator('svg.timeline .row[data-step="regions[2]"] rect.bar.phase-succeeded').count(), 1);
     await shot(page, "9-items-and-child");
-    // The child asks its requester, who answers on the child's page.
-    await page.goto(`${base}/ui/#/ns/team-a/run/${child}`);
+    // The child asks its requester, who answers on the child's page, reached from the graph;
+    // its page links back to the parent.
+    await page.locator('svg.graph .node[data-step="announce"]').click();
+    await page.waitForURL(`**/run/${child}`, { timeout: WAIT });
+    await page.locator(`.facts .parent a.run-link:text("${parent}")`).waitFor({ timeout: WAIT });
     const form = page.locator('form.answer[data-key="confirm.ok"]');
     await form.waitFor({ timeout: WAIT });
     await form.locator('input[type="checkbox"]').check();
     await form.locator("button.submit").click();
     await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
-    await page.goto(`${base}/ui/#/ns/team-a/run/${parent}`);
+    await page.locator(`.facts .parent a.run-link:text("${parent}")`).click();
     await page.locator("section.result pre:text('3 regions; rolled out')").waitFor({ timeout: WAIT });
+    await page.locator(`.facts .children a.run-link:text("${child}")`).waitFor({ timeout: WAIT });
     await shot(page, "10-parent-completed");
     assert.equal((await task("alice", parent)).result.content[0].text, "3 regions; rolled out");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+  await test("a retried step shows its attempts, its wait and when it runs next", async () => {
+    const report = (await call("alice", "nightly-report", { day: "2026-12-02" })).taskId;
+    const page = await signedIn("alice");
+    await page.goto(`${base}/ui/#/ns/team-a/run/${report}`);
+    await page.locator('tr[data-step="fetch"] .next-attempt:has-text("next attempt")').waitFor({ timeout: WAIT });
+    await page.locator('tr[data-step="fetch"] .next-attempt .rel:text-matches("in \\d+ s|a moment")').waitFor({ timeout: WAIT });
+    await page.locator('svg.timeline .row[data-step="fetch"] rect.bar.wait').waitFor({ timeout: WAIT });
+    await page.locator('svg.graph .node[data-step="fetch"][data-phase="Retrying"]').waitFor({ timeout: WAIT });
+    await shot(page, "11-retry-waits-on-the-timeline");
+    await page.locator('.run-head .phase[data-phase="Failed"]').waitFor({ timeout: 30_000 });
+    // Two failed attempts and the last one, each its own bar; the step after never ran.
+    const bars = page.locator('svg.timeline .row[data-step="fetch"] rect.bar');
+    await page.waitForFunction(() => document.querySelectorAll('svg.timeline .row[data-step="fetch"] rect.bar.failed').length === 2, null, { timeout: WAIT });
+    assert.equal(await bars.count(), 3);
+    assert.equal(await page.locator('svg.graph .node[data-step="write"]').getAttribute("data-phase"), "");
+    await shot(page, "12-failed-after-retries");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  await test("the list keeps its columns in view, filters by requester, time and label, and sorts", async () => {
+    const page = await signedIn("sam");
+    // sam sees every Run: alice's and the heartbeat's.
+    await page.locator('#runs tr[data-task^="heartbeat-"]').first().waitFor({ timeout: WAIT });
+    await page.locator('#runs tr[data-task^="release-"]').first().waitFor({ timeout: WAIT });
+    const fits = await page.evaluate(() => {
+      const list = document.querySelector("#runs");
+      const box = list.getBoundingClientRect();
+      return [...list.querySelectorAll("tbody tr")].every((tr) => {
+        const id = tr.querySelector(".col-taskId a").getBoundingClientRect();
+        const created = tr.querySelector(".col-createdAt").getBoundingClientRect();
+        return id.height < 20 && created.right <= box.right + 1;
+      });
+    });
+    assert.ok(fits, "ids on one line, Created in view");
+    await shot(page, "13-list");
+
+    await page.fill("#filter-requested-by", "alice");
+    await page.locator("#filter-requested-by").dispatchEvent("change");
+    await page.locator('#runs tr[data-task^="heartbeat-"]').first().waitFor({ state: "detached", timeout: WAIT });
+    const by = await page.locator("#runs tbody .col-requestedBy").allTextContents();
+    assert.ok(by.length > 0 && by.every((u) => u === "alice"), by.join());
+    await page.click(".clear-filters");
+    await page.fill("#filter-labels", "runway.dev/schedule=every-3s");
+    await page.locator("#filter-labels").dispatchEvent("change");
+    await page.locator('#runs tr[data-task^="release-"]').first().waitFor({ state: "detached", timeout: WAIT });
+    const wfs = await page.locator("#runs tbody .col-workflow").allTextContents();
+    assert.ok(wfs.length > 0 && wfs.every((w) => w === "heartbeat"), wfs.join());
+    await page.fill("#filter-labels", "team=pay ments");
+    await page.locator("#filter-labels").dispatchEvent("change");
+    await page.locator(".filter-error:has-text('labels')").waitFor({ timeout: WAIT });
+    await page.click(".clear-filters");
+    const later = new Date(Date.now() + 3600_000);
+    const local = new Date(later.getTime() - later.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+    await page.fill("#filter-since", local);
+    await page.locator("#filter-since").dispatchEvent("change");
+    await page.locator("#runs .empty").waitFor({ timeout: WAIT });
+    await page.click(".clear-filters");
+
+    // Sorting: by Workflow within the page, and oldest first through the Created column.
+    await page.locator("#runs tbody tr").first().waitFor({ timeout: WAIT });
+    await page.click('button.sort[data-sort="workflow"]');
+    await page.locator('th.col-workflow[aria-sort="ascending"]').waitFor({ timeout: WAIT });
+    const names = await page.locator("#runs tbody .col-workflow").allTextContents();
+    assert.deepEqual(names, [...names].sort());
+    await page.click('button.sort[data-sort="createdAt"]');
+    await page.locator('th.col-createdAt[aria-sort="ascending"]').waitFor({ timeout: WAIT });
+    const first = await page.locator("#runs tbody tr").first().getAttribute("data-task");
+    const oldest = (await call("sam", "runway_list_runs", { order: "oldest", limit: 1 })).structuredContent.runs[0].taskId;
+    assert.equal(first, oldest);
+    await shot(page, "14-list-oldest-first");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  await test("Workflows are listed with their Ready condition and started from their form", async () => {
+    const page = await signedIn("sam");
+    await page.click(".tabs a:text('Workflows')");
+    await page.locator('table.workflows tr[data-workflow="broken-form"] [data-ready="False"]').waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("table.workflows tbody tr").count(), 7);
+    await page.click('tr[data-workflow="broken-form"] a');
+    await page.locator(".ready-message:has-text('InvalidSchema')").waitFor({ timeout: WAIT });
+    assert.ok(await page.locator("button.start").isDisabled());
+    await page.locator(".why:has-text('is not of type string')").waitFor({ timeout: WAIT });
+
+    await page.click('tr[data-workflow="nightly-report"] a');
+    const form = page.locator("form.start");
+    await form.locator("button.start").click();
+    await form.locator(".error:text('day: required')").waitFor({ timeout: WAIT });
+    await form.locator('input[type="date"]').fill("2026-12-02");
+    await form.locator("textarea.json").fill("[not json");
+    await form.locator("button.start").click();
+    await form.locator(".error:has-text('teams: not JSON')").waitFor({ timeout: WAIT });
+    await form.locator("textarea.json").fill('["payments", "search"]');
+    await shot(page, "15-start-form");
+    await form.locator("button.start").click();
+    await page.waitForURL(/\/run\/nightly-report-/, { timeout: WAIT });
+    await page.locator("pre.arguments:has-text('search')").waitFor({ timeout: WAIT });
+    const started = decodeURIComponent(page.url().split("/run/")[1]);
+    const t = await task("sam", started);
+    assert.ok(["working", "failed"].includes(t.status), t.status);
+    const cancelled = await mcp("sam", "tasks/cancel", { taskId: started }, started);
+    assert.ok(cancelled.result, JSON.stringify(cancelled));
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  await test("schedules show their next and last time and their Runs, and run now on request", async () => {
+    const page = await signedIn("sam");
+    await page.goto(`${base}/ui/#/ns/team-a/workflows/heartbeat`);
+    const row = page.locator('tr[data-schedule="every-3s"]');
+    await row.locator(".made a.run-link").first().waitFor({ timeout: WAIT });
+    await row.locator(".next .rel:text-matches('in \\d+ s|a moment|just now')").waitFor({ timeout: WAIT });
+    await row.locator(".last time").waitFor({ timeout: WAIT });
+    await row.locator(".phase:text('Active')").waitFor({ timeout: WAIT });
+    await shot(page, "16-schedules");
+    await row.locator("button.run-now").click();
+    await page.locator("dialog.confirm pre:has-text('\"target\": \"api\"')").waitFor({ timeout: WAIT });
+    await page.locator("dialog.confirm .confirm-go").click();
+    await page.waitForURL(/\/run\/heartbeat-/, { timeout: WAIT });
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.locator(".facts dd:text('sam')").waitFor({ timeout: WAIT });
+
+    await page.goto(`${base}/ui/#/ns/team-a/workflows/nightly-report`);
+    const nightly = page.locator('tr[data-schedule="nightly"]');
+    await nightly.locator(".phase:text('Paused')").waitFor({ timeout: WAIT });
+    assert.equal((await nightly.locator(".next").textContent()).trim(), "—");
+    await nightly.locator("button.pause").click();
+    await page.locator("dialog.confirm pre.command:has-text('/spec/schedules/0/suspend')").waitFor({ timeout: WAIT });
+    assert.match(await page.locator("dialog.confirm pre.command").textContent(),
+      /^kubectl -n team-a patch workflow nightly-report --type=json -p '.*"value":false.*'$/);
+    await shot(page, "17-resume-schedule");
+    await page.locator("dialog.confirm .back").click();
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
+  await test("a server that cannot be reached shows a banner, keeps the page and recovers", async () => {
+    const page = await signedIn("alice");
+    await page.locator("#runs tbody tr").first().waitFor({ timeout: WAIT });
+    const rows = await page.locator("#runs tbody tr").count();
+    await page.route("**/namespaces/**", (route) => route.abort("connectionrefused"));
+    await page.locator("#offline:has-text('cannot be reached')").waitFor({ timeout: WAIT });
+    assert.equal(await page.locator("#runs tbody tr").count(), rows, "what was shown stays");
+    assert.equal(await page.locator("text=Failed to fetch").count(), 0);
+    await shot(page, "18-server-down");
+    await page.unroute("**/namespaces/**");
+    await page.click("#offline button.retry");
+    await page.locator("#offline").waitFor({ state: "hidden", timeout: WAIT });
+    await page.context().close();
+  });
+
+  await test("the MCP Apps view draws the same graph and timeline", async () => {
+    const result = await call("alice", "rollout", {}, UI);
+    const { page, view } = await host("alice", {}, result);
+    await view.locator('svg.graph .node[data-step="regions"]').waitFor({ timeout: WAIT });
+    await view.locator('svg.timeline .row[data-step="regions"]').waitFor({ timeout: WAIT });
+    // The child's node opens the child in place.
+    await view.locator('svg.graph .node.link[data-step="announce"]').click();
+    await view.locator('.facts .parent a.run-link').waitFor({ timeout: WAIT });
+    await shot(page, "19-view-child-with-parent-link");
+    await checkBridge(page);
     assert.deepEqual(page.errors, []);
     await page.context().close();
   });

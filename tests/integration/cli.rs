@@ -319,9 +319,15 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
     let (code, out, err) = list(&[]).await;
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("TASK") && lines[0].contains("REQUESTED BY"), "{out}");
+    assert!(
+        lines[0].starts_with("TASK") && lines[0].contains("REQUESTED BY"),
+        "{out}"
+    );
     assert_eq!(lines.len(), 3, "{out}");
-    assert!(lines[1].starts_with(&nap) && lines[2].starts_with(&approve), "newest first: {out}");
+    assert!(
+        lines[1].starts_with(&nap) && lines[2].starts_with(&approve),
+        "newest first: {out}"
+    );
     let (_, out, _) = list(&["--oldest", "--limit", "1"]).await;
     assert!(out.lines().nth(1).unwrap().starts_with(&approve), "{out}");
     let (_, out, _) = list(&["--phase", "Succeeded", "--json"]).await;
@@ -356,7 +362,10 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
     );
     let (code, _, err) = cancel(&approve).await;
     assert_eq!(code, 3, "{err}");
-    assert!(err.contains("had already ended (completed); nothing to cancel"), "{err}");
+    assert!(
+        err.contains("had already ended (completed); nothing to cancel"),
+        "{err}"
+    );
     let mut watch = client_cmd(&dir, &p);
     watch.args(["tasks", "watch", &nap]);
     let (code, out, _) = run_with_stdin(watch, "").await;

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 /// What a person types at the prompts of tools that ask questions.
-const ANSWERS: [(&str, &str); 1] = [("release-notes", "low\nlooks fine\n")];
+const ANSWERS: [(&str, &str); 1] = [("release-notes", "looks fine\nlow\n")];
 
 /// The bash block under `heading`, as (command, comment, runs in the background).
 fn demo(heading: &str) -> Vec<(Vec<String>, String, bool)> {
