@@ -305,7 +305,7 @@ impl Metrics {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    /// Count one MCP request, and observe its latency when it is served inside [`timed`].
+    /// Count one MCP request, and observe its latency when it is served inside the request timer.
     pub fn request(&self, method: &str, status: u16) {
         // Label values come from callers: only known methods and real status codes, so that no
         // caller can grow the metric without bound.
