@@ -41,64 +41,7 @@ async fn client_command(command: Command) -> ExitCode {
             Command::Check { ready, target } => {
                 client::check(&target.target()?, ready.as_deref()).await
             }
-            Command::Tasks { command } => match command {
-                TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
-                TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
-                TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
-                TasksCommand::List {
-                    workflow,
-                    phase,
-                    waiting_for_me,
-                    mine,
-                    requested_by,
-                    since,
-                    until,
-                    selector,
-                    oldest,
-                    limit,
-                    json,
-                    target,
-                } => {
-                    let filters = client::ListFilters {
-                        workflow,
-                        phase,
-                        waiting_for_me,
-                        mine,
-                        requested_by,
-                        since,
-                        until,
-                        labels: selector,
-                        oldest,
-                        limit,
-                        json,
-                    };
-                    client::list(&target.target()?, &filters).await
-                }
-                TasksCommand::Answer {
-                    id,
-                    key,
-                    accept,
-                    decline,
-                    cancel,
-                    target,
-                } => {
-                    let response = match (accept, decline, cancel) {
-                        (Some(json), _, _) => {
-                            let content: serde_json::Value = serde_json::from_str(&json)
-                                .map_err(|e| ClientError::Usage(format!("--accept: {e}")))?;
-                            serde_json::json!({"action": "accept", "content": content})
-                        }
-                        (None, true, _) => serde_json::json!({"action": "decline"}),
-                        (None, false, true) => serde_json::json!({"action": "cancel"}),
-                        _ => {
-                            return Err(ClientError::Usage(
-                                "one of --accept, --decline, --cancel is required".into(),
-                            ));
-                        }
-                    };
-                    client::answer(&target.target()?, &id, &key, response).await
-                }
-            },
+            Command::Tasks { command } => tasks_command(command).await,
             _ => unreachable!("only client commands reach here"),
         }
     }
@@ -116,6 +59,69 @@ async fn client_command(command: Command) -> ExitCode {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     std::process::exit(i32::from(code))
+}
+
+/// `runway tasks …`.
+async fn tasks_command(command: TasksCommand) -> Result<u8, runway::client::ClientError> {
+    use runway::client::{self, ClientError};
+    match command {
+        TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
+        TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
+        TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
+        TasksCommand::List {
+            workflow,
+            phase,
+            waiting_for_me,
+            mine,
+            requested_by,
+            since,
+            until,
+            selector,
+            oldest,
+            limit,
+            json,
+            target,
+        } => {
+            let filters = client::ListFilters {
+                workflow,
+                phase,
+                waiting_for_me,
+                mine,
+                requested_by,
+                since,
+                until,
+                labels: selector,
+                oldest,
+                limit,
+                json,
+            };
+            client::list(&target.target()?, &filters).await
+        }
+        TasksCommand::Answer {
+            id,
+            key,
+            accept,
+            decline,
+            cancel,
+            target,
+        } => {
+            let response = match (accept, decline, cancel) {
+                (Some(json), _, _) => {
+                    let content: serde_json::Value = serde_json::from_str(&json)
+                        .map_err(|e| ClientError::Usage(format!("--accept: {e}")))?;
+                    serde_json::json!({"action": "accept", "content": content})
+                }
+                (None, true, _) => serde_json::json!({"action": "decline"}),
+                (None, false, true) => serde_json::json!({"action": "cancel"}),
+                _ => {
+                    return Err(ClientError::Usage(
+                        "one of --accept, --decline, --cancel is required".into(),
+                    ));
+                }
+            };
+            client::answer(&target.target()?, &id, &key, response).await
+        }
+    }
 }
 
 /// `runway workflows`: the manifest directory as the embedded server sees it.

@@ -3,6 +3,7 @@
 //! It is the only writer of Run status.
 
 mod config;
+mod failing;
 pub mod history;
 mod inflight;
 pub mod queue;
@@ -569,50 +570,5 @@ impl Controller {
                 Wrote::Gone | Wrote::Refused | Wrote::Later => return false,
             }
         }
-    }
-
-    /// Fail the Run whose status the store refused (a write retried forever would never be
-    /// accepted either).
-    async fn fail_refused(&self, k: &Key, why: &str) {
-        tracing::error!(namespace = %k.namespace, run = %k.name, error = %why, "the store refused the run's status; failing the run");
-        self.fail_internal(
-            k,
-            format!("the store refused the run's status: {why}"),
-            ErrorKind::Refused,
-        )
-        .await;
-    }
-
-    /// Fail the Run whose reconcile panicked. A Run that is already finished is left alone.
-    async fn fail_after_panic(&self, k: &Key, why: String) {
-        tracing::error!(namespace = %k.namespace, run = %k.name, panic = %why, "reconcile panicked; failing the run");
-        self.inflight.forget(k);
-        self.outcomes.lock().expect("outcomes lock").remove(k);
-        self.fail_internal(k, why, ErrorKind::Panic).await;
-    }
-
-    async fn fail_internal(&self, k: &Key, why: String, kind: ErrorKind) {
-        self.config.metrics.reconcile_error(kind);
-        for _ in 0..MAX_CYCLES {
-            let run = match self.store.get(&k.namespace, &k.name).await {
-                Ok(Some(run)) if !run.phase().is_terminal() => run,
-                Ok(_) => return,
-                Err(e) => return self.retry_later(k, e),
-            };
-            let status = engine::fail_internal(&run, &why, Timestamp::now());
-            match self
-                .write_status(k, &run, status, &[], OnRefusal::GiveUp)
-                .await
-            {
-                Wrote::Conflict => continue,
-                Wrote::Run(_) | Wrote::Gone | Wrote::Refused | Wrote::Later => return,
-            }
-        }
-    }
-
-    fn retry_later(&self, k: &Key, e: StoreError) {
-        self.config.metrics.reconcile_error(ErrorKind::Store);
-        tracing::error!(namespace = %k.namespace, run = %k.name, error = %e, "store error; will retry");
-        self.queue.add_at(k.clone(), Instant::now() + STORE_RETRY);
     }
 }

@@ -7,6 +7,7 @@ pub mod events;
 mod fill;
 pub mod identities;
 pub mod kube;
+mod manifest_files;
 pub mod manifests;
 pub mod sqlite;
 

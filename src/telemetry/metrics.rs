@@ -119,6 +119,53 @@ struct Inner {
     shards_held: Gauge,
 }
 
+impl Inner {
+    /// Counters and histograms of known labels exist from the start, at zero, so that a rate
+    /// over them is defined before the first error or attempt.
+    fn preset(&self) {
+        for kind in [ErrorKind::Store, ErrorKind::Refused, ErrorKind::Panic] {
+            let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
+                kind: kind.as_str(),
+            });
+        }
+        for kind in STEP_KINDS {
+            let _ = self.steps.get_or_create(&StepLabels {
+                kind: (*kind).to_owned(),
+            });
+        }
+    }
+}
+
+/// Buckets of step attempt durations: 5 ms to about 3 minutes.
+fn step_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 16))
+}
+
+/// Buckets of request latencies: 0.5 ms to about 65 s.
+fn request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+/// What `runway_build_info` is.
+const BUILD_HELP: &str = "The version and git commit of this build (always 1)";
+
+/// The build's version and commit, as an info metric.
+fn build_info() -> prometheus_client::metrics::info::Info<[(&'static str, &'static str); 2]> {
+    prometheus_client::metrics::info::Info::new([
+        ("version", crate::VERSION),
+        ("commit", crate::COMMIT),
+    ])
+}
+
+/// Register `metric` in `r` and keep a handle to it.
+fn registered<M>(r: &mut Registry, name: &str, help: &str, metric: M) -> M
+where
+    M: prometheus_client::registry::Metric + Clone,
+{
+    r.register(name, help, metric.clone());
+    metric
+}
+
 tokio::task_local! {
     /// When the request being served arrived: [`Metrics::request`] observes its latency.
     static REQUEST_STARTED: Instant;
@@ -173,113 +220,81 @@ pub(crate) const KNOWN_METHODS: &[&str] = &[
 impl Metrics {
     /// A fresh registry with every Runway metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix(PREFIX);
-        let runs = Family::<PhaseLabels, Gauge>::default();
-        registry.register("runs", "Runs by phase", runs.clone());
-        let steps = Family::<StepLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.005, 2.0, 16))
-        });
-        registry.register(
-            "step_duration_seconds",
-            "Duration of step attempts by kind",
-            steps.clone(),
-        );
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "mcp_requests",
-            "MCP requests by method and HTTP status",
-            requests.clone(),
-        );
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Errors while reconciling Runs, by kind (store, refused, panic)",
-            reconcile_errors.clone(),
-        );
-        let queue_depth = Gauge::default();
-        registry.register(
-            "queue_depth",
-            "Run keys waiting in the controller queue",
-            queue_depth.clone(),
-        );
-        registry.register(
-            "build",
-            "The version and git commit of this build (always 1)",
-            prometheus_client::metrics::info::Info::new([
-                ("version", crate::VERSION),
-                ("commit", crate::COMMIT),
-            ]),
-        );
-        let auth_cache = Family::<CacheLabels, Counter>::default();
-        registry.register(
-            "auth_cache_requests",
-            "Authentication and authorization cache lookups",
-            auth_cache.clone(),
-        );
-        let request_seconds = Family::<MethodLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
-        });
-        registry.register(
-            "mcp_request_duration_seconds",
-            "Time from an MCP request's arrival to its response's headers (a held call: to its end), by method",
-            request_seconds.clone(),
-        );
-        let finished = Family::<FinishedLabels, Counter>::default();
-        registry.register(
-            "runs_finished",
-            "Runs that ended, by namespace, Workflow and how they ended",
-            finished.clone(),
-        );
-        let queue_wait = Histogram::new(exponential_buckets(0.01, 2.0, 20));
-        registry.register(
-            "run_start_delay_seconds",
-            "Time from a Run's request to its start (queued behind a concurrency limit, or waiting for a worker)",
-            queue_wait.clone(),
-        );
-        let shards = Gauge::default();
-        registry.register(
-            "shards",
-            "Shards the Runs are split into (one Lease each)",
-            shards.clone(),
-        );
-        let shards_held = Gauge::default();
-        registry.register(
-            "shards_held",
-            "Shards whose Runs this replica drives now (the Leases it holds)",
-            shards_held.clone(),
-        );
-        // Counters and histograms of known labels exist from the start, at zero, so that a
-        // rate over them is defined before the first error or attempt.
-        for kind in [ErrorKind::Store, ErrorKind::Refused, ErrorKind::Panic] {
-            let _ = reconcile_errors.get_or_create(&ErrorLabels {
-                kind: kind.as_str(),
-            });
-        }
-        for kind in STEP_KINDS {
-            let _ = steps.get_or_create(&StepLabels {
-                kind: (*kind).to_owned(),
-            });
-        }
+        let mut r = Registry::with_prefix(PREFIX);
+        r.register("build", BUILD_HELP, build_info());
+        let inner = Inner {
+            runs: registered(&mut r, "runs", "Runs by phase", Family::default()),
+            steps: registered(
+                &mut r,
+                "step_duration_seconds",
+                "Duration of step attempts by kind",
+                Family::new_with_constructor(step_histogram),
+            ),
+            requests: registered(
+                &mut r,
+                "mcp_requests",
+                "MCP requests by method and HTTP status",
+                Family::default(),
+            ),
+            ok_requests: KNOWN_METHODS.iter().map(|_| Default::default()).collect(),
+            reconcile_errors: registered(
+                &mut r,
+                "reconcile_errors",
+                "Errors while reconciling Runs, by kind (store, refused, panic)",
+                Family::default(),
+            ),
+            queue_depth: registered(
+                &mut r,
+                "queue_depth",
+                "Run keys waiting in the controller queue",
+                Gauge::default(),
+            ),
+            auth_cache: registered(
+                &mut r,
+                "auth_cache_requests",
+                "Authentication and authorization cache lookups",
+                Family::default(),
+            ),
+            auth_cache_counters: Default::default(),
+            request_seconds: registered(
+                &mut r,
+                "mcp_request_duration_seconds",
+                "Time from an MCP request's arrival to its response's headers (a held call: to its end), by method",
+                Family::new_with_constructor(request_histogram),
+            ),
+            request_seconds_of: (0..=KNOWN_METHODS.len())
+                .map(|_| Default::default())
+                .collect(),
+            finished: registered(
+                &mut r,
+                "runs_finished",
+                "Runs that ended, by namespace, Workflow and how they ended",
+                Family::default(),
+            ),
+            queue_wait: registered(
+                &mut r,
+                "run_start_delay_seconds",
+                "Time from a Run's request to its start (queued behind a concurrency limit, or waiting for a worker)",
+                Histogram::new(exponential_buckets(0.01, 2.0, 20)),
+            ),
+            shards: registered(
+                &mut r,
+                "shards",
+                "Shards the Runs are split into (one Lease each)",
+                Gauge::default(),
+            ),
+            shards_held: registered(
+                &mut r,
+                "shards_held",
+                "Shards whose Runs this replica drives now (the Leases it holds)",
+                Gauge::default(),
+            ),
+            // Last: every field above registers in it.
+            registry: Mutex::new(r),
+        };
+        inner.preset();
         Self {
-            inner: Arc::new(Inner {
-                request_seconds,
-                request_seconds_of: (0..=KNOWN_METHODS.len())
-                    .map(|_| Default::default())
-                    .collect(),
-                finished,
-                queue_wait,
-                shards,
-                shards_held,
-                registry: Mutex::new(registry),
-                runs,
-                steps,
-                requests,
-                ok_requests: KNOWN_METHODS.iter().map(|_| Default::default()).collect(),
-                reconcile_errors,
-                queue_depth,
-                auth_cache,
-                auth_cache_counters: Default::default(),
-            }),
+            inner: Arc::new(inner),
         }
     }
 

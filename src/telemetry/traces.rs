@@ -12,24 +12,22 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
-    Event, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
-    TracerProvider as _,
+    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanEvents, SpanExporter as _,
-    SpanLinks, SpanProcessor,
+    BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter as _, SpanProcessor,
 };
 use sha2::{Digest, Sha256};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::api::{Run, RunPhase, StepPhase, annotations};
+use crate::api::{Run, annotations};
 
 /// Name of the tracer and of the instrumentation scope of every span.
 const SCOPE: &str = "runway";
@@ -406,198 +404,14 @@ pub fn record_ids(span: &tracing::Span) {
     }
 }
 
-fn time(s: Option<&str>) -> Option<SystemTime> {
-    let t: jiff::Timestamp = s?.parse().ok()?;
-    Some(SystemTime::from(t))
-}
-
 /// Emit `run`'s own span, now that it has finished: from its creation to its end, with the
 /// Run's history as events and a span for each step that ran no effect of its own (input,
 /// delay, sample, fail), which no step attempt span covers.
 pub fn finish_run(run: &Run) {
     let Some(t) = TRACES.get() else { return };
-    let Some(st) = run.status.as_ref() else {
-        return;
-    };
     let (own, parent) = run_span_context(run);
-    let created = run
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|c| SystemTime::from(c.0))
-        .unwrap_or_else(SystemTime::now);
-    let ended = time(st.finished_at.as_deref()).unwrap_or_else(SystemTime::now);
-    let workflow = run.spec.workflow_ref.name.clone();
-    let mut events = vec![Event::new("created", created, vec![], 0)];
-    if let Some(at) = time(st.started_at.as_deref()) {
-        events.push(Event::new("started", at, vec![], 0));
-    }
-    for (key, answer) in &run.spec.input_responses {
-        if let Some(at) = time(answer.answered_at.as_deref()) {
-            events.push(Event::new(
-                "input answered",
-                at,
-                vec![
-                    KeyValue::new("runway.input.key", key.clone()),
-                    KeyValue::new(
-                        "runway.input.action",
-                        format!("{:?}", answer.action).to_lowercase(),
-                    ),
-                    KeyValue::new(
-                        "runway.input.answered_by",
-                        answer.answered_by.clone().unwrap_or_default(),
-                    ),
-                ],
-                0,
-            ));
-        }
-    }
-    if let Some(cancel) = &run.spec.cancel {
-        let at = time(cancel.requested_at.as_deref()).unwrap_or(ended);
-        events.push(Event::new(
-            "cancel requested",
-            at,
-            vec![KeyValue::new(
-                "runway.cancel.requested_by",
-                cancel.requested_by.clone().unwrap_or_default(),
-            )],
-            0,
-        ));
-    }
-    events.push(Event::new(
-        "finished",
-        ended,
-        vec![KeyValue::new("runway.run.phase", st.phase.as_str())],
-        0,
-    ));
-    events.sort_by_key(|e| e.timestamp);
-    let mut attributes = vec![
-        KeyValue::new(
-            "runway.run.name",
-            run.metadata.name.clone().unwrap_or_default(),
-        ),
-        KeyValue::new("runway.workflow", workflow.clone()),
-        KeyValue::new(
-            "k8s.namespace.name",
-            run.metadata.namespace.clone().unwrap_or_default(),
-        ),
-        KeyValue::new("runway.run.phase", st.phase.as_str()),
-    ];
-    if let Some(p) = &run.spec.requested_by {
-        attributes.push(KeyValue::new("runway.run.requested_by", p.username.clone()));
-    }
-    let status = match (&st.phase, &st.error) {
-        (_, Some(e)) => {
-            attributes.push(KeyValue::new(
-                "rpc.response.status_code",
-                e.code.to_string(),
-            ));
-            Status::error(e.message.clone())
-        }
-        (RunPhase::Failed, None) => Status::error(st.status_message.clone().unwrap_or_default()),
-        _ => Status::Unset,
-    };
-    let data = |context: SpanContext,
-                parent: SpanId,
-                name: String,
-                start,
-                end,
-                attributes,
-                events: Vec<Event>,
-                status| SpanData {
-        span_context: context,
-        parent_span_id: parent,
-        parent_span_is_remote: true,
-        span_kind: SpanKind::Internal,
-        name: name.into(),
-        start_time: start,
-        end_time: end,
-        attributes,
-        dropped_attributes_count: 0,
-        events: {
-            let mut all = SpanEvents::default();
-            all.events = events;
-            all
-        },
-        links: SpanLinks::default(),
-        status,
-        instrumentation_scope: t.scope.clone(),
-    };
-    let parent_id = parent.map(|p| p.span_id()).unwrap_or(SpanId::INVALID);
-    t.processor.on_end(data(
-        own.clone(),
-        parent_id,
-        format!("run {workflow}"),
-        created,
-        ended,
-        attributes,
-        events,
-        status,
-    ));
-    for step in &st.steps {
-        let waits = step.wake_at.is_some() || !step.input_keys.is_empty();
-        if !waits {
-            continue;
-        }
-        let (Some(start), Some(end)) = (
-            time(step.started_at.as_deref()),
-            time(step.finished_at.as_deref()),
-        ) else {
-            continue;
-        };
-        let mut id = [0u8; 8];
-        id.copy_from_slice(
-            &Sha256::digest(format!("{}\0{}", own.span_id(), step.name).as_bytes())[..8],
-        );
-        id[0] |= 1;
-        let context = SpanContext::new(
-            own.trace_id(),
-            SpanId::from_bytes(id),
-            own.trace_flags(),
-            false,
-            own.trace_state().clone(),
-        );
-        let mut attributes = vec![
-            KeyValue::new("runway.step.name", step.name.clone()),
-            KeyValue::new("runway.step.phase", format!("{:?}", step.phase)),
-        ];
-        let mut events = vec![];
-        for key in step.input_keys.values() {
-            if let Some(answer) = run.spec.input_responses.get(key) {
-                attributes.push(KeyValue::new(
-                    format!("runway.input.{key}.answered_by"),
-                    answer.answered_by.clone().unwrap_or_default(),
-                ));
-                if let Some(at) = time(answer.answered_at.as_deref()) {
-                    events.push(Event::new(
-                        "input answered",
-                        at,
-                        vec![
-                            KeyValue::new("runway.input.key", key.clone()),
-                            KeyValue::new(
-                                "runway.input.answered_by",
-                                answer.answered_by.clone().unwrap_or_default(),
-                            ),
-                        ],
-                        0,
-                    ));
-                }
-            }
-        }
-        let status = match step.phase {
-            StepPhase::Failed => Status::error(step.message.clone().unwrap_or_default()),
-            _ => Status::Unset,
-        };
-        t.processor.on_end(data(
-            context,
-            own.span_id(),
-            format!("step {}", step.name),
-            start,
-            end,
-            attributes,
-            events,
-            status,
-        ));
+    for span in super::run_span::spans(run, &own, parent.as_ref(), &t.scope) {
+        t.processor.on_end(span);
     }
 }
 

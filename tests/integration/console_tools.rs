@@ -366,6 +366,8 @@ async fn a_run_in_full_has_its_step_graph_and_links_parent_and_child_both_ways()
     assert_eq!(items, ["right[0]", "right[1]"]);
     assert!(full["parent"].is_null());
 
+    // The parent names its child in its status before the child is created.
+    mcp.wait(&child, "the child created", |_| true).await;
     let r = alice.call("runway_get_run", json!({"taskId": child})).await;
     let c = r.result()["structuredContent"].clone();
     assert_eq!(c["parent"]["taskId"], id.as_str());

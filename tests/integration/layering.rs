@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     ("protocol", &[]),
     ("api", &[]),
-    ("telemetry", &["api", "protocol"]),
+    ("telemetry", &["api", "engine", "protocol"]),
     ("endpoint", &["api", "store", "telemetry"]),
     ("engine", &["api", "protocol"]),
     ("auth", &["api", "telemetry"]),
     ("store", &["api", "engine"]),
     ("dial", &["protocol"]),
-    ("steps", &["api", "dial", "engine", "protocol", "store"]),
+    (
+        "steps",
+        &["api", "dial", "engine", "protocol", "store", "telemetry"],
+    ),
     (
         "controller",
         &["api", "engine", "steps", "store", "telemetry"],
