@@ -76,6 +76,9 @@ const LIST_PAGE: u64 = 20;
 /// Finished and active Runs in the memory scenario.
 const MEMORY_FINISHED: usize = 10_000;
 const MEMORY_ACTIVE: usize = 1_000;
+/// Runs stored when `runway_list_runs` is measured a second time: a page must not cost more
+/// with nine times the Runs.
+const LIST_LARGE: usize = 100_000;
 /// Upper bound of any wait for Runs to reach a state.
 const PATIENCE: Duration = Duration::from_secs(120);
 
@@ -89,6 +92,7 @@ struct Plan {
     recovery_runs: usize,
     memory_finished: usize,
     memory_active: usize,
+    list_large: usize,
     quick: bool,
 }
 
@@ -102,6 +106,7 @@ impl Plan {
             recovery_runs: RECOVERY_RUNS,
             memory_finished: MEMORY_FINISHED,
             memory_active: MEMORY_ACTIVE,
+            list_large: LIST_LARGE,
             quick: false,
         }
     }
@@ -115,6 +120,7 @@ impl Plan {
             recovery_runs: 100,
             memory_finished: 1_000,
             memory_active: 100,
+            list_large: 10_000,
             quick: true,
         }
     }
@@ -294,6 +300,10 @@ struct Memory {
     db_mib: f64,
     /// `runway_list_runs` for a page of the newest, one client, with every Run above stored.
     list: Stats,
+    /// Runs stored for the second measurement.
+    large: usize,
+    /// The same with `large` Runs stored.
+    list_large: Stats,
 }
 
 async fn bench(plan: Plan) {
@@ -830,7 +840,18 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
     let (rss, peak) = p.memory();
     let page = load::call(LIST_TOOL, json!({"limit": LIST_PAGE}));
     let op = load::listing_op(page, "runs", LIST_PAGE as usize);
-    let list = closed_loop(addr, 1, plan.warmup, plan.measure, op).await;
+    let list = closed_loop(addr, 1, plan.warmup, plan.measure, op.clone()).await;
+    let stored = finished.len() + active.len();
+    let more = create_many(
+        addr,
+        "trivial",
+        json!({}),
+        plan.list_large.saturating_sub(stored),
+        64,
+    )
+    .await;
+    await_all(addr, &more, 16, completed).await;
+    let list_large = closed_loop(addr, 1, plan.warmup, plan.measure, op).await;
     p.kill();
     let db: u64 = ["runs.db", "runs.db-wal"]
         .iter()
@@ -848,6 +869,8 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
         bytes_per_run: rss.saturating_sub(idle) as f64 / runs,
         db_mib: mib(db),
         list,
+        large: stored + more.len(),
+        list_large,
     }
 }
 
@@ -1032,7 +1055,20 @@ impl Report {
             format!("{}/s", rate(m.list.per_sec)),
             ms(m.list.p50_ms),
             ms(m.list.p99_ms),
-            format!("{} Runs stored", m.finished + m.active),
+            format!("{} Runs stored", rate((m.finished + m.active) as f64)),
+        );
+        row(
+            "runway_list_runs, newest 20",
+            "1".into(),
+            format!("{}/s", rate(m.list_large.per_sec)),
+            ms(m.list_large.p50_ms),
+            ms(m.list_large.p99_ms),
+            format!(
+                "{} Runs stored; p50 {:.2}× that with {}",
+                rate(m.large as f64),
+                ratio(m.list_large.p50_ms, m.list.p50_ms),
+                rate((m.finished + m.active) as f64)
+            ),
         );
         let mut t = String::new();
         t.push_str("| Scenario | Clients | Runway | p50 ms | p99 ms | Baseline ratio |\n");
@@ -1124,6 +1160,12 @@ impl Report {
                 ratio(self.traces.call_on.per_sec, self.traces.call_off.per_sec),
                 |v| v >= 0.9,
                 "×",
+            ),
+            target(
+                "runway_list_runs newest 20 p50 ≤ 0.5 ms at 11,000 and at 100,000 Runs",
+                self.memory.list.p50_ms.max(self.memory.list_large.p50_ms),
+                |v| v <= 0.5 && self.memory.list.ops > 0 && self.memory.list_large.ops > 0,
+                " ms",
             ),
             target(
                 "listen notification p99 ≤ 50 ms",

@@ -4,6 +4,7 @@
 //! `tasks/*` method asks (RBAC verb and owner rule) and answers nothing more than it may.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::core::SelectorExt;
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData};
@@ -27,6 +28,7 @@ use super::views::{for_approver, full, page_text, summary};
 use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
 use crate::engine::marks::Marks;
+use crate::store::Place;
 
 /// Arguments of `runway_list_runs`.
 #[derive(Debug, Default, Deserialize)]
@@ -136,11 +138,31 @@ impl Query {
             && self.after.as_ref().is_none_or(past)
     }
 
-    /// Whether `x` comes before `y` in the order asked for.
-    fn cmp(&self, x: &Run, y: &Run) -> std::cmp::Ordering {
+    /// Where the scan starts: past the cursor, or past the end of the time range it would
+    /// meet first (`until` newest first, `since` oldest first), whichever comes later.
+    fn start(&self) -> Option<Place<'_>> {
+        // No Run has an empty name: (t, "") lies between the Runs created before t and those
+        // created at t, which `until` excludes and `since` includes.
+        let bound = match self.order {
+            Order::Newest => self.until.map(|t| (t, "")),
+            Order::Oldest => self.since.map(|t| (t, "")),
+        };
+        let cursor = self.after.as_ref().map(Position::place);
+        match (cursor, bound) {
+            (Some(c), Some(b)) => Some(match self.order {
+                Order::Newest => c.min(b),
+                Order::Oldest => c.max(b),
+            }),
+            (c, b) => c.or(b),
+        }
+    }
+
+    /// Whether the scan, in the order asked for, has left the time range at `r`.
+    fn past_end(&self, r: &Run) -> bool {
+        let (created, _) = place(r);
         match self.order {
-            Order::Newest => place(y).cmp(&place(x)),
-            Order::Oldest => place(x).cmp(&place(y)),
+            Order::Newest => self.since.is_some_and(|t| created < t),
+            Order::Oldest => self.until.is_some_and(|t| created >= t),
         }
     }
 }
@@ -233,37 +255,42 @@ impl RunwayMcp {
         let lax = self.state.config.task_access == TaskAccess::Namespace;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
         // By the Run's Workflow, not its label: Runs created with kubectl may carry none.
-        let runs = self
-            .state
+        let me = &t.identity.principal;
+        // Read in the order asked for, from the cursor on, until one Run past the page shows
+        // there is another page: with the store's ordered index a page costs about the page.
+        let mut found: Vec<(Arc<Run>, Vec<String>)> = Vec::with_capacity(q.limit);
+        let mut more = false;
+        let mut visit = |r: &Arc<Run>| {
+            if q.past_end(r) {
+                return false;
+            }
+            if !q.admits(r) {
+                return true;
+            }
+            let mine = is_owner(r, me);
+            let for_anyone = sees_all || mine || lax;
+            let waiting = awaiting_keys(r, me, may_answer, for_anyone).unwrap_or_default();
+            let visible = sees_all
+                || mine
+                || super::access::awaits_answer_from(r, me)
+                || super::access::answered(r, me);
+            let wanted = (!a.requested_by_me || mine) && (!a.waiting_for_me || !waiting.is_empty());
+            if !(visible && wanted) {
+                return true;
+            }
+            if found.len() == q.limit {
+                more = true;
+                return false;
+            }
+            found.push((Arc::clone(r), waiting));
+            true
+        };
+        let newest = q.order == Order::Newest;
+        self.state
             .store
-            .list(Some(&t.namespace), &BTreeMap::new())
+            .scan(&t.namespace, newest, q.start(), &mut visit)
             .await
             .map_err(internal)?;
-        let me = &t.identity.principal;
-        // Filter and order on borrowed fields; only the page's Runs are summarized.
-        let mut found: Vec<(&Run, Vec<String>)> = runs
-            .iter()
-            .map(|r| &**r)
-            .filter(|r| q.admits(r))
-            .filter_map(|r| {
-                let mine = is_owner(r, me);
-                let for_anyone = sees_all || mine || lax;
-                let waiting = awaiting_keys(r, me, may_answer, for_anyone).unwrap_or_default();
-                let visible = sees_all
-                    || mine
-                    || super::access::awaits_answer_from(r, me)
-                    || super::access::answered(r, me);
-                let wanted =
-                    (!a.requested_by_me || mine) && (!a.waiting_for_me || !waiting.is_empty());
-                (visible && wanted).then_some((r, waiting))
-            })
-            .collect();
-        let more = found.len() > q.limit;
-        if more {
-            found.select_nth_unstable_by(q.limit - 1, |x, y| q.cmp(x.0, y.0));
-            found.truncate(q.limit);
-        }
-        found.sort_by(|x, y| q.cmp(x.0, y.0));
         let next = more
             .then(|| found.last().map(|(r, _)| Position::of(r).encode()))
             .flatten();

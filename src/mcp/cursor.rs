@@ -11,13 +11,7 @@ pub(crate) struct Position {
 }
 
 /// A Run's place in the list, borrowed: newest first means the greatest of these first.
-pub(crate) fn place(run: &Run) -> (jiff::Timestamp, &str) {
-    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    (
-        created.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
-        run.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
+pub(crate) use crate::store::place;
 
 impl Position {
     /// The position of `run`.

@@ -9,6 +9,7 @@ pub mod identities;
 pub mod kube;
 mod manifest_files;
 pub mod manifests;
+mod ordered;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
@@ -65,6 +66,22 @@ impl WatchEvent {
 /// beyond what a retry loop should absorb.
 pub const MAX_CONFLICT_RETRIES: usize = 16;
 
+/// Where a Run stands in creation order: its creation time, then its name (so Runs created in
+/// the same second have one order everywhere).
+pub type Place<'a> = (jiff::Timestamp, &'a str);
+
+/// `run`'s [`Place`]; a Run not yet created sorts first.
+pub fn place(run: &Run) -> Place<'_> {
+    let created = run.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    (
+        created.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        run.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// Told each Run of a [`RunStore::scan`]; `false` ends the scan.
+pub type Visit<'a> = dyn FnMut(&std::sync::Arc<Run>) -> bool + Send + 'a;
+
 /// Runs: create, read, conditional update, status update, delete, watch.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
@@ -89,6 +106,31 @@ pub trait RunStore: Send + Sync + 'static {
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<std::sync::Arc<Run>>, StoreError>;
+    /// The Runs of `namespace` in creation order ([`Place`]), newest first when `newest`,
+    /// strictly past `after`, each told to `visit` until it says `false`. The default sorts
+    /// what [`RunStore::list`] returns; a store that keeps the order reads only the Runs
+    /// `visit` takes, so a page costs the page, not every Run of the namespace.
+    async fn scan(
+        &self,
+        namespace: &str,
+        newest: bool,
+        after: Option<Place<'_>>,
+        visit: &mut Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let mut runs = self.list(Some(namespace), &BTreeMap::new()).await?;
+        runs.retain(|r| after.is_none_or(|a| if newest { place(r) < a } else { place(r) > a }));
+        if newest {
+            runs.sort_unstable_by(|x, y| place(y).cmp(&place(x)));
+        } else {
+            runs.sort_unstable_by(|x, y| place(x).cmp(&place(y)));
+        }
+        for r in &runs {
+            if !visit(r) {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// [`RunStore::list`] as the store holds it now, reflecting every write that returned before
     /// the call on any replica (a store that serves `list` from a cache asks its source). For
     /// the rare lookup that must not miss a Run another replica created a moment ago.

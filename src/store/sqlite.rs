@@ -14,7 +14,8 @@ use rusqlite::{Connection, Transaction, params};
 use tokio::sync::{broadcast, oneshot};
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::{RunStore, StoreError, WatchEvent, labels_match};
+use super::ordered::OrderedRuns;
+use super::{Place, RunStore, StoreError, Visit, WatchEvent, labels_match};
 use crate::api::Run;
 
 /// Journal mode of the database (also used by the storage baseline of the benchmarks).
@@ -40,7 +41,7 @@ pub struct SqliteStore {
 
 struct Inner {
     ops: Mutex<mpsc::Sender<Op>>,
-    cache: RwLock<HashMap<Key, Arc<Run>>>,
+    cache: RwLock<OrderedRuns>,
     feed: Mutex<Feed>,
 }
 
@@ -281,8 +282,8 @@ fn writer(
 
 /// Every stored Run, by key. One Run that cannot be read (written by an older version, say)
 /// must not keep the server, and every other tenant's Runs, from starting: it is left out.
-fn load_runs(conn: &Connection) -> Result<HashMap<Key, Arc<Run>>, StoreError> {
-    let mut cache = HashMap::new();
+fn load_runs(conn: &Connection) -> Result<OrderedRuns, StoreError> {
+    let mut cache = OrderedRuns::default();
     let mut stmt = conn
         .prepare("SELECT namespace, name, body FROM runs")
         .map_err(backend)?;
@@ -354,10 +355,26 @@ impl RunStore for SqliteStore {
             .collect())
     }
 
+    async fn scan(
+        &self,
+        namespace: &str,
+        newest: bool,
+        after: Option<Place<'_>>,
+        visit: &mut Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let cache = self.inner.cache.read().expect("cache lock");
+        for r in cache.page(namespace, newest, after) {
+            if !visit(r) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
         let cache = self.inner.cache.read().expect("cache lock");
         let mut counts = BTreeMap::new();
-        for r in cache.values() {
+        for (_, r) in cache.iter() {
             *counts.entry(r.phase()).or_default() += 1;
         }
         Ok(counts)

@@ -148,6 +148,47 @@ async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
     newest_first.sort_by(|a, b| b.cmp(a));
     assert_eq!(order, newest_first);
 
+    // Paging while Runs are created concurrently: no Run twice, none of those that were
+    // there all along missed, and still newest first (a Run created meanwhile in the same
+    // second as the cursor may show up, as on Kubernetes, whose times have seconds).
+    let paging = async {
+        let mut seen: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut args = json!({"limit": 2});
+            if let Some(c) = &cursor {
+                args["cursor"] = json!(c);
+            }
+            let r = alice.call("runway_list_runs", args).await;
+            let sc = r.result()["structuredContent"].clone();
+            seen.extend(sc["runs"].as_array().unwrap().iter().cloned());
+            match sc["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return seen,
+            }
+        }
+    };
+    let creating = futures::future::join_all((0..4).map(|_| start(&alice, "nap")));
+    let (seen, _) = futures::join!(paging, creating);
+    let again: Vec<String> = seen
+        .iter()
+        .map(|r| r["taskId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        again.iter().collect::<BTreeSet<_>>().len(),
+        again.len(),
+        "no Run twice: {again:?}"
+    );
+    assert!(made.iter().all(|m| again.contains(m)), "{again:?}");
+    let order: Vec<(String, String)> = seen
+        .iter()
+        .map(|r| {
+            let at = r["createdAt"].as_str().unwrap().to_owned();
+            (at, r["taskId"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0].0 >= w[1].0), "{order:?}");
+
     for (args, says) in [
         (json!({"limit": 0}), "limit: must be 1 to 100"),
         (json!({"limit": 101}), "limit: must be 1 to 100"),
