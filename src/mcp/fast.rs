@@ -1,5 +1,6 @@
-//! `tasks/get`, and `tools/call` answered with a task, in front of rmcp. Agents poll the first
-//! more than anything else and wait on the second before their work starts, and rmcp's
+//! `tasks/get`, `tools/call` answered with a task, and calls of Runway's own tools (the
+//! console's list), in front of rmcp. Agents poll the first more than anything else and wait on
+//! the second before their work starts, consoles poll the third, and rmcp's
 //! stateless mode builds a service, spawns a task and parses the message a second time for
 //! every POST. Only a request that every one of rmcp's checks would accept is answered here —
 //! anything unusual (a missing or extra header, a weighted `Accept`, a Base64 `Mcp-Name`, a
@@ -299,11 +300,12 @@ pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall
     let caps = meta.get(META_CLIENT_CAPABILITIES)?;
     let typed = ClientCapabilities::deserialize(caps).ok()?;
     let declares_tasks = typed_declares_tasks(&typed);
+    // Runway's own tools answer at once whatever the client declares; a Workflow's tool is
+    // started here only as a task.
     let ok = call.jsonrpc == "2.0"
         && call.method == METHOD_CALL_TOOL
         && meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) == Some(PROTOCOL_VERSION)
-        && declares_tasks
-        && !is_builtin(&call.params.name)
+        && (declares_tasks || is_builtin(&call.params.name))
         && standard_headers(headers, &call.params.name);
     ok.then(|| FastCall {
         id,
@@ -313,8 +315,9 @@ pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall
     })
 }
 
-/// Start the Run of an eligible `tools/call` and answer with its task, or `None` (before
-/// anything is written) when the call is for rmcp: an unknown tool, one that asks for
+/// Answer a call of one of Runway's own tools, or start the Run of an eligible `tools/call` and
+/// answer with its task; `None` (before anything is written) when the call is for rmcp: an
+/// unknown or switched-off tool, one that asks for
 /// arguments first or would block, `Mcp-Param-*` headers that disagree, a caller who may not
 /// create Runs — each of which rmcp answers with the protocol's error.
 pub(super) async fn call_tool(
@@ -329,6 +332,12 @@ pub(super) async fn call_tool(
         arguments,
         meta,
     } = call;
+    if is_builtin(&name) {
+        // The console asks for a page of Runs every few seconds per viewer.
+        let mcp = RunwayMcp::new(state.clone());
+        let answer = mcp.builtin(tenant, &name, arguments).await?;
+        return Some(reply(id, answer, ServerResult::from));
+    }
     let wf = state.workflows.tool(&tenant.namespace, &name).await?;
     if !wf.spec.elicit.is_empty() {
         return None;
@@ -536,6 +545,11 @@ mod tests {
             .unwrap()
             .remove("arguments");
         assert!(call_eligible(&call_headers("deploy"), &no_args));
+        // Runway's own tools, even from a client that does not declare tasks.
+        let mut own = call_body();
+        own["params"]["name"] = json!("runway_list_runs");
+        own["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        assert!(call_eligible(&call_headers("runway_list_runs"), &own));
     }
 
     #[test]
@@ -565,10 +579,7 @@ mod tests {
                 "{path}: {value}"
             );
         }
-        // Runway's own tools, a name the header does not repeat, or repeats in Base64.
-        let mut own = call_body();
-        own["params"]["name"] = json!("runway_list_runs");
-        assert!(!call_eligible(&call_headers("runway_list_runs"), &own));
+        // A name the header does not repeat, or repeats in Base64.
         assert!(!call_eligible(&call_headers("other"), &call_body()));
         assert!(!call_eligible(
             &call_headers("=?base64?ZGVwbG95?="),

@@ -983,6 +983,58 @@ async fn call_both_ways(
     out.try_into().unwrap()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runways_own_tools_answer_alike_on_the_fast_path_and_through_rmcp() {
+    let s = server().await;
+    let (alice, rita) = (s.client("alice-token"), s.client("reader-token"));
+    let none = || json!({});
+    // Before any Run, then with two, one page at a time.
+    let [fast, slow] = call_both_ways(&alice, "runway_list_runs", none(), none(), &[]).await;
+    assert_eq!(fast, slow);
+    assert_eq!(fast.1["result"]["structuredContent"]["runs"], json!([]));
+    let done = task_id(&alice.call("quick", json!({})).await);
+    alice.await_status(&done, "completed").await;
+    task_id(&alice.call("nap", json!({})).await);
+    let page = json!({"limit": 1});
+    let [fast, slow] = call_both_ways(&alice, "runway_list_runs", page, none(), &[]).await;
+    assert_eq!(fast, slow);
+    assert!(fast.1["result"]["structuredContent"]["nextCursor"].is_string());
+    let cases = [
+        (&alice, "runway_get_run", json!({"taskId": done})),
+        (&alice, "runway_list_workflows", none()),
+        // Refused alike: a bad argument, an unknown task, a caller who may not list Workflows.
+        (&alice, "runway_list_runs", json!({"limit": 0})),
+        (
+            &alice,
+            "runway_get_run",
+            json!({"taskId": "quick-no-such-task"}),
+        ),
+        (&rita, "runway_list_workflows", none()),
+    ];
+    for (who, tool, args) in cases {
+        let [fast, slow] = call_both_ways(who, tool, args.clone(), none(), &[]).await;
+        assert_eq!(fast, slow, "{tool} {args}");
+        assert_eq!(fast.0, StatusCode::OK);
+    }
+    // A client that does not declare tasks reads them too.
+    let mut plain = alice.clone();
+    plain.caps = json!({});
+    let [fast, slow] = call_both_ways(
+        &plain,
+        "runway_get_run",
+        json!({"taskId": done}),
+        none(),
+        &[],
+    )
+    .await;
+    assert_eq!(fast, slow);
+    assert_eq!(
+        fast.1["result"]["structuredContent"]["phase"], "Succeeded",
+        "{}",
+        fast.1
+    );
+}
+
 /// A task handle without what differs between two answers naming one Run at two moments, or
 /// two Runs: their names and times, and the step the Run has reached.
 fn handle_shape(answer: &Value, same_run: bool) -> Value {
