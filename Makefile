@@ -44,7 +44,7 @@ crds-check: build
 	rm -rf $$tmp
 
 ## Lint, render and validate the Helm chart; test its RBAC, security context and admission
-## policy (tests/chart/); check that crds/ accepts what the previous release's CRDs accepted. Installs the pinned Python packages into .cache/chart-venv.
+## policy, and the Argo CD health checks with lua5.4 (tests/chart/); check that crds/ accepts what the previous release's CRDs accepted. Installs the pinned Python packages into .cache/chart-venv.
 CHART_VENV := .cache/chart-venv
 .PHONY: chart-check
 chart-check: $(CHART_VENV)/.installed
