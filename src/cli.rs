@@ -68,40 +68,8 @@ pub(crate) enum TasksCommand {
     },
     /// List the tasks of the namespace you may see (newest first), as the console does.
     List {
-        /// Only tasks of this Workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// Only tasks in this Run phase (Pending, Queued, Running, Waiting, Cancelling,
-        /// Succeeded, Failed, Cancelled).
-        #[arg(long)]
-        phase: Option<String>,
-        /// Only tasks with a question you may answer.
-        #[arg(long)]
-        waiting_for_me: bool,
-        /// Only tasks you requested.
-        #[arg(long)]
-        mine: bool,
-        /// Only tasks this user requested.
-        #[arg(long)]
-        requested_by: Option<String>,
-        /// Only tasks created at or after this: RFC 3339, or a duration back from now (`2h`).
-        #[arg(long)]
-        since: Option<String>,
-        /// Only tasks created before this, read as `--since` is.
-        #[arg(long)]
-        until: Option<String>,
-        /// Label selector, as `kubectl -l` takes it (`team=payments,!canary`).
-        #[arg(long, short = 'l')]
-        selector: Option<String>,
-        /// Oldest first.
-        #[arg(long)]
-        oldest: bool,
-        /// At most this many tasks (default: all).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        limit: Option<u32>,
-        /// Print the list as JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        filters: runway::client::ListFilters,
         #[command(flatten)]
         target: TargetFlags,
     },

@@ -68,35 +68,7 @@ async fn tasks_command(command: TasksCommand) -> Result<u8, runway::client::Clie
         TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
         TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
         TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
-        TasksCommand::List {
-            workflow,
-            phase,
-            waiting_for_me,
-            mine,
-            requested_by,
-            since,
-            until,
-            selector,
-            oldest,
-            limit,
-            json,
-            target,
-        } => {
-            let filters = client::ListFilters {
-                workflow,
-                phase,
-                waiting_for_me,
-                mine,
-                requested_by,
-                since,
-                until,
-                labels: selector,
-                oldest,
-                limit,
-                json,
-            };
-            client::list(&target.target()?, &filters).await
-        }
+        TasksCommand::List { filters, target } => client::list(&target.target()?, &filters).await,
         TasksCommand::Answer {
             id,
             key,

@@ -14,30 +14,42 @@ const LIST_TOOL: &str = "runway_list_runs";
 /// Runs asked for per page.
 const PAGE: u32 = 100;
 
-/// What to list.
-#[derive(Debug, Default, Clone)]
+/// What to list: `runway tasks list`'s flags.
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct ListFilters {
-    /// Only Runs of this Workflow.
+    /// Only tasks of this Workflow.
+    #[arg(long)]
     pub workflow: Option<String>,
-    /// Only Runs in this phase.
+    /// Only tasks in this Run phase (Pending, Queued, Running, Waiting, Cancelling,
+    /// Succeeded, Failed, Cancelled).
+    #[arg(long)]
     pub phase: Option<String>,
-    /// Only Runs with a question for the caller.
+    /// Only tasks with a question you may answer.
+    #[arg(long)]
     pub waiting_for_me: bool,
-    /// Only the caller's own Runs.
+    /// Only tasks you requested.
+    #[arg(long)]
     pub mine: bool,
-    /// Only Runs this user requested.
+    /// Only tasks this user requested.
+    #[arg(long)]
     pub requested_by: Option<String>,
-    /// Only Runs created at or after this: RFC 3339, or a duration back from now (`90m`).
+    /// Only tasks created at or after this: RFC 3339, or a duration back from now (`2h`).
+    #[arg(long)]
     pub since: Option<String>,
-    /// Only Runs created before this, read as `since` is.
+    /// Only tasks created before this, read as `--since` is.
+    #[arg(long)]
     pub until: Option<String>,
-    /// Label selector (`kubectl -l` syntax).
+    /// Label selector, as `kubectl -l` takes it (`team=payments,!canary`).
+    #[arg(long = "selector", short = 'l', value_name = "SELECTOR")]
     pub labels: Option<String>,
     /// Oldest first.
+    #[arg(long)]
     pub oldest: bool,
-    /// At most this many Runs (all pages when `None`).
+    /// At most this many tasks (default: all).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
-    /// JSON instead of a table.
+    /// Print the list as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 

@@ -111,7 +111,8 @@ impl Query {
         })
     }
 
-    /// Whether `r` passes the filters and lies past the cursor.
+    /// Whether `r` passes the filters and lies past the cursor. The Workflow is the one the Run
+    /// names, not its label: Runs created with kubectl may carry none.
     fn admits(&self, r: &Run) -> bool {
         let (created, _) = place(r);
         let past = |p: &Position| match self.order {
@@ -254,7 +255,6 @@ impl RunwayMcp {
         let sees_all = allowed(&self.state, t, Verb::List, Resource::Runs).await?;
         let lax = self.state.config.task_access == TaskAccess::Namespace;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
-        // By the Run's Workflow, not its label: Runs created with kubectl may carry none.
         let me = &t.identity.principal;
         // Read in the order asked for, from the cursor on, until one Run past the page shows
         // there is another page: with the store's ordered index a page costs about the page.
@@ -268,14 +268,17 @@ impl RunwayMcp {
                 return true;
             }
             let mine = is_owner(r, me);
-            let for_anyone = sees_all || mine || lax;
-            let waiting = awaiting_keys(r, me, may_answer, for_anyone).unwrap_or_default();
             let visible = sees_all
                 || mine
                 || super::access::awaits_answer_from(r, me)
                 || super::access::answered(r, me);
-            let wanted = (!a.requested_by_me || mine) && (!a.waiting_for_me || !waiting.is_empty());
-            if !(visible && wanted) {
+            // The cheap tests first: a scan may pass many Runs the caller does not see.
+            if !visible || (a.requested_by_me && !mine) {
+                return true;
+            }
+            let for_anyone = sees_all || mine || lax;
+            let waiting = awaiting_keys(r, me, may_answer, for_anyone).unwrap_or_default();
+            if a.waiting_for_me && waiting.is_empty() {
                 return true;
             }
             if found.len() == q.limit {

@@ -30,6 +30,28 @@ async fn listed(c: &Client, args: Value) -> Vec<String> {
     c.call("runway_list_runs", args).await.listed()
 }
 
+/// Every Run the list shows `c`, `limit` at a time from the first page to the last, and how
+/// many pages that took.
+async fn page_through(c: &Client, limit: u64) -> (Vec<Value>, usize) {
+    let mut seen: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({"limit": limit});
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let r = c.call("runway_list_runs", args).await;
+        let sc = r.result()["structuredContent"].clone();
+        seen.extend(sc["runs"].as_array().unwrap().iter().cloned());
+        pages += 1;
+        match sc["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return (seen, pages),
+        }
+    }
+}
+
 /// Workflow tools of the fixtures, and Runway's own tools with and without MCP Apps.
 const WORKFLOW_TOOLS: usize = 9;
 
@@ -108,23 +130,7 @@ async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
     for _ in 0..5 {
         made.push(start(&alice, "nap").await);
     }
-    let mut seen: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut pages = 0;
-    loop {
-        let mut args = json!({"limit": 2});
-        if let Some(c) = &cursor {
-            args["cursor"] = json!(c);
-        }
-        let r = alice.call("runway_list_runs", args).await;
-        let sc = r.result()["structuredContent"].clone();
-        seen.extend(sc["runs"].as_array().unwrap().iter().cloned());
-        pages += 1;
-        match sc["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
+    let (seen, pages) = page_through(&alice, 2).await;
     assert_eq!(pages, 3);
     let ids: Vec<String> = seen
         .iter()
@@ -151,25 +157,8 @@ async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
     // Paging while Runs are created concurrently: no Run twice, none of those that were
     // there all along missed, and still newest first (a Run created meanwhile in the same
     // second as the cursor may show up, as on Kubernetes, whose times have seconds).
-    let paging = async {
-        let mut seen: Vec<Value> = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let mut args = json!({"limit": 2});
-            if let Some(c) = &cursor {
-                args["cursor"] = json!(c);
-            }
-            let r = alice.call("runway_list_runs", args).await;
-            let sc = r.result()["structuredContent"].clone();
-            seen.extend(sc["runs"].as_array().unwrap().iter().cloned());
-            match sc["nextCursor"].as_str() {
-                Some(c) => cursor = Some(c.to_owned()),
-                None => return seen,
-            }
-        }
-    };
     let creating = futures::future::join_all((0..4).map(|_| start(&alice, "nap")));
-    let (seen, _) = futures::join!(paging, creating);
+    let ((seen, _), _) = futures::join!(page_through(&alice, 2), creating);
     let again: Vec<String> = seen
         .iter()
         .map(|r| r["taskId"].as_str().unwrap().to_owned())
