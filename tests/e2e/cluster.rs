@@ -779,8 +779,17 @@ impl Cluster {
         self.admin(&args);
     }
 
-    /// Wait (polling kubectl, as a user would) until `jsonpath` of `what` in `ns` equals `want`.
+    /// Wait (polling kubectl, as a user would) until `what` in `ns` exists and its `jsonpath`
+    /// equals `want`. A Run may be named (a parent's status names its child) before it is
+    /// created, and `--for=jsonpath` gives up at once on an object that does not exist yet.
     pub fn wait_jsonpath(&self, ns: &str, what: &str, jsonpath: &str, want: &str) {
+        let timeout = format!("--timeout={}s", PATIENCE.as_secs());
+        let created = self.kubectl("admin", &["wait", "-n", ns, "--for=create", what, &timeout]);
+        assert!(
+            created.status.success(),
+            "{what} was never created: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
         let out = self.kubectl(
             "admin",
             &[
@@ -789,7 +798,7 @@ impl Cluster {
                 ns,
                 &format!("--for=jsonpath={jsonpath}={want}"),
                 what,
-                &format!("--timeout={}s", PATIENCE.as_secs()),
+                &timeout,
             ],
         );
         assert!(
