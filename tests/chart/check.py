@@ -274,9 +274,10 @@ def cross_check(objects: list[Manifest], values: dict[str, Any] | None) -> list[
         for subject in binding.get("subjects", []):
             if subject["kind"] == "ServiceAccount" and (subject["name"], subject.get("namespace")) != (sa, NAMESPACE):
                 errors.append(f"{binding['kind']} {binding['metadata']['name']} binds {subject['name']}, not the operator's ServiceAccount")
-    for b in find(objects, "ValidatingAdmissionPolicyBinding"):
-        if ("ValidatingAdmissionPolicy", b["spec"]["policyName"]) not in names:
-            errors.append(f"binding {b['metadata']['name']} refers to a policy that is not rendered")
+    for policy in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"):
+        for b in find(objects, f"{policy}Binding"):
+            if (policy, b["spec"]["policyName"]) not in names:
+                errors.append(f"binding {b['metadata']['name']} refers to a policy that is not rendered")
 
     volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
     for mount in container.get("volumeMounts", []):

@@ -541,6 +541,48 @@ KINDS: dict[tuple[str, str], Schema] = {
         },
         ["spec"],
     ),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"): kind(
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicy",
+        False,
+        {
+            "spec": closed(
+                {
+                    "failurePolicy": {"enum": ["Fail", "Ignore"]},
+                    "reinvocationPolicy": {"enum": ["Never", "IfNeeded"]},
+                    "matchConstraints": MATCH_RESOURCES,
+                    "matchConditions": array(closed({"name": STRING, "expression": STRING}, ["name", "expression"])),
+                    "variables": array(closed({"name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}, "expression": STRING}, ["name", "expression"])),
+                    "mutations": array(
+                        closed(
+                            {
+                                "patchType": {"enum": ["ApplyConfiguration", "JSONPatch"]},
+                                "applyConfiguration": closed({"expression": STRING}, ["expression"]),
+                                "jsonPatch": closed({"expression": STRING}, ["expression"]),
+                            },
+                            ["patchType"],
+                        ),
+                        1,
+                    ),
+                    "paramKind": OBJECT,
+                },
+                ["matchConstraints", "mutations", "reinvocationPolicy"],
+            )
+        },
+        ["spec"],
+    ),
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding"): kind(
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicyBinding",
+        False,
+        {
+            "spec": closed(
+                {"policyName": NAME, "matchResources": MATCH_RESOURCES, "paramRef": OBJECT},
+                ["policyName"],
+            )
+        },
+        ["spec"],
+    ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): {
         "type": "object",
         "required": ["apiVersion", "kind", "metadata", "spec"],

@@ -234,3 +234,35 @@ def test_an_evaluation_error_denies() -> None:
     }
     assert not vap.create(broken, ALICE, alices_run()).allowed
 
+
+
+# --- the MutatingAdmissionPolicy that fills in requestedBy ---------------------------------------
+
+
+def requester_policy(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return check.find(render(values), "MutatingAdmissionPolicy")
+
+
+def test_the_requester_policy_is_rendered_where_asked_or_served() -> None:
+    # Offline nothing says the cluster serves the API: `auto` renders nothing.
+    assert requester_policy() == []
+    assert len(requester_policy({"admissionPolicy": {"fillRequester": True}})) == 1
+    assert requester_policy({"admissionPolicy": {"fillRequester": True, "enabled": False}}) == []
+    assert requester_policy({"admissionPolicy": {"fillRequester": False}}) == []
+
+
+def test_the_requester_policy_touches_only_runs_created_without_a_requester() -> None:
+    (policy,) = requester_policy({"admissionPolicy": {"fillRequester": True}})
+    conditions = [c["expression"] for c in policy["spec"]["matchConditions"]]
+
+    def matches(user: dict[str, Any], obj: dict[str, Any]) -> bool:
+        request = {"operation": "CREATE", "userInfo": user}
+        checks = {"spec": {"validations": [{"expression": e, "message": e} for e in conditions]}}
+        return vap.evaluate(checks, request, obj, None).allowed
+
+    bare = run()
+    bare["spec"].pop("requestedBy", None)
+    assert matches(ALICE, bare)
+    assert not matches(ALICE, run(requestedBy={"username": "alice", "uid": "u-alice"}))
+    assert not matches(OPERATOR_USER, bare)
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]

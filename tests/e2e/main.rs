@@ -742,6 +742,59 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_run_manifest_without_a_requester_gets_its_creator_from_the_api_server() {
+    let c = up();
+    let ns = c.namespace("gitops");
+    apply_ok(c, &ns, APPROVAL);
+    // A Run as it can live in git: nothing in it differs per cluster or per user.
+    let manifest = "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: { name: from-git }\n\
+        spec:\n  workflowRef: { name: approve }\n  arguments: { service: api }\n";
+    create_as(c, "alice", &ns, manifest);
+    let run = get_json(c, &ns, "run/from-git");
+    assert_eq!(
+        run["spec"]["requestedBy"],
+        json!({"username": "alice", "uid": "alice-uid", "groups": ["devs", "system:authenticated"]})
+    );
+    c.wait_jsonpath(&ns, "run/from-git", "{.status.phase}", "Waiting");
+    // It is alice's task like one she started over MCP; bob, who may not list Runs, does not see it.
+    let alice = mcp(c, 0, "alice", &ns);
+    assert_eq!(
+        alice.get("from-git").await.result()["status"],
+        "input_required"
+    );
+    // The approver rule reads the filled requester: carol may answer alice's Run, not her own.
+    create_as(c, "carol", &ns, &manifest.replace("from-git", "carols"));
+    let carols = get_json(c, &ns, "run/carols");
+    assert_eq!(carols["spec"]["requestedBy"]["username"], "carol");
+    c.wait_jsonpath(&ns, "run/carols", "{.status.phase}", "Waiting");
+    let carol = mcp(c, 0, "carol", &ns);
+    let yes = json!({"approval.decision": {"action": "accept", "content": {"approve": true}}});
+    let own = carol
+        .call(
+            "runway_answer_run",
+            json!({"taskId": "carols", "inputResponses": yes}),
+        )
+        .await;
+    assert!(own.last().get("error").is_some(), "{}", own.last());
+    let theirs = carol
+        .call(
+            "runway_answer_run",
+            json!({"taskId": "from-git", "inputResponses": yes}),
+        )
+        .await;
+    assert!(theirs.last().get("result").is_some(), "{}", theirs.last());
+    c.wait_jsonpath(&ns, "run/from-git", "{.status.phase}", "Succeeded");
+    // A requester that is written is kept, and checked.
+    let forged = format!(
+        "{}  requestedBy: {{ username: bob }}\n",
+        manifest.replace("from-git", "forged")
+    );
+    let out = c.kubectl_stdin("alice", &["create", "-n", &ns, "-f", "-"], &forged);
+    assert!(!out.status.success(), "a Run in bob's name was created");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ValidatingAdmissionPolicy"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn tenants_are_isolated_by_token_review_and_access_review() {
     let c = up();
     let ns = c.namespace("tenant-a");
