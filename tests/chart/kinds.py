@@ -324,6 +324,13 @@ def kind(api_version: str, name: str, namespaced: bool, body: Schema | None = No
     return closed(props, ["apiVersion", "kind", "metadata", *(required or [])])
 
 
+# What admission policies (validating and mutating) share.
+MATCH_CONDITIONS = array(closed({"name": STRING, "expression": STRING}, ["name", "expression"]))
+POLICY_VARIABLES = array(
+    closed({"name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}, "expression": STRING}, ["name", "expression"])
+)
+
+
 KINDS: dict[tuple[str, str], Schema] = {
     ("v1", "ServiceAccount"): kind(
         "v1", "ServiceAccount", True, {"automountServiceAccountToken": BOOL, "imagePullSecrets": array(OBJECT), "secrets": array(OBJECT)}
@@ -508,8 +515,8 @@ KINDS: dict[tuple[str, str], Schema] = {
                 {
                     "failurePolicy": {"enum": ["Fail", "Ignore"]},
                     "matchConstraints": MATCH_RESOURCES,
-                    "matchConditions": array(closed({"name": STRING, "expression": STRING}, ["name", "expression"])),
-                    "variables": array(closed({"name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}, "expression": STRING}, ["name", "expression"])),
+                    "matchConditions": MATCH_CONDITIONS,
+                    "variables": POLICY_VARIABLES,
                     "validations": array(VAP_VALIDATION, 1),
                     "auditAnnotations": array(OBJECT),
                     "paramKind": OBJECT,
@@ -551,8 +558,8 @@ KINDS: dict[tuple[str, str], Schema] = {
                     "failurePolicy": {"enum": ["Fail", "Ignore"]},
                     "reinvocationPolicy": {"enum": ["Never", "IfNeeded"]},
                     "matchConstraints": MATCH_RESOURCES,
-                    "matchConditions": array(closed({"name": STRING, "expression": STRING}, ["name", "expression"])),
-                    "variables": array(closed({"name": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"}, "expression": STRING}, ["name", "expression"])),
+                    "matchConditions": MATCH_CONDITIONS,
+                    "variables": POLICY_VARIABLES,
                     "mutations": array(
                         closed(
                             {
