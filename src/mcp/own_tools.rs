@@ -72,13 +72,16 @@ pub(crate) fn list_tool() -> Tool {
         })),
     )
     .with_title("List Runs")
-    .with_annotations(
-        rmcp::model::ToolAnnotations::new()
-            .read_only(true)
-            .destructive(false)
-            .idempotent(true)
-            .open_world(false),
-    )
+    .with_annotations(reads_only())
+}
+
+/// What a tool that only reads the namespace tells clients about itself.
+fn reads_only() -> rmcp::model::ToolAnnotations {
+    rmcp::model::ToolAnnotations::new()
+        .read_only(true)
+        .destructive(false)
+        .idempotent(true)
+        .open_world(false)
 }
 
 /// The app tools' definitions (listed for clients that declare MCP Apps).
@@ -130,12 +133,6 @@ pub(crate) fn app_tools() -> Vec<Tool> {
             schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
         )
         .with_title("List Workflows")
-        .with_annotations(
-            rmcp::model::ToolAnnotations::new()
-                .read_only(true)
-                .destructive(false)
-                .idempotent(true)
-                .open_world(false),
-        ),
+        .with_annotations(reads_only()),
     ]
 }
