@@ -66,6 +66,23 @@ pub(crate) enum TasksCommand {
         #[command(flatten)]
         target: TargetFlags,
     },
+    /// Pause a task: steps that run finish, no new step starts until it is resumed.
+    Pause {
+        /// Task id.
+        id: String,
+        /// Why (recorded in an Event on the Run).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
+    /// Resume a paused task (or one paused because a step ran out of retries).
+    Resume {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
     /// List the tasks of the namespace you may see (newest first), as the console does.
     List {
         #[command(flatten)]

@@ -68,6 +68,12 @@ async fn tasks_command(command: TasksCommand) -> Result<u8, runway::client::Clie
         TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
         TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
         TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
+        TasksCommand::Pause { id, reason, target } => {
+            client::pause(&target.target()?, &id, true, reason.as_deref()).await
+        }
+        TasksCommand::Resume { id, target } => {
+            client::pause(&target.target()?, &id, false, None).await
+        }
         TasksCommand::List { filters, target } => client::list(&target.target()?, &filters).await,
         TasksCommand::Answer {
             id,

@@ -12,6 +12,8 @@
     get: "runway_get_run",
     answer: "runway_answer_run",
     cancel: "runway_cancel_run",
+    pause: "runway_pause_run",
+    resume: "runway_resume_run",
     workflows: "runway_list_workflows",
   };
   var IDEMPOTENCY_KEY = "dev.runway/idempotencyKey";
@@ -787,6 +789,40 @@
     return h("div", { class: "actions" }, button, " ", status);
   }
 
+  /** Pause (after the person confirmed it, with a reason) or resume a Run. */
+  function pauseButton(run, client, refresh) {
+    var status = h("span", { class: "form-status", role: "status" });
+    function send(tool, args, doing, done) {
+      button.disabled = true;
+      status.textContent = doing;
+      client.callTool(tool, args).then(function () { status.textContent = done; refresh(); },
+        function (err) { status.textContent = err.message; button.disabled = false; });
+    }
+    var button = run.paused
+      ? h("button", { type: "button", class: "resume primary", onclick: function () {
+          send(TOOLS.resume, { taskId: run.taskId }, "resuming…", "resume requested");
+        } }, "Resume run")
+      : h("button", { type: "button", class: "pause", onclick: function () {
+          confirmDialog({
+            title: "Pause " + run.taskId + "?",
+            body: h("p", {}, "Steps that run now finish; no new step starts until someone resumes it. Its deadline keeps running."),
+            reason: "why (optional)",
+            confirm: "Pause run",
+            back: "Keep it running",
+          }).then(function (reason) {
+            if (reason === null) return;
+            send(TOOLS.pause, reason ? { taskId: run.taskId, reason: reason } : { taskId: run.taskId }, "pausing…", "pause requested");
+          });
+        } }, "Pause run…");
+    return [button, " ", status];
+  }
+
+  /** What the facts say of a paused Run: who paused it, or which step ran out of retries. */
+  function pausedFact(p) {
+    var who = p.step ? "step " + p.step + " ran out of retries" : "by " + (p.by || "?");
+    return [h("dt", {}, "Paused"), h("dd", { class: "paused-by" }, who + " since " + when(p.since) + (p.reason ? " (" + p.reason + ")" : ""))];
+  }
+
   /** Render `run` (the runway_get_run answer) into `root`; actions go through `client`;
    * `onOpen(taskId)` shows another Run (a parent or a child). */
   function renderRun(root, run, client, refresh, onOpen) {
@@ -806,6 +842,7 @@
         h("div", { class: "task-id" }, "task ", h("code", {}, run.taskId)),
         run.statusMessage ? h("p", { class: "status-message" }, run.statusMessage) : null,
         planned ? h("progress", { max: planned, value: done ? planned : Math.min(finished, planned), title: finished + " of " + planned + " steps" }) : null,
+        done || !run.youMayCancel || run.cancel ? null : h("div", { class: "actions" }, pauseButton(run, client, refresh)),
         done || !run.youMayCancel ? null : cancelButton(run, client, refresh)),
       h("dl", { class: "facts" },
         h("dt", {}, "Workflow"), h("dd", {}, run.workflow),
@@ -818,6 +855,7 @@
         children.length ? [h("dt", {}, "Child runs"), h("dd", { class: "children" }, children.map(function (c) {
           return h("div", {}, runLink(c.taskId, onOpen), " ", h("small", {}, "from " + c.step))
         }))] : null,
+        run.paused && !done ? pausedFact(run.paused) : null,
         run.cancel ? [h("dt", {}, "Cancelled by"), h("dd", { class: "cancelled-by" }, (run.cancel.requestedBy || "?") + " at " + when(run.cancel.requestedAt) + (run.cancel.reason ? " (" + run.cancel.reason + ")" : ""))] : null),
       mine.length ? section("Waiting for your answer", mine.map(function (q) {
         return answerForm(q, function (response) {
@@ -995,7 +1033,7 @@
         return h("tr", { "data-workflow": w.name, class: w.name === selected ? "selected" : "" },
           h("td", {}, h("a", { href: "#", onclick: function (e) { e.preventDefault(); onOpen(w.name); } }, w.title || w.name),
             h("div", { class: "muted" }, "tool ", w.tool)),
-          h("td", {}, readyBadge(w)),
+          h("td", {}, readyBadge(w), w.paused ? [" ", h("span", { class: "tag paused", title: "calls are taken; their Runs wait until it is resumed" }, "paused")] : null),
           h("td", { title: w.runs ? "" : "you may not list Runs" }, runs),
           h("td", {}, w.schedules.length ? w.schedules.map(function (sch) { return h("div", {}, sch.name, " ", scheduleState(sch)); }) : "—"));
       }))));

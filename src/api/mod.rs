@@ -1,11 +1,13 @@
 //! Custom resource types (`Workflow`, `Run`) and the names that go with them: condition types,
 //! reasons and event reasons live here, once.
 
+pub mod pause;
 pub mod run;
 pub mod schema;
 pub mod steps;
 pub mod workflow;
 
+pub use pause::*;
 pub use run::*;
 pub use steps::*;
 pub use workflow::*;
@@ -126,6 +128,12 @@ pub mod event_reasons {
     pub const CANCEL_REQUESTED: &str = "CancelRequested";
     /// A Run reached a terminal phase.
     pub const FINISHED: &str = "Finished";
+    /// Someone paused a Run, or Runway held it when a step ran out of retries.
+    pub const PAUSED: &str = "Paused";
+    /// Someone resumed a paused Run.
+    pub const RESUMED: &str = "Resumed";
+    /// A Run that has not started waits because its Workflow is paused.
+    pub const WORKFLOW_PAUSED: &str = "WorkflowPaused";
 }
 
 /// Labels Runway puts on Runs.

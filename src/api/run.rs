@@ -26,6 +26,7 @@ use super::schema::{any_object, any_value};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
     printcolumn = r#"{"name":"Waiting-For","type":"string","jsonPath":".status.waitingFor"}"#,
+    printcolumn = r#"{"name":"Paused","type":"date","jsonPath":".status.paused.since"}"#,
     printcolumn = r#"{"name":"Requested-By","type":"string","jsonPath":".spec.requestedBy.username"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -54,6 +55,9 @@ pub struct RunSpec {
     /// A request to stop the Run. Set once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<CancelRequest>,
+    /// The latest request to pause or resume the Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<super::PauseRequest>,
     /// Answers to input requests, by key. Keys are only ever added.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 4096))]
@@ -280,6 +284,12 @@ pub struct RunStatus {
     /// Cleanups still to perform before `finally` steps run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cleanups: Vec<Cleanup>,
+    /// Set while the Run is paused: no step starts until it is resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<super::PausedState>,
+    /// The `spec.pause` last acted on (a different one is a new request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_request: Option<super::PauseRequest>,
     /// Generation of the spec last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -505,6 +515,7 @@ impl Run {
                 arguments: Some(arguments),
                 requested_by,
                 cancel: None,
+                pause: None,
                 input_responses: BTreeMap::new(),
             },
         );
@@ -565,6 +576,7 @@ mod tests {
                 arguments: Some(serde_json::json!({"x": deep})),
                 requested_by: None,
                 cancel: None,
+                pause: None,
                 input_responses: BTreeMap::new(),
             },
         );

@@ -28,6 +28,7 @@ use super::steps::{
     printcolumn = r#"{"name":"Tool","type":"string","jsonPath":".status.tool"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.execution.mode"}"#,
     printcolumn = r#"{"name":"Steps","type":"integer","jsonPath":".status.stepCount","description":"Number of steps, finally included"}"#,
+    printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspend"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -62,6 +63,10 @@ pub struct WorkflowSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub schedules: Vec<ScheduleSpec>,
+    /// Pause the Workflow: calls are still taken, but their Runs wait, not started, until it
+    /// is resumed (Runs already started go on; pause those one by one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// A timetable on which a Workflow starts Runs by itself.
@@ -177,6 +182,10 @@ pub struct ExecutionSpec {
     /// step run to its end first (`false`). Either way the Run then fails and `finally` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_fast: Option<bool>,
+    /// When a step's last attempt fails: `Fail` the step and the Run (the default), or
+    /// `Pause` the Run with the step waiting for one more attempt on resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_retries_exhausted: Option<super::RetriesExhausted>,
 }
 
 /// A limit on the Runs of one Workflow that run at once.

@@ -98,6 +98,7 @@ mod tests {
                 arguments: None,
                 requested_by: None,
                 cancel: None,
+                pause: None,
                 input_responses: Default::default(),
             },
         );

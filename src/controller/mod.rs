@@ -128,6 +128,8 @@ impl Controller {
         let mut tasks = tokio::task::JoinSet::new();
         let me = self.clone();
         tasks.spawn(async move { me.watch().await });
+        let me = self.clone();
+        tasks.spawn(async move { me.wake_on_workflow_changes().await });
         for _ in 0..self.config.workers.max(1) {
             let me = self.clone();
             tasks.spawn(async move {
@@ -302,6 +304,7 @@ impl Controller {
             {
                 return;
             }
+            self.wait_for_paused_workflow(k, &run, live.as_ref());
             let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
                 Some(status) => match self
@@ -344,6 +347,16 @@ impl Controller {
             }
         }
         self.queue.add(k.clone());
+    }
+
+    /// A Run not started whose Workflow is paused stands in line to be woken when that
+    /// changes; once it is not paused the Run leaves the line.
+    fn wait_for_paused_workflow(&self, k: &Key, run: &Run, live: Option<&crate::api::Workflow>) {
+        match live {
+            Some(w) if w.spec.suspend => self.waiting.join(k, run),
+            Some(_) => self.waiting.leave(k, run),
+            None => {}
+        }
     }
 
     /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.

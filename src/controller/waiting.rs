@@ -1,5 +1,6 @@
-//! The Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
-//! reconciled again whenever a Run of that Workflow ends or goes away.
+//! The Runs of this controller waiting, not started, under a concurrency limit or for their
+//! paused Workflow, by namespace and Workflow: reconciled again whenever a Run of that Workflow
+//! ends or goes away, or a Workflow changes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -37,6 +38,13 @@ impl Waiting {
                 lines.remove(&line);
             }
         }
+    }
+
+    /// Every Run in every line (to wake when a Workflow changes: one that was paused may be
+    /// resumed).
+    pub(super) fn everyone(&self) -> Vec<Key> {
+        let lines = self.0.lock().expect("waiting lock");
+        lines.values().flatten().cloned().collect()
     }
 
     /// The Runs in line behind `run`'s Workflow (to wake when `run` ends or goes away).

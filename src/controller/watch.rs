@@ -72,6 +72,17 @@ impl Controller {
         }
     }
 
+    /// Wake the Runs waiting unstarted whenever a Workflow changes: a Workflow that was paused
+    /// may have been resumed (and a waiting Run that finds it still paused waits again).
+    pub(super) async fn wake_on_workflow_changes(&self) {
+        let mut changes = self.workflows.changes();
+        while changes.changed().await.is_ok() {
+            for k in self.waiting.everyone() {
+                self.queue.add(k);
+            }
+        }
+    }
+
     /// A Run ended or went away: the Runs queued behind it here (whatever shard it is in) may
     /// have a slot now.
     fn wake_queued(&self, run: &Run) {

@@ -247,6 +247,9 @@ impl Machine<'_> {
         let p = self.items(&name);
         let may_start = p.failed.is_none() || !wf.fail_fast();
         if may_start && p.started < total && p.running < parallelism {
+            if self.is_paused() {
+                return self.wait_paused(self.st.steps[i].finally);
+            }
             return self.begin_item(wf, step, i, p.started);
         }
         if p.running > 0 || (may_start && p.started < total) {

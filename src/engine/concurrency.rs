@@ -178,6 +178,7 @@ mod tests {
                 arguments: Some(json!({"env": env})),
                 requested_by: None,
                 cancel: None,
+                pause: None,
                 input_responses: BTreeMap::new(),
             },
         );

@@ -124,6 +124,9 @@ impl Machine<'_> {
         {
             self.describe(&wf);
         }
+        if !self.st.phase.is_terminal() {
+            self.describe_pause();
+        }
         next
     }
 
@@ -152,8 +155,19 @@ impl Machine<'_> {
                 .map(|(ttl, at)| at + ttl);
             return Progress::Stop(Next::Finished { delete_at });
         }
+        let paused = self.sync_pause();
         let Some(wf) = self.snapshot() else {
-            return self.start(live);
+            return match live {
+                Some(w) if self.run.spec.cancel.is_some() && self.held_unstarted(w) => {
+                    self.cancel_unstarted()
+                }
+                Some(w) if paused => self.wait_unstarted(w, "paused".into()),
+                Some(w) if w.suspend && self.run.spec.cancel.is_none() => {
+                    let name = &self.run.spec.workflow_ref.name;
+                    self.wait_unstarted(w, format!("waiting: workflow {name} is paused"))
+                }
+                _ => self.start(live),
+            };
         };
         // Cancel and the deadline stop main steps: before the Run has an ending, or while
         // branches run on after a failure (`failFast: false`).
@@ -297,12 +311,18 @@ impl Machine<'_> {
             && main.is_empty()
             && (wf.fail_fast() || self.next_ready(&wf.steps, false).is_none());
         let list = if in_finally { &wf.finally } else { &wf.steps };
-        if let Some(i) = self.next_ready(list, in_finally) {
+        let ready = self.next_ready(list, in_finally);
+        if let Some(i) = ready
+            && !self.is_paused()
+        {
             return self.begin_step(wf, &list[i], in_finally);
         }
         let running = self.running(in_finally);
         if !running.is_empty() {
             return self.continue_all(wf, &running);
+        }
+        if ready.is_some() {
+            return self.wait_paused(in_finally);
         }
         if in_finally || failing {
             self.finalize();
@@ -408,6 +428,9 @@ impl Machine<'_> {
         let wake = parse_ts(rec.wake_at.as_deref()).unwrap_or(self.now);
         if self.now < wake {
             return Progress::Stop(Next::WaitUntil(Some(self.bounded(wake, rec))));
+        }
+        if self.is_paused() {
+            return self.wait_paused(rec.finally);
         }
         let run_name = self.run.metadata.name.clone().unwrap_or_default();
         let r = &mut self.st.steps[i];

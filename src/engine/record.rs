@@ -58,7 +58,24 @@ pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Eve
             }),
             _ => None,
         })
+        .chain(held(before, after))
         .collect()
+}
+
+/// The Event of a Run held because a step ran out of retries, when that is what changed.
+fn held(before: Option<&RunStatus>, after: &RunStatus) -> Option<Event> {
+    let p = after.paused.as_ref().filter(|p| p.step.is_some())?;
+    if before.and_then(|b| b.paused.as_ref()) == Some(p) {
+        return None;
+    }
+    Some(Event {
+        reason: event_reasons::PAUSED,
+        message: format!(
+            "paused: {}; resume to try it again",
+            p.reason.as_deref().unwrap_or_default()
+        ),
+        warning: true,
+    })
 }
 
 /// Record several outcomes at once (steps running at the same time), in order, as [`record`]
@@ -118,6 +135,7 @@ pub(super) fn record_outcome(
         return st;
     };
     let step = wf.step(&effect.step).cloned();
+    let hold = super::held::holds_on_exhaustion(run, &wf);
     let rec = &mut st.steps[idx];
     match outcome {
         Outcome::Checkpoint {
@@ -141,7 +159,16 @@ pub(super) fn record_outcome(
             message,
             detail,
         } => {
-            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+            fail_attempt(
+                run,
+                &mut st,
+                idx,
+                step.as_ref(),
+                (class, hold),
+                message,
+                None,
+                now,
+            );
             // A tool step that timed out or lost its connection for good may leave an upstream
             // task behind: cancel it as every other failure path does.
             cancel_abandoned_upstream_task(&mut st, idx);
@@ -161,7 +188,16 @@ pub(super) fn record_outcome(
                 rec.upstream_request_state = None;
                 rec.pending_answers = None;
             }
-            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, error, now);
+            fail_attempt(
+                run,
+                &mut st,
+                idx,
+                step.as_ref(),
+                (class, hold),
+                message,
+                error,
+                now,
+            );
             cancel_abandoned_upstream_task(&mut st, idx);
         }
         Outcome::Fatal(error) => {
@@ -336,7 +372,7 @@ pub(super) fn fail_attempt(
     st: &mut RunStatus,
     idx: usize,
     step: Option<&Step>,
-    class: ErrorClass,
+    (class, hold): (ErrorClass, bool),
     message: String,
     error: Option<RunError>,
     now: Timestamp,
@@ -390,6 +426,8 @@ pub(super) fn fail_attempt(
                 fail_step_fatal(st, idx, &name, e.to_string(), now);
             }
         }
+    } else if hold && !rec.finally && st.ending.is_none() {
+        super::held::hold(st, idx, &message, now);
     } else {
         rec.phase = StepPhase::Failed;
         rec.finished_at = Some(ts(now));

@@ -1,7 +1,8 @@
 //! Runway's own tools, beside the Workflows: `runway_list_runs` finds a caller's Runs again (the
 //! Tasks extension has no `tasks/list`), and the app tools the console and the MCP Apps view
-//! use to read one Run in full, answer it and cancel it. Every one asks what the matching
-//! `tasks/*` method asks (RBAC verb and owner rule) and answers nothing more than it may.
+//! use to read one Run in full, answer, cancel, pause and resume it. Every one asks what the
+//! matching `tasks/*` method asks (RBAC verb and owner rule; pausing as cancelling) and answers
+//! nothing more than it may.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,8 +21,9 @@ use super::filters::{instant, selector};
 use super::handler::RunwayMcp;
 use super::own_tools::{
     ANSWER_RUN, CANCEL_RUN, DEFAULT_LIMIT, GET_RUN, LIST_RUNS, LIST_WORKFLOWS, MAX_LIMIT,
-    list_tool_on,
+    PAUSE_RUN, RESUME_RUN, list_tool_on,
 };
+use super::pausing::Paused;
 use super::state::Tenant;
 use super::tasks::live_spec;
 use super::views::{for_approver, full, page_text, summary};
@@ -184,6 +186,15 @@ struct RunArgs {
     reason: Option<String>,
 }
 
+/// Arguments of `runway_pause_run` and `runway_resume_run`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PauseArgs {
+    task_id: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
 fn parse<T: for<'de> Deserialize<'de>>(
     tool: &str,
     args: Map<String, Value>,
@@ -243,8 +254,33 @@ impl RunwayMcp {
                 }
                 Err(e) => Err(e),
             },
+            PAUSE_RUN | RESUME_RUN => match parse::<PauseArgs>(name, args) {
+                Ok(a) => self.pause_run(t, name == PAUSE_RUN, a).await,
+                Err(e) => Err(e),
+            },
             _ => return None,
         })
+    }
+
+    async fn pause_run(
+        &self,
+        t: &Tenant,
+        pause: bool,
+        a: PauseArgs,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let outcome = self
+            .pause_task_of(t, &a.task_id, pause, a.reason.as_deref())
+            .await?;
+        let text = match (pause, outcome) {
+            (true, Paused::Requested) => "pause requested",
+            (true, Paused::Already) => "already paused",
+            (false, Paused::Requested) => "resume requested",
+            (false, Paused::Already) => "not paused",
+        };
+        Ok(structured(
+            json!({"taskId": a.task_id, "paused": pause, "changed": outcome == Paused::Requested}),
+            text.into(),
+        ))
     }
 
     async fn list_runs(&self, t: &Tenant, a: ListArgs) -> Result<CallToolResponse, ErrorData> {

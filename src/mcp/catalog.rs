@@ -50,6 +50,7 @@ pub(super) fn workflow(
         "description": wf.spec.tool.description,
         "mode": wf.spec.execution.mode,
         "ready": ready,
+        "paused": wf.spec.suspend,
         "validated": wf.is_validated(),
         "startForm": start_form(wf),
         "requires": requires(wf),

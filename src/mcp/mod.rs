@@ -29,6 +29,7 @@ mod handler;
 mod headers;
 mod listen;
 mod own_tools;
+mod pausing;
 mod projection;
 mod sealing;
 mod shares;

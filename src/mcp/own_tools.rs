@@ -18,6 +18,10 @@ pub(crate) const GET_RUN: &str = "runway_get_run";
 pub(crate) const ANSWER_RUN: &str = "runway_answer_run";
 /// Cancels a Run, as `tasks/cancel` does (an app tool).
 pub(crate) const CANCEL_RUN: &str = "runway_cancel_run";
+/// Pauses a Run: no new step starts until it is resumed (an app tool).
+pub(crate) const PAUSE_RUN: &str = "runway_pause_run";
+/// Resumes a paused Run (an app tool).
+pub(crate) const RESUME_RUN: &str = "runway_resume_run";
 /// The namespace's Workflows with their Ready condition, start form and schedules (an app
 /// tool).
 pub(crate) const LIST_WORKFLOWS: &str = "runway_list_workflows";
@@ -84,6 +88,28 @@ fn reads_only() -> rmcp::model::ToolAnnotations {
         .open_world(false)
 }
 
+/// What pausing and resuming tell clients: they change one Run, not destructively, and asking
+/// twice is asking once.
+fn changes_one_run() -> rmcp::model::ToolAnnotations {
+    rmcp::model::ToolAnnotations::new()
+        .read_only(false)
+        .destructive(false)
+        .idempotent(true)
+        .open_world(false)
+}
+
+fn task_and_reason() -> Arc<Map<String, Value>> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "taskId": task_id_schema(),
+            "reason": {"type": "string", "maxLength": 1024}
+        },
+        "required": ["taskId"],
+        "additionalProperties": false
+    }))
+}
+
 /// The app tools' definitions (listed for clients that declare MCP Apps).
 pub(crate) fn app_tools() -> Vec<Tool> {
     vec![
@@ -126,6 +152,22 @@ pub(crate) fn app_tools() -> Vec<Tool> {
             })),
         )
         .with_title("Cancel a Run"),
+        Tool::new(
+            PAUSE_RUN,
+            "Pause a Run: steps that run finish, no new step starts until it is resumed; its \
+             deadline keeps running.",
+            task_and_reason(),
+        )
+        .with_title("Pause a Run")
+        .with_annotations(changes_one_run()),
+        Tool::new(
+            RESUME_RUN,
+            "Resume a paused Run, or one Runway paused when a step ran out of retries (that \
+             step is tried once more).",
+            task_and_reason(),
+        )
+        .with_title("Resume a Run")
+        .with_annotations(changes_one_run()),
         Tool::new(
             LIST_WORKFLOWS,
             "The namespace's Workflows: tool, Ready condition, the form that starts one, \

@@ -190,7 +190,7 @@ pub(super) async fn get_task(
 pub(crate) const MAX_CANCEL_REASON: usize = 1024;
 
 /// `reason`, cut to [`MAX_CANCEL_REASON`] characters.
-fn bounded_reason(reason: &str) -> &str {
+pub(super) fn bounded_reason(reason: &str) -> &str {
     match reason.char_indices().nth(MAX_CANCEL_REASON) {
         Some((at, _)) => &reason[..at],
         None => reason,

@@ -95,6 +95,7 @@ pub(super) fn full(
         "questions": questions,
         "answers": answers,
         "cancel": run.spec.cancel,
+        "paused": st.paused,
         "notes": st.notes,
         "result": st.result,
         "error": st.error,

@@ -611,6 +611,7 @@ mod tests {
                 arguments: None,
                 requested_by: None,
                 cancel: None,
+                pause: None,
                 input_responses: BTreeMap::new(),
             },
         );

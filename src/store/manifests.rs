@@ -313,6 +313,7 @@ fn invalid_manifest(
             finally: vec![],
             result: None,
             schedules: vec![],
+            suspend: false,
         },
     );
     wf.metadata.namespace = Some(key.namespace.clone());

@@ -99,6 +99,7 @@ mod tests {
             arguments: None,
             requested_by: None,
             cancel: None,
+            pause: None,
             input_responses: Default::default(),
         };
         let mut r = Run::new(name, spec);

@@ -222,6 +222,41 @@ def test_operator_service_account_may_record_any_canceller(policy: dict[str, Any
     assert vap.update(policy, OPERATOR_USER, old, cancelled(old, requestedBy="bob")).allowed
 
 
+# --- UPDATE: pause and resume ----------------------------------------------------------------------
+
+
+def paused(obj: dict[str, Any], paused: bool = True, **request: Any) -> dict[str, Any]:
+    new = copy.deepcopy(obj)
+    new["spec"]["pause"] = {"paused": paused, "requestedAt": "2026-01-01T00:00:00Z", **request}
+    return new
+
+
+def test_pause_and_resume_as_yourself_are_allowed(policy: dict[str, Any]) -> None:
+    old = alices_run()
+    first = paused(old, requestedBy="alice")
+    assert vap.update(policy, ALICE, old, first).allowed
+    assert vap.update(policy, BOB, first, paused(first, False, requestedBy="bob", requestedAt="2026-01-01T00:01:00Z")).allowed
+
+
+def test_a_forged_or_anonymous_pause_or_resume_is_denied(policy: dict[str, Any]) -> None:
+    old = alices_run()
+    assert denied(vap.update(policy, ALICE, old, paused(old, requestedBy="bob")), r"spec\.pause must have requestedBy alice")
+    assert denied(vap.update(policy, ALICE, old, paused(old)), "spec.pause")
+    first = paused(old, requestedBy="alice")
+    # Resuming in someone else's name, or changing only the reason of their request, is a new request.
+    assert denied(vap.update(policy, BOB, first, paused(first, False, requestedBy="alice")), "spec.pause")
+    assert denied(vap.update(policy, BOB, first, paused(first, requestedBy="alice", reason="mine now")), "spec.pause")
+    assert denied(vap.create(policy, ALICE, paused(alices_run(), requestedBy="bob")), "spec.pause")
+
+
+def test_an_unchanged_pause_is_not_rechecked_and_the_operator_may_record_anyone(policy: dict[str, Any]) -> None:
+    old = paused(alices_run(), requestedBy="alice")
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"x": "y"}
+    assert vap.update(policy, BOB, old, new).allowed
+    assert vap.update(policy, OPERATOR_USER, old, paused(old, False, requestedBy="bob")).allowed
+
+
 # --- the evaluator itself ---------------------------------------------------------------------------
 
 

@@ -255,6 +255,45 @@ try {
     await page.context().close();
   });
 
+  await test("a requester pauses a Run, answers it while paused, and resumes it", async () => {
+    const staged = (await call("alice", "stage", {})).taskId;
+    const page = await signedIn("alice");
+    await page.locator(`tr[data-task="${staged}"] a`).click();
+    const form = page.locator('form.answer[data-key="confirm.build"]');
+    await form.waitFor({ timeout: WAIT });
+    // Pausing asks first, with a reason; backing out changes nothing.
+    await page.locator(".run-head .pause").click();
+    await page.locator("dialog.confirm .back").click();
+    await page.locator("dialog.confirm").waitFor({ state: "detached", timeout: WAIT });
+    await page.locator(".run-head .pause").click();
+    await page.fill("#dialog-reason", "staging is frozen");
+    await shot(page, "5-pause-asks-for-a-reason");
+    await page.locator("dialog.confirm .confirm-go").click();
+    await page.locator(".paused-by:has-text('by alice')").waitFor({ timeout: WAIT });
+    await page.locator(".paused-by:has-text('staging is frozen')").waitFor({ timeout: WAIT });
+    await page.locator(".status-message:text('paused by alice')").waitFor({ timeout: WAIT });
+    await shot(page, "5-run-paused");
+
+    // The question stays answerable; the step after it waits for the resume.
+    await form.locator('input[type="checkbox"]').check();
+    await form.locator("button.submit").click();
+    await page.locator('tr[data-step="confirm"] .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    assert.equal(await page.locator('tr.planned[data-step="deploy"]').count(), 1, "no step starts while paused");
+    const paused = await task("alice", staged);
+    assert.equal(paused.status, "working");
+    assert.equal(paused.statusMessage, "paused by alice");
+    await shot(page, "5-answered-while-paused");
+
+    await page.locator(".run-head .resume").click();
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.locator("section.result pre:text('staged')").waitFor({ timeout: WAIT });
+    assert.equal(await page.locator(".paused-by").count(), 0);
+    await shot(page, "5-resumed-and-finished");
+    assert.equal((await task("alice", staged)).status, "completed");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+  });
+
   // ---- MCP Apps ------------------------------------------------------------------------------
 
   await test("tools and the view resource read as the MCP Apps SDK reads them", async () => {
@@ -262,14 +301,14 @@ try {
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
     assert.equal(apps.getToolUiResourceUri(byName.release), "ui://runway/run");
     assert.equal(apps.getToolUiResourceUri(byName.runway_list_runs), "ui://runway/run");
-    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run", "runway_list_workflows"]) {
+    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run", "runway_pause_run", "runway_resume_run", "runway_list_workflows"]) {
       assert.ok(apps.isToolVisibilityAppOnly(byName[name]), name);
       apps.McpUiToolMetaSchema.parse(byName[name]._meta.ui);
     }
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
     assert.deepEqual(plain.map((t) => t.name).sort(),
-      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "soak"]);
+      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "soak", "stage"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -462,7 +501,7 @@ try {
     const page = await signedIn("sam");
     await page.click(".tabs a:text('Workflows')");
     await page.locator('table.workflows tr[data-workflow="broken-form"] [data-ready="False"]').waitFor({ timeout: WAIT });
-    assert.equal(await page.locator("table.workflows tbody tr").count(), 7);
+    assert.equal(await page.locator("table.workflows tbody tr").count(), 8);
     await page.click('tr[data-workflow="broken-form"] a');
     await page.locator(".ready-message:has-text('InvalidSchema')").waitFor({ timeout: WAIT });
     assert.ok(await page.locator("button.start").isDisabled());

@@ -347,6 +347,34 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
     assert_eq!(code, 2);
     assert!(err.contains("labels"), "{err}");
 
+    // Pause and resume say what they did; a finished task takes neither.
+    let tasks = |args: &[&str]| {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.arg("tasks").args(args);
+        run_with_stdin(cmd, "")
+    };
+    let (code, _, err) = tasks(&["pause", &nap, "--reason", "freeze"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("pause of task {nap} requested")),
+        "{err}"
+    );
+    let (code, _, err) = tasks(&["pause", &nap]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("paused already"), "{err}");
+    let (code, _, err) = tasks(&["resume", &nap]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("resume of task {nap} requested")),
+        "{err}"
+    );
+    let (code, _, err) = tasks(&["resume", &nap]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not paused"), "{err}");
+    let (code, _, err) = tasks(&["pause", &approve]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("has finished"), "{err}");
+
     // Cancel says what it did: requested for a running task, nothing for an ended one.
     let cancel = |id: &str| {
         let mut cmd = client_cmd(&dir, &p);

@@ -249,6 +249,7 @@ async fn forged(
                 groups: vec![],
             }),
             cancel: None,
+            pause: None,
             input_responses: BTreeMap::new(),
         },
     );
@@ -486,6 +487,7 @@ async fn a_run_nested_too_deeply_fails_alone_and_keeps_no_one_from_starting() {
                 groups: vec![],
             }),
             cancel: None,
+            pause: None,
             input_responses: BTreeMap::new(),
         },
     );

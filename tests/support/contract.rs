@@ -19,6 +19,7 @@ pub fn run(ns: &str, name: &str, workflow: &str) -> Run {
             arguments: Some(json!({"x": 1})),
             requested_by: None,
             cancel: None,
+            pause: None,
             input_responses: BTreeMap::new(),
         },
     );

@@ -167,6 +167,7 @@ impl Harness {
                     groups: vec!["dev".into()],
                 }),
                 cancel: None,
+                pause: None,
                 input_responses: BTreeMap::new(),
             },
         );

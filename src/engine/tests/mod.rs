@@ -4,6 +4,7 @@
 mod branches;
 mod cancel;
 mod input;
+mod pause;
 mod sample;
 mod steps;
 mod tool;
@@ -39,6 +40,7 @@ fn new_run(args: Value) -> Run {
                 groups: vec!["dev".into()],
             }),
             cancel: None,
+            pause: None,
             input_responses: Default::default(),
         },
     );

@@ -1,9 +1,13 @@
 -- Argo CD health of a Runway Run: Progressing while it is pending, queued, running or being
--- cancelled, Suspended while it waits for someone's answer, Healthy when it succeeded,
+-- cancelled, Suspended while it waits for someone's answer or is paused, Healthy when it succeeded,
 -- Degraded when it failed or was cancelled. Answers and arguments are never shown.
 local hs = {}
 local phase = obj.status and obj.status.phase or "Pending"
-if phase == "Succeeded" then
+local terminal = phase == "Succeeded" or phase == "Failed" or phase == "Cancelled"
+if not terminal and obj.status ~= nil and obj.status.paused ~= nil then
+  hs.status = "Suspended"
+  hs.message = obj.status.statusMessage or "Paused"
+elseif phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = "Run succeeded"
 elseif phase == "Failed" then
