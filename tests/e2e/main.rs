@@ -794,6 +794,117 @@ async fn a_run_manifest_without_a_requester_gets_its_creator_from_the_api_server
     assert!(String::from_utf8_lossy(&out.stderr).contains("ValidatingAdmissionPolicy"));
 }
 
+fn pause_patch(paused: bool, who: &str, reason: &str) -> String {
+    json!({"spec": {"pause": {
+        "paused": paused, "requestedBy": who, "reason": reason,
+        "requestedAt": jiff::Timestamp::now().to_string(),
+    }}})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_and_workflows_pause_and_resume_with_kubectl() {
+    let c = up();
+    let ns = c.namespace("pausing");
+    apply_ok(c, &ns, APPROVAL);
+    apply_ok(c, &ns, NAP);
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("approve", json!({"service": "api"})).await);
+    let run = format!("run/{id}");
+    c.wait_jsonpath(&ns, &run, "{.status.phase}", "Waiting");
+
+    // A pause in someone else's name is refused; one in her own is taken.
+    let patch = |user: &str, body: &str| {
+        c.kubectl(
+            user,
+            &["patch", "-n", &ns, &run, "--type=merge", "-p", body],
+        )
+    };
+    let forged = patch("alice", &pause_patch(true, "bob", "not mine"));
+    assert!(!forged.status.success(), "a pause in bob's name was taken");
+    assert!(String::from_utf8_lossy(&forged.stderr).contains("spec.pause"));
+    let own = patch("alice", &pause_patch(true, "alice", "freeze"));
+    assert!(
+        own.status.success(),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+    c.wait_jsonpath(&ns, &run, "{.status.paused.by}", "alice");
+    let table = c.admin(&["get", "-n", &ns, &run]);
+    assert!(table.contains("PAUSED"), "{table}");
+
+    // The question is still answered; the step after it does not start.
+    let carol = mcp(c, 1, "carol", &ns);
+    let yes = json!({"approval.decision": {"action": "accept", "content": {"approve": true}}});
+    assert!(carol.update(&id, yes).await.last().get("result").is_some());
+    c.wait_jsonpath(&ns, &run, "{.status.steps[0].phase}", "Succeeded");
+    let paused = get_json(c, &ns, &run);
+    assert_eq!(
+        paused["status"]["steps"].as_array().unwrap().len(),
+        1,
+        "{paused}"
+    );
+    let task = alice.get(&id).await;
+    assert_eq!(task.result()["status"], "working");
+    assert_eq!(task.result()["statusMessage"], "paused by alice");
+
+    // Carol (ops) resumes it by hand; the Events say who did what.
+    let resumed = patch("carol", &pause_patch(false, "carol", "freeze over"));
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    c.wait_jsonpath(&ns, &run, "{.status.phase}", "Succeeded");
+    let events = c.admin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        &format!("--field-selector=involvedObject.name={id}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        events.contains("Paused: paused by alice: freeze"),
+        "{events}"
+    );
+    assert!(events.contains("Resumed: resumed by carol"), "{events}");
+
+    // A paused Workflow takes calls; their Runs wait unstarted until it is resumed.
+    let suspend = |on: bool| {
+        let body = json!({"spec": {"suspend": on}}).to_string();
+        c.admin(&[
+            "patch",
+            "-n",
+            &ns,
+            "workflow/nap",
+            "--type=merge",
+            "-p",
+            &body,
+        ]);
+        let generation = get_json(c, &ns, "workflow/nap")["metadata"]["generation"].to_string();
+        c.wait_jsonpath(
+            &ns,
+            "workflow/nap",
+            "{.status.observedGeneration}",
+            &generation,
+        );
+    };
+    suspend(true);
+    let waiting = task_id(&alice.call("nap", json!({"wait": "1s"})).await);
+    let waiting_run = format!("run/{waiting}");
+    c.wait_jsonpath(
+        &ns,
+        &waiting_run,
+        "{.status.statusMessage}",
+        "waiting: workflow nap is paused",
+    );
+    assert!(get_json(c, &ns, &waiting_run)["status"]["startedAt"].is_null());
+    suspend(false);
+    c.wait_jsonpath(&ns, &waiting_run, "{.status.phase}", "Succeeded");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_are_isolated_by_token_review_and_access_review() {
     let c = up();
