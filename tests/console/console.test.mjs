@@ -267,12 +267,12 @@ try {
     await page.locator("dialog.confirm").waitFor({ state: "detached", timeout: WAIT });
     await page.locator(".run-head .pause").click();
     await page.fill("#dialog-reason", "staging is frozen");
-    await shot(page, "5-pause-asks-for-a-reason");
+    await shot(page, "20-pause-asks-for-a-reason");
     await page.locator("dialog.confirm .confirm-go").click();
     await page.locator(".paused-by:has-text('by alice')").waitFor({ timeout: WAIT });
     await page.locator(".paused-by:has-text('staging is frozen')").waitFor({ timeout: WAIT });
     await page.locator(".status-message:text('paused by alice')").waitFor({ timeout: WAIT });
-    await shot(page, "5-run-paused");
+    await shot(page, "21-run-paused");
 
     // The question stays answerable; the step after it waits for the resume.
     await form.locator('input[type="checkbox"]').check();
@@ -282,13 +282,13 @@ try {
     const paused = await task("alice", staged);
     assert.equal(paused.status, "working");
     assert.equal(paused.statusMessage, "paused by alice");
-    await shot(page, "5-answered-while-paused");
+    await shot(page, "22-answered-while-paused");
 
     await page.locator(".run-head .resume").click();
     await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
     await page.locator("section.result pre:text('staged')").waitFor({ timeout: WAIT });
     assert.equal(await page.locator(".paused-by").count(), 0);
-    await shot(page, "5-resumed-and-finished");
+    await shot(page, "23-resumed-and-finished");
     assert.equal((await task("alice", staged)).status, "completed");
     assert.deepEqual(page.errors, []);
     await page.context().close();
