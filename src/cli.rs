@@ -83,6 +83,17 @@ pub(crate) enum TasksCommand {
         #[command(flatten)]
         target: TargetFlags,
     },
+    /// Retry a failed or cancelled task of yours from the step that failed: a new task reuses
+    /// the outputs of the steps that succeeded. Prints the new task id.
+    Retry {
+        /// Task id.
+        id: String,
+        /// An argument to change, `key=value` (JSON when it parses, else a string). Repeatable.
+        #[arg(long = "arg", short = 'a')]
+        args: Vec<String>,
+        #[command(flatten)]
+        target: TargetFlags,
+    },
     /// List the tasks of the namespace you may see (newest first), as the console does.
     List {
         #[command(flatten)]

@@ -74,6 +74,10 @@ async fn tasks_command(command: TasksCommand) -> Result<u8, runway::client::Clie
         TasksCommand::Resume { id, target } => {
             client::pause(&target.target()?, &id, false, None).await
         }
+        TasksCommand::Retry { id, args, target } => {
+            let changed = client::arguments(None, &args, None)?;
+            client::retry(&target.target()?, &id, changed).await
+        }
         TasksCommand::List { filters, target } => client::list(&target.target()?, &filters).await,
         TasksCommand::Answer {
             id,

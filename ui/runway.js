@@ -14,6 +14,7 @@
     cancel: "runway_cancel_run",
     pause: "runway_pause_run",
     resume: "runway_resume_run",
+    retry: "runway_retry_run",
     workflows: "runway_list_workflows",
   };
   var IDEMPOTENCY_KEY = "dev.runway/idempotencyKey";
@@ -733,6 +734,7 @@
         h("td", {}, duration(r.startedAt, r.finishedAt)),
         h("td", {}, r.message || "", next,
           r.childRun ? h("div", {}, "child run ", runLink(r.childRun, onOpen)) : null,
+          r.reusedFrom ? h("div", { class: "reused" }, "reused from ", runLink(r.reusedFrom, onOpen, true)) : null,
           r.output !== undefined ? h("details", {}, h("summary", {}, "output"), h("pre", {}, json(r.output))) : null)));
       earlierAttempts(r).forEach(function (a) {
         rows.push(h("tr", { class: "attempt" },
@@ -817,6 +819,20 @@
     return [button, " ", status];
   }
 
+  /** Retry a failed Run from its failed step, then show the new Run. */
+  function retryButton(run, client, onOpen) {
+    var status = h("span", { class: "form-status", role: "status" });
+    var button = h("button", { type: "button", class: "retry primary", onclick: function () {
+      button.disabled = true;
+      status.textContent = "retrying…";
+      client.callTool(TOOLS.retry, { taskId: run.taskId }).then(function (answer) {
+        status.textContent = "retried as " + answer.taskId;
+        if (answer.taskId) onOpen(answer.taskId);
+      }, function (err) { status.textContent = err.message; button.disabled = false; });
+    } }, "Retry from the failed step");
+    return h("div", { class: "actions" }, button, " ", status);
+  }
+
   /** What the facts say of a paused Run: who paused it, or which step ran out of retries. */
   function pausedFact(p) {
     var who = p.step ? "step " + p.step + " ran out of retries" : "by " + (p.by || "?");
@@ -843,7 +859,8 @@
         run.statusMessage ? h("p", { class: "status-message" }, run.statusMessage) : null,
         planned ? h("progress", { max: planned, value: done ? planned : Math.min(finished, planned), title: finished + " of " + planned + " steps" }) : null,
         done || !run.youMayCancel || run.cancel ? null : h("div", { class: "actions" }, pauseButton(run, client, refresh)),
-        done || !run.youMayCancel ? null : cancelButton(run, client, refresh)),
+        done || !run.youMayCancel ? null : cancelButton(run, client, refresh),
+        run.youMayRetry ? retryButton(run, client, onOpen) : null),
       h("dl", { class: "facts" },
         h("dt", {}, "Workflow"), h("dd", {}, run.workflow),
         h("dt", {}, "Requested by"), h("dd", {}, run.requestedBy ? run.requestedBy.username : "—"),
@@ -856,6 +873,7 @@
           return h("div", {}, runLink(c.taskId, onOpen), " ", h("small", {}, "from " + c.step))
         }))] : null,
         run.paused && !done ? pausedFact(run.paused) : null,
+        run.retryOf ? [h("dt", {}, "Retry of"), h("dd", { class: "retry-of" }, runLink(run.retryOf.name, onOpen))] : null,
         run.cancel ? [h("dt", {}, "Cancelled by"), h("dd", { class: "cancelled-by" }, (run.cancel.requestedBy || "?") + " at " + when(run.cancel.requestedAt) + (run.cancel.reason ? " (" + run.cancel.reason + ")" : ""))] : null),
       mine.length ? section("Waiting for your answer", mine.map(function (q) {
         return answerForm(q, function (response) {

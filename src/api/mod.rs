@@ -2,12 +2,16 @@
 //! reasons and event reasons live here, once.
 
 pub mod pause;
+pub mod records;
+pub mod retry;
 pub mod run;
 pub mod schema;
 pub mod steps;
 pub mod workflow;
 
 pub use pause::*;
+pub use records::*;
+pub use retry::*;
 pub use run::*;
 pub use steps::*;
 pub use workflow::*;
@@ -134,6 +138,10 @@ pub mod event_reasons {
     pub const RESUMED: &str = "Resumed";
     /// A Run that has not started waits because its Workflow is paused.
     pub const WORKFLOW_PAUSED: &str = "WorkflowPaused";
+    /// A retry took over the outputs of the steps that succeeded in the Run it retries.
+    pub const STEPS_REUSED: &str = "StepsReused";
+    /// A retry was refused: reusing the retried Run's outputs would not be safe.
+    pub const RETRY_REFUSED: &str = "RetryRefused";
 }
 
 /// Labels Runway puts on Runs.
@@ -150,6 +158,8 @@ pub mod labels {
     pub const CALL: &str = "runway.dev/call";
     /// UID of the top-level Run a child Run descends from: what counts a Run tree's size.
     pub const ROOT: &str = "runway.dev/root";
+    /// Name of the Run a retry from the failed step retries (to find a Run's retries).
+    pub const RETRY_OF: &str = "runway.dev/retry-of";
 }
 
 /// Annotations on Runs.

@@ -17,7 +17,7 @@ pub use call::{arguments, call};
 pub use check::check;
 pub use errors::ClientError;
 pub use list::{ListFilters, list};
-pub use pause::pause;
+pub use pause::{pause, retry};
 pub use prompt::Prompter;
 pub use target::Target;
 pub use tasks::{answer, cancel, get, watch};

@@ -1,5 +1,5 @@
-//! `runway tasks pause|resume`: through Runway's own tools, since neither protocol era has a
-//! method for it.
+//! `runway tasks pause|resume|retry`: through Runway's own tools, since neither protocol era
+//! has a method for them.
 
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Map, json};
@@ -54,4 +54,51 @@ pub async fn pause(
     };
     eprintln!("{said}");
     Ok(if changed { exit::OK } else { exit::NOT_TAKEN })
+}
+
+const RETRY_TOOL: &str = "runway_retry_run";
+
+/// `runway tasks retry`: a new task from the failed step of task `id`, with these arguments
+/// changed; prints the new task id.
+pub async fn retry(
+    target: &Target,
+    id: &str,
+    changed: Map<String, serde_json::Value>,
+) -> Result<u8, ClientError> {
+    let session = connect(target, true).await?;
+    let mut args = Map::new();
+    args.insert("taskId".into(), json!(id));
+    if !changed.is_empty() {
+        args.insert("arguments".into(), serde_json::Value::Object(changed));
+    }
+    let result = match session
+        .call_tool(CallToolRequestParams::new(RETRY_TOOL).with_arguments(args))
+        .await
+        .map_err(ClientError::from)
+    {
+        Ok(r) => r,
+        Err(ClientError::Rpc { code, message }) if code == INVALID_PARAMS => {
+            eprintln!("not retried: {}", shown(&message));
+            return Ok(exit::NOT_TAKEN);
+        }
+        Err(e) => return Err(e),
+    };
+    let answer = result.structured_content.unwrap_or_default();
+    let new = answer["taskId"].as_str().unwrap_or_default();
+    let reused: Vec<&str> = answer["reused"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    super::output::out(new);
+    eprintln!(
+        "task {id} retried as {new}; reused: {}; `runway tasks watch {new}` follows it",
+        if reused.is_empty() {
+            "nothing".to_owned()
+        } else {
+            reused.join(", ")
+        }
+    );
+    Ok(exit::OK)
 }

@@ -8,6 +8,7 @@ pub mod history;
 mod inflight;
 pub mod queue;
 pub mod schedules;
+mod starting;
 mod waiting;
 mod watch;
 mod work;
@@ -304,7 +305,9 @@ impl Controller {
             {
                 return;
             }
-            self.wait_for_paused_workflow(k, &run, live.as_ref());
+            let Some(run) = self.before_start(k, run, live.as_ref()).await else {
+                return;
+            };
             let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
             let run = match decision.status {
                 Some(status) => match self
@@ -347,16 +350,6 @@ impl Controller {
             }
         }
         self.queue.add(k.clone());
-    }
-
-    /// A Run not started whose Workflow is paused stands in line to be woken when that
-    /// changes; once it is not paused the Run leaves the line.
-    fn wait_for_paused_workflow(&self, k: &Key, run: &Run, live: Option<&crate::api::Workflow>) {
-        match live {
-            Some(w) if w.spec.suspend => self.waiting.join(k, run),
-            Some(_) => self.waiting.leave(k, run),
-            None => {}
-        }
     }
 
     /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.

@@ -238,7 +238,7 @@ impl Machine<'_> {
                 return Progress::Changed;
             }
         }
-        Progress::Changed
+        self.announce_reuse()
     }
 
     /// Why the Run's arguments are refused, as the ending of the Run (`-32602` with the schema

@@ -24,6 +24,7 @@ mod machine;
 mod pause;
 mod record;
 mod render;
+pub mod retry;
 mod sample;
 
 pub use branches::DEFAULT_PARALLELISM;

@@ -135,7 +135,6 @@ pub(super) fn record_outcome(
         return st;
     };
     let step = wf.step(&effect.step).cloned();
-    let hold = super::held::holds_on_exhaustion(run, &wf);
     let rec = &mut st.steps[idx];
     match outcome {
         Outcome::Checkpoint {
@@ -159,16 +158,7 @@ pub(super) fn record_outcome(
             message,
             detail,
         } => {
-            fail_attempt(
-                run,
-                &mut st,
-                idx,
-                step.as_ref(),
-                (class, hold),
-                message,
-                None,
-                now,
-            );
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
             // A tool step that timed out or lost its connection for good may leave an upstream
             // task behind: cancel it as every other failure path does.
             cancel_abandoned_upstream_task(&mut st, idx);
@@ -188,16 +178,7 @@ pub(super) fn record_outcome(
                 rec.upstream_request_state = None;
                 rec.pending_answers = None;
             }
-            fail_attempt(
-                run,
-                &mut st,
-                idx,
-                step.as_ref(),
-                (class, hold),
-                message,
-                error,
-                now,
-            );
+            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, error, now);
             cancel_abandoned_upstream_task(&mut st, idx);
         }
         Outcome::Fatal(error) => {
@@ -372,7 +353,7 @@ pub(super) fn fail_attempt(
     st: &mut RunStatus,
     idx: usize,
     step: Option<&Step>,
-    (class, hold): (ErrorClass, bool),
+    class: ErrorClass,
     message: String,
     error: Option<RunError>,
     now: Timestamp,
@@ -426,7 +407,12 @@ pub(super) fn fail_attempt(
                 fail_step_fatal(st, idx, &name, e.to_string(), now);
             }
         }
-    } else if hold && !rec.finally && st.ending.is_none() {
+    } else if !rec.finally
+        && st.ending.is_none()
+        && run
+            .workflow_snapshot()
+            .is_some_and(|wf| super::held::holds_on_exhaustion(run, &wf))
+    {
         super::held::hold(st, idx, &message, now);
     } else {
         rec.phase = StepPhase::Failed;

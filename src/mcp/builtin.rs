@@ -1,6 +1,6 @@
 //! Runway's own tools, beside the Workflows: `runway_list_runs` finds a caller's Runs again (the
 //! Tasks extension has no `tasks/list`), and the app tools the console and the MCP Apps view
-//! use to read one Run in full, answer, cancel, pause and resume it. Every one asks what the
+//! use to read one Run in full, answer, cancel, pause, resume and retry it. Every one asks what the
 //! matching `tasks/*` method asks (RBAC verb and owner rule; pausing as cancelling) and answers
 //! nothing more than it may.
 
@@ -21,7 +21,7 @@ use super::filters::{instant, selector};
 use super::handler::RunwayMcp;
 use super::own_tools::{
     ANSWER_RUN, CANCEL_RUN, DEFAULT_LIMIT, GET_RUN, LIST_RUNS, LIST_WORKFLOWS, MAX_LIMIT,
-    PAUSE_RUN, RESUME_RUN, list_tool_on,
+    PAUSE_RUN, RESUME_RUN, RETRY_RUN, list_tool_on,
 };
 use super::pausing::Paused;
 use super::state::Tenant;
@@ -186,6 +186,15 @@ struct RunArgs {
     reason: Option<String>,
 }
 
+/// Arguments of `runway_retry_run`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RetryArgs {
+    task_id: String,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+}
+
 /// Arguments of `runway_pause_run` and `runway_resume_run`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -256,6 +265,28 @@ impl RunwayMcp {
             },
             PAUSE_RUN | RESUME_RUN => match parse::<PauseArgs>(name, args) {
                 Ok(a) => self.pause_run(t, name == PAUSE_RUN, a).await,
+                Err(e) => Err(e),
+            },
+            RETRY_RUN => match parse::<RetryArgs>(name, args) {
+                Ok(a) => self
+                    .retry_task_of(t, &a.task_id, a.arguments)
+                    .await
+                    .map(|r| {
+                        let text = format!(
+                            "retrying {} as {}; reused: {}",
+                            a.task_id,
+                            r.task_id,
+                            if r.reused.is_empty() {
+                                "nothing".into()
+                            } else {
+                                r.reused.join(", ")
+                            }
+                        );
+                        structured(
+                            json!({"taskId": r.task_id, "retryOf": a.task_id, "reused": r.reused}),
+                            text,
+                        )
+                    }),
                 Err(e) => Err(e),
             },
             _ => return None,
@@ -418,6 +449,9 @@ impl RunwayMcp {
             for_approver(&whole, &t.identity.principal.username)
         };
         detail["youMayCancel"] = json!(may_cancel && !run.phase().is_terminal());
+        // A retry reuses answers given to the requester's Run: theirs alone to ask for.
+        let failed = matches!(run.phase(), RunPhase::Failed | RunPhase::Cancelled);
+        detail["youMayRetry"] = json!(failed && is_owner(&run, &t.identity.principal));
         let text = format!(
             "{} {} {}",
             task_id,

@@ -31,6 +31,7 @@ mod listen;
 mod own_tools;
 mod pausing;
 mod projection;
+mod retrying;
 mod sealing;
 mod shares;
 mod state;

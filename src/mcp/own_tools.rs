@@ -22,6 +22,8 @@ pub(crate) const CANCEL_RUN: &str = "runway_cancel_run";
 pub(crate) const PAUSE_RUN: &str = "runway_pause_run";
 /// Resumes a paused Run (an app tool).
 pub(crate) const RESUME_RUN: &str = "runway_resume_run";
+/// Retries a failed Run from its failed step (an app tool).
+pub(crate) const RETRY_RUN: &str = "runway_retry_run";
 /// The namespace's Workflows with their Ready condition, start form and schedules (an app
 /// tool).
 pub(crate) const LIST_WORKFLOWS: &str = "runway_list_workflows";
@@ -110,6 +112,33 @@ fn task_and_reason() -> Arc<Map<String, Value>> {
     }))
 }
 
+/// The retry tool's definition.
+fn retry_tool() -> Tool {
+    Tool::new(
+        RETRY_RUN,
+        "Retry a failed or cancelled Run of yours from the step that failed: a new Run (its \
+         own taskId) takes over the outputs of the steps that succeeded and runs the rest \
+         again. Arguments are the original's, overridden key by key by `arguments`.",
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "taskId": task_id_schema(),
+                "arguments": {"type": "object", "description": "Arguments to change (the others are the original's)"}
+            },
+            "required": ["taskId"],
+            "additionalProperties": false
+        })),
+    )
+    .with_title("Retry a Run from its failed step")
+    .with_annotations(
+        rmcp::model::ToolAnnotations::new()
+            .read_only(false)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
 /// The app tools' definitions (listed for clients that declare MCP Apps).
 pub(crate) fn app_tools() -> Vec<Tool> {
     vec![
@@ -168,6 +197,7 @@ pub(crate) fn app_tools() -> Vec<Tool> {
         )
         .with_title("Resume a Run")
         .with_annotations(changes_one_run()),
+        retry_tool(),
         Tool::new(
             LIST_WORKFLOWS,
             "The namespace's Workflows: tool, Ready condition, the form that starts one, \

@@ -96,6 +96,7 @@ pub(super) fn full(
         "answers": answers,
         "cancel": run.spec.cancel,
         "paused": st.paused,
+        "retryOf": run.spec.retry_of,
         "notes": st.notes,
         "result": st.result,
         "error": st.error,

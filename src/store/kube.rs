@@ -612,6 +612,7 @@ mod tests {
                 requested_by: None,
                 cancel: None,
                 pause: None,
+                retry_of: None,
                 input_responses: BTreeMap::new(),
             },
         );

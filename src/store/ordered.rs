@@ -100,6 +100,7 @@ mod tests {
             requested_by: None,
             cancel: None,
             pause: None,
+            retry_of: None,
             input_responses: Default::default(),
         };
         let mut r = Run::new(name, spec);

@@ -294,6 +294,38 @@ try {
     await page.context().close();
   });
 
+  await test("a requester retries a failed Run from its failed step", async () => {
+    const first = (await call("alice", "ship", {})).taskId;
+    const page = await signedIn("alice");
+    await page.locator(`tr[data-task="${first}"] a`).click();
+    // She declines the deploy: the step fails, and with it the Run.
+    await page.locator('form.answer[data-key="deploy.go"] button.decline').click();
+    await page.locator('.run-head .phase[data-phase="Failed"]').waitFor({ timeout: WAIT });
+    await page.locator(".run-head .retry").waitFor({ timeout: WAIT });
+    await shot(page, "24-failed-run-offers-a-retry");
+    await page.locator(".run-head .retry").click();
+    await page.locator(`.retry-of a[data-task="${first}"]`).waitFor({ timeout: WAIT });
+    await page.locator('tr[data-step="build"] .reused').waitFor({ timeout: WAIT });
+    const form = page.locator('form.answer[data-key="deploy.go"]');
+    await form.waitFor({ timeout: WAIT });
+    await shot(page, "25-retry-reuses-the-build");
+    await form.locator('input[type="checkbox"]').check();
+    await form.locator("button.submit").click();
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await shot(page, "26-retry-completed");
+    const retried = await page.locator(".run-head .task-id code").textContent();
+    assert.notEqual(retried, first);
+    assert.equal((await task("alice", retried)).status, "completed");
+    // Only the requester is offered a retry: sam, who may see every Run, is not.
+    const other = await signedIn("sam");
+    await other.locator(`tr[data-task="${first}"] a`).click();
+    await other.locator('.run-head .phase[data-phase="Failed"]').waitFor({ timeout: WAIT });
+    assert.equal(await other.locator(".run-head .retry").count(), 0);
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+    await other.context().close();
+  });
+
   // ---- MCP Apps ------------------------------------------------------------------------------
 
   await test("tools and the view resource read as the MCP Apps SDK reads them", async () => {
@@ -301,14 +333,14 @@ try {
     const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
     assert.equal(apps.getToolUiResourceUri(byName.release), "ui://runway/run");
     assert.equal(apps.getToolUiResourceUri(byName.runway_list_runs), "ui://runway/run");
-    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run", "runway_pause_run", "runway_resume_run", "runway_list_workflows"]) {
+    for (const name of ["runway_get_run", "runway_answer_run", "runway_cancel_run", "runway_pause_run", "runway_resume_run", "runway_retry_run", "runway_list_workflows"]) {
       assert.ok(apps.isToolVisibilityAppOnly(byName[name]), name);
       apps.McpUiToolMetaSchema.parse(byName[name]._meta.ui);
     }
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
     assert.deepEqual(plain.map((t) => t.name).sort(),
-      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "soak", "stage"]);
+      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "ship", "soak", "stage"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -501,7 +533,7 @@ try {
     const page = await signedIn("sam");
     await page.click(".tabs a:text('Workflows')");
     await page.locator('table.workflows tr[data-workflow="broken-form"] [data-ready="False"]').waitFor({ timeout: WAIT });
-    assert.equal(await page.locator("table.workflows tbody tr").count(), 8);
+    assert.equal(await page.locator("table.workflows tbody tr").count(), 9);
     await page.click('tr[data-workflow="broken-form"] a');
     await page.locator(".ready-message:has-text('InvalidSchema')").waitFor({ timeout: WAIT });
     assert.ok(await page.locator("button.start").isDisabled());

@@ -403,6 +403,20 @@ async fn runway_tasks_get_answer_watch_and_cancel() {
         "{out}"
     );
 
+    // A cancelled task is retried as a new one; a completed one is not.
+    let (code, out, err) = tasks(&["retry", &nap]).await;
+    assert_eq!(code, 0, "{err}");
+    let again = out.trim();
+    assert!(again.starts_with("nap-") && again != nap, "{out}");
+    assert!(
+        err.contains(&format!("task {nap} retried as {again}; reused: nothing")),
+        "{err}"
+    );
+    assert_eq!(c.get(again).await.result()["status"], "working");
+    let (code, _, err) = tasks(&["retry", &approve, "--arg", "change=y"]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("has not failed"), "{err}");
+
     // Someone who may read Runs but not watch them is told so.
     std::fs::write(dir.path().join("rita.token"), "reader-token").unwrap();
     let mut watch = client_cmd(&dir, &p);

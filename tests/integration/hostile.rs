@@ -250,6 +250,7 @@ async fn forged(
             }),
             cancel: None,
             pause: None,
+            retry_of: None,
             input_responses: BTreeMap::new(),
         },
     );
@@ -488,6 +489,7 @@ async fn a_run_nested_too_deeply_fails_alone_and_keeps_no_one_from_starting() {
             }),
             cancel: None,
             pause: None,
+            retry_of: None,
             input_responses: BTreeMap::new(),
         },
     );

@@ -23,6 +23,7 @@ mod mcp_tasks;
 mod pausing;
 mod properties;
 mod readme;
+mod retrying;
 mod run_views;
 mod schedules;
 mod store_kube;

@@ -20,6 +20,7 @@ pub fn run(ns: &str, name: &str, workflow: &str) -> Run {
             requested_by: None,
             cancel: None,
             pause: None,
+            retry_of: None,
             input_responses: BTreeMap::new(),
         },
     );

@@ -168,6 +168,7 @@ impl Harness {
                 }),
                 cancel: None,
                 pause: None,
+                retry_of: None,
                 input_responses: BTreeMap::new(),
             },
         );

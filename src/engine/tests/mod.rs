@@ -5,6 +5,7 @@ mod branches;
 mod cancel;
 mod input;
 mod pause;
+mod retry;
 mod sample;
 mod steps;
 mod tool;
@@ -41,6 +42,7 @@ fn new_run(args: Value) -> Run {
             }),
             cancel: None,
             pause: None,
+            retry_of: None,
             input_responses: Default::default(),
         },
     );

@@ -1,0 +1,129 @@
+//! What a Run records of each step: its phase, its attempts, its output, what it waits for.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::schema::{any_object, any_value};
+
+/// Phase of a step.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepPhase {
+    /// An attempt is in progress (or a timer runs).
+    #[default]
+    Running,
+    /// Waiting for input.
+    Waiting,
+    /// Waiting for the next attempt.
+    Retrying,
+    /// Done.
+    Succeeded,
+    /// Failed for good.
+    Failed,
+    /// Skipped by `when`.
+    Skipped,
+    /// Stopped by cancellation.
+    Cancelled,
+}
+
+impl StepPhase {
+    /// Whether the step is done.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Skipped | Self::Cancelled
+        )
+    }
+}
+
+/// What happened to one step.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepRecord {
+    /// Step name.
+    pub name: String,
+    /// Whether the step is a `finally` step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finally: bool,
+    /// Phase.
+    pub phase: StepPhase,
+    /// Attempt number, from 1.
+    #[serde(default)]
+    #[schemars(extend("format" = "int32"))]
+    pub attempt: u32,
+    /// When the step started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When the current attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_started_at: Option<String>,
+    /// When the step finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Timer wake time (`delay`), next attempt (`Retrying`) or input deadline (`Waiting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<String>,
+    /// Output, when the step succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_value")]
+    pub output: Option<Value>,
+    /// The output was larger than the limit and was cut.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    /// Why the last attempt failed, or other detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Failed attempts before the current one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
+    /// Upstream task of a `tool` step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_task_id: Option<String>,
+    /// Job of a `job` step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// Input keys an `input` step opened, by request name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_keys: BTreeMap<String, String>,
+    /// Upstream input requests a `tool` step surfaced: this Run's key → the upstream key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub upstream_input_keys: BTreeMap<String, String>,
+    /// The upstream `requestState` of an MRTR `input_required` answer, echoed on the retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_request_state: Option<String>,
+    /// Answers to forward upstream on the next attempt (upstream key → response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub pending_answers: Option<Value>,
+    /// The items of a `forEach` step, as rendered when it started; each runs as a record of
+    /// its own named `<step>[<index>]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::schema::any_list")]
+    pub items: Option<Vec<Value>>,
+    /// The child Run of a `workflow` step's current attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_run: Option<String>,
+    /// The Run whose record this is, taken over by a retry from the failed step (the step did
+    /// not run here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<String>,
+}
+
+/// A failed attempt.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// Attempt number.
+    #[schemars(extend("format" = "int32"))]
+    pub attempt: u32,
+    /// When it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// When it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Why.
+    pub message: String,
+}
