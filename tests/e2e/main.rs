@@ -905,6 +905,79 @@ async fn runs_and_workflows_pause_and_resume_with_kubectl() {
     c.wait_jsonpath(&ns, &waiting_run, "{.status.phase}", "Succeeded");
 }
 
+const SHIP: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: ship }
+spec:
+  steps:
+    - { name: build, delay: { duration: 10ms } }
+    - name: go
+      input: { requests: [ { name: ok, message: "Ship it?" } ] }
+  result: { content: [ { type: text, text: "shipped" } ] }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_run_is_retried_from_its_failed_step_with_kubectl() {
+    let c = up();
+    let ns = c.namespace("retry");
+    apply_ok(c, &ns, SHIP);
+    let alice = mcp(c, 0, "alice", &ns);
+    let id = task_id(&alice.call("ship", json!({})).await);
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Waiting");
+    let no = json!({"go.ok": {"action": "decline"}});
+    assert!(alice.update(&id, no).await.last().get("result").is_some());
+    c.wait_jsonpath(&ns, &format!("run/{id}"), "{.status.phase}", "Failed");
+
+    // A retry as it can be written by hand: the API server fills in who asks.
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: {{ name: {name} }}\n\
+             spec:\n  workflowRef: {{ name: ship }}\n  arguments: {{}}\n  retryOf: {{ name: {id} }}\n"
+        )
+    };
+    create_as(c, "alice", &ns, &manifest("ship-again"));
+    c.wait_jsonpath(&ns, "run/ship-again", "{.status.phase}", "Waiting");
+    let again = get_json(c, &ns, "run/ship-again");
+    assert_eq!(again["status"]["steps"][0]["name"], "build");
+    assert_eq!(again["status"]["steps"][0]["reusedFrom"], id.as_str());
+    let yes = json!({"go.ok": {"action": "accept", "content": {}}});
+    assert!(
+        alice
+            .update("ship-again", yes)
+            .await
+            .last()
+            .get("result")
+            .is_some()
+    );
+    c.wait_jsonpath(&ns, "run/ship-again", "{.status.phase}", "Succeeded");
+    // Someone else's retry of it fails, unstarted, saying why.
+    create_as(c, "bob", &ns, &manifest("bobs-retry"));
+    c.wait_jsonpath(&ns, "run/bobs-retry", "{.status.phase}", "Failed");
+    let bobs = get_json(c, &ns, "run/bobs-retry");
+    let text = bobs["status"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("requested by alice"), "{text}");
+    assert!(bobs["status"]["startedAt"].is_null(), "{bobs}");
+    // spec.retryOf cannot be changed afterwards.
+    let out = c.kubectl(
+        "alice",
+        &[
+            "patch",
+            "-n",
+            &ns,
+            "run/ship-again",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"retryOf":{"name":"other"}}}"#,
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.retryOf is immutable"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_are_isolated_by_token_review_and_access_review() {
     let c = up();
