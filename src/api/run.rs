@@ -26,6 +26,7 @@ use super::{StepRecord, WorkflowSpec};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.currentStep"}"#,
     printcolumn = r#"{"name":"Waiting-For","type":"string","jsonPath":".status.waitingFor"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".status.priority","priority":1}"#,
     printcolumn = r#"{"name":"Paused","type":"date","jsonPath":".status.paused.since"}"#,
     printcolumn = r#"{"name":"Requested-By","type":"string","jsonPath":".spec.requestedBy.username"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -59,6 +60,11 @@ pub struct RunSpec {
     /// The latest request to pause or resume the Run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<super::PauseRequest>,
+    /// Its place in its Workflow's concurrency queue: higher goes first (-1000 to 1000; the
+    /// Workflow's `concurrency.priority` when unset). May be changed while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
     /// The failed Run this one retries from its failed step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<super::RetryOf>,
@@ -259,6 +265,10 @@ pub struct RunStatus {
     /// `concurrency.key`, rendered once when the Run was first decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency_key: Option<String>,
+    /// Its priority in its Workflow's concurrency queue, as it was queued (its own, or the
+    /// Workflow's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
     /// Open input keys, comma-separated, for `kubectl get runs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
@@ -405,6 +415,7 @@ impl Run {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );
@@ -467,6 +478,7 @@ mod tests {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );

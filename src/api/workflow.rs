@@ -199,6 +199,14 @@ pub struct ConcurrencySpec {
     /// the limit holds per distinct value. Without it, one group for the whole Workflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Priority of this Workflow's Runs in its queue when a Run names none (`spec.priority`);
+    /// higher goes first. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
+    /// How long a Run may wait in the queue (from its request) before it fails, unstarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<String>,
 }
 
 /// Whether a call becomes an MCP task.

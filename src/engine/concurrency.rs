@@ -1,8 +1,10 @@
 //! Concurrency limits: whether a Run that has not started may start, given the other Runs of
 //! its Workflow. A Run may start when fewer than `limit` unfinished Runs of its group come
-//! before it in request order; the others wait, `Queued`. The verdict depends only on which
-//! Runs exist and which have finished, never on which have started, so every replica deciding
-//! from its own cache reaches the same one (a stale cache can only hold a Run back longer).
+//! before it in line ([`super::line`]: the started ones, then by priority, fair share and
+//! request order); the others wait, `Queued`, and fail, unstarted, after `queueTimeout`. A
+//! stale cache can hold a Run back longer; one that has not yet seen a peer start can let a
+//! Run of higher priority or fairer share pass it, which the one controller of an embedded
+//! server or of one shard never does (it reads its own writes).
 
 use std::borrow::Borrow;
 
@@ -10,36 +12,15 @@ use jiff::Timestamp;
 
 use super::endings::tool_error_ending;
 use super::group::group;
+pub(crate) use super::line::place;
 use super::machine::Machine;
 use super::{Decision, Next, duration};
-use crate::api::annotations::REQUESTED_AT;
 use crate::api::{Ending, Run, RunPhase, RunStatus, WorkflowSpec};
 
 /// How often a queued Run is looked at again. A peer's end wakes the Runs behind it at once;
 /// this bounds how long one stays held back when that wake-up met a cache that had not caught up
 /// with the end yet (the verdict is then "wait", and no later event of the group may come).
 pub const RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
-
-/// Where a Run stands in its group's line: when it was created, then requested, then its name.
-pub(crate) fn place(run: &Run) -> (Timestamp, Option<Timestamp>, &str) {
-    let created = run
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or(Timestamp::UNIX_EPOCH);
-    let requested = run
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REQUESTED_AT))
-        .and_then(|t| t.parse().ok());
-    (
-        created,
-        requested,
-        run.metadata.name.as_deref().unwrap_or_default(),
-    )
-}
 
 /// Whether `run` must wait for a slot, and the status that says so; `None` when it may go on
 /// (no limit, started already, finished, or a slot is free). A queued Run that is cancelled or
@@ -58,24 +39,12 @@ pub fn hold<P: Borrow<Run>>(
         return None;
     }
     let queued = status.phase == RunPhase::Queued;
-    if queued && let Some(cancel) = &run.spec.cancel {
-        let who = cancel.requested_by.as_deref().unwrap_or("unknown");
-        let why = cancel.reason.as_deref().unwrap_or("no reason given");
-        let message = format!("cancelled by {who} while queued: {why}");
-        return Some(end(run, cancelled(message), now));
-    }
-    if run.spec.cancel.is_some() {
+    if run.spec.cancel.is_some() && !queued {
         return None;
     }
-    let created = place(run).0;
-    let timeout = spec.execution.timeout.as_deref();
-    let deadline = duration::run_timeout(timeout).ok().map(|d| created + d);
-    if queued && deadline.is_some_and(|d| now >= d) {
-        let message = format!(
-            "run deadline exceeded while queued (execution.timeout {})",
-            timeout.unwrap_or(duration::DEFAULT_RUN_TIMEOUT_TEXT)
-        );
-        return Some(end(run, tool_error_ending(message), now));
+    let (deadline, queue_deadline) = deadlines(spec, run);
+    if queued && let Some(ending) = ended_in_queue(spec, run, now, deadline, queue_deadline) {
+        return Some(end(run, ending, now));
     }
     let mine = match group(spec, run) {
         Ok(g) => g,
@@ -87,41 +56,93 @@ pub fn hold<P: Borrow<Run>>(
             return Some(end(run, tool_error_ending(message), now));
         }
     };
-    let me = place(run);
-    let ahead = peers
-        .iter()
-        .map(Borrow::borrow)
-        .filter(|p| {
-            p.metadata.name != run.metadata.name
-                && p.metadata.namespace == run.metadata.namespace
-                && p.spec.workflow_ref.name == run.spec.workflow_ref.name
-                && !p.phase().is_terminal()
-                && place(p) < me
-                && group(spec, p).is_ok_and(|g| g == mine)
-        })
-        .count();
+    let ahead = super::line::ahead(run, spec, peers, &mine);
     if ahead < limit as usize {
         return None;
     }
+    let priority = super::line::priority(spec, run);
+    let shown = if priority == 0 {
+        String::new()
+    } else {
+        format!(" at priority {priority}")
+    };
     let message = match &mine {
-        Some(key) => format!("queued behind {ahead} run(s): at most {limit} at once for {key}"),
-        None => format!("queued behind {ahead} run(s): at most {limit} at once"),
+        Some(key) => {
+            format!("queued behind {ahead} run(s){shown}: at most {limit} at once for {key}")
+        }
+        None => format!("queued behind {ahead} run(s){shown}: at most {limit} at once"),
     };
     let queued = RunStatus {
         phase: RunPhase::Queued,
         status_message: Some(message),
         concurrency_key: mine,
+        priority: Some(priority),
         observed_generation: run.metadata.generation,
         ..status.clone()
     };
     // Woken by a peer finishing (the controller watches for that), by the deadline, or by the
     // recheck.
     let recheck = now + RECHECK;
-    let next = Next::WaitUntil(Some(deadline.map_or(recheck, |d| d.min(recheck))));
+    let wake = [deadline, queue_deadline]
+        .into_iter()
+        .flatten()
+        .fold(recheck, Timestamp::min);
+    let next = Next::WaitUntil(Some(wake));
     Some(Decision {
         status: (queued != status).then_some(queued),
         events: Vec::new(),
         next,
+    })
+}
+
+/// The Run's deadline (from its creation) and the end of its queue timeout (from its request,
+/// else its creation).
+fn deadlines(spec: &WorkflowSpec, run: &Run) -> (Option<Timestamp>, Option<Timestamp>) {
+    let (created, requested, _) = place(run);
+    let deadline = duration::run_timeout(spec.execution.timeout.as_deref())
+        .ok()
+        .map(|d| created + d);
+    let queue_timeout = spec
+        .execution
+        .concurrency
+        .as_ref()
+        .and_then(|c| c.queue_timeout.as_deref())
+        .and_then(|d| duration::parse(d).ok());
+    let since = requested.unwrap_or(created);
+    (deadline, queue_timeout.map(|d| since + d))
+}
+
+/// How a queued Run ends without starting, if it does now: cancelled, past its deadline, or
+/// past its queue timeout.
+fn ended_in_queue(
+    spec: &WorkflowSpec,
+    run: &Run,
+    now: Timestamp,
+    deadline: Option<Timestamp>,
+    queue_deadline: Option<Timestamp>,
+) -> Option<Ending> {
+    if let Some(cancel) = &run.spec.cancel {
+        let who = cancel.requested_by.as_deref().unwrap_or("unknown");
+        let why = cancel.reason.as_deref().unwrap_or("no reason given");
+        return Some(cancelled(format!("cancelled by {who} while queued: {why}")));
+    }
+    if deadline.is_some_and(|d| now >= d) {
+        let timeout = spec.execution.timeout.as_deref();
+        return Some(tool_error_ending(format!(
+            "run deadline exceeded while queued (execution.timeout {})",
+            timeout.unwrap_or(duration::DEFAULT_RUN_TIMEOUT_TEXT)
+        )));
+    }
+    let timeout = spec
+        .execution
+        .concurrency
+        .as_ref()?
+        .queue_timeout
+        .as_deref()?;
+    queue_deadline.filter(|d| now >= *d).map(|_| {
+        tool_error_ending(format!(
+            "no slot within the queue timeout (concurrency.queueTimeout {timeout})"
+        ))
     })
 }
 
@@ -155,6 +176,7 @@ fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::annotations::REQUESTED_AT;
     use crate::api::{CancelRequest, RunSpec, WorkflowRef};
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -180,6 +202,7 @@ mod tests {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );
@@ -356,6 +379,107 @@ mod tests {
         .unwrap();
         assert!(hold(&peers[1], Some(&unlimited), &peers, now()).is_none());
         assert!(hold(&peers[1], None, &peers, now()).is_none());
+    }
+
+    fn by(mut r: Run, who: &str, priority: Option<i32>) -> Run {
+        r.spec.requested_by = Some(crate::api::Principal {
+            username: who.into(),
+            uid: None,
+            groups: vec![],
+        });
+        r.spec.priority = priority;
+        r
+    }
+
+    #[test]
+    fn a_higher_priority_passes_the_queued_runs_but_never_a_started_one() {
+        let s = spec(1, None, None);
+        let peers = vec![
+            with_phase(by(run("a", 1, "x"), "alice", None), RunPhase::Running),
+            by(run("b", 2, "x"), "alice", None),
+            by(run("urgent", 3, "x"), "alice", Some(10)),
+        ];
+        let urgent = hold(&peers[2], Some(&s), &peers, now()).expect("a holds the slot");
+        let st = urgent.status.unwrap();
+        assert_eq!(st.priority, Some(10));
+        assert_eq!(
+            st.status_message.as_deref(),
+            Some("queued behind 1 run(s) at priority 10: at most 1 at once")
+        );
+        // Once a finishes, the urgent Run goes first and b waits behind it.
+        let mut peers = peers;
+        peers[0] = with_phase(by(run("a", 1, "x"), "alice", None), RunPhase::Succeeded);
+        assert!(hold(&peers[2], Some(&s), &peers, now()).is_none());
+        assert!(hold(&peers[1], Some(&s), &peers, now()).is_some());
+        // The Workflow's priority is the default of its Runs.
+        let mut s = s;
+        s.execution.concurrency.as_mut().unwrap().priority = Some(20);
+        assert!(
+            hold(&peers[1], Some(&s), &peers, now()).is_none(),
+            "b at 20 passes 10"
+        );
+    }
+
+    #[test]
+    fn one_requesters_burst_does_not_starve_another() {
+        let s = spec(1, None, None);
+        let mut peers: Vec<Run> = (1..=5)
+            .map(|i| by(run(&format!("a{i}"), i, "x"), "alice", None))
+            .collect();
+        peers[0] = with_phase(peers[0].clone(), RunPhase::Running);
+        peers.push(by(run("b1", 9, "x"), "bob", None));
+        // While a1 runs, bob's first Run waits for it and alice's next, not for her other three.
+        let b1 = hold(&peers[5], Some(&s), &peers, now()).unwrap();
+        assert_eq!(
+            b1.status.unwrap().status_message.as_deref(),
+            Some("queued behind 2 run(s): at most 1 at once")
+        );
+        // a1 ends: alice's next and bob's first are both first of theirs; hers was earlier.
+        peers[0] = with_phase(peers[0].clone(), RunPhase::Succeeded);
+        assert!(hold(&peers[1], Some(&s), &peers, now()).is_none());
+        assert!(hold(&peers[5], Some(&s), &peers, now()).is_some());
+        // a2 starts (after bob's Run was requested) and ends: bob goes before alice's third.
+        let mut a2 = with_phase(peers[1].clone(), RunPhase::Succeeded);
+        a2.status.as_mut().unwrap().started_at = Some(now().to_string());
+        peers[1] = a2;
+        assert!(
+            hold(&peers[5], Some(&s), &peers, now()).is_none(),
+            "bob's turn"
+        );
+        assert!(hold(&peers[2], Some(&s), &peers, now()).is_some());
+    }
+
+    #[test]
+    fn a_queued_run_fails_unstarted_after_its_queue_timeout() {
+        let mut s = spec(1, None, None);
+        s.execution.concurrency.as_mut().unwrap().queue_timeout = Some("30s".into());
+        let peers = vec![
+            with_phase(run("a", 1, "x"), RunPhase::Running),
+            run("b", 2, "x"),
+        ];
+        let first = hold(&peers[1], Some(&s), &peers, now()).unwrap();
+        let mut b = peers[1].clone();
+        b.status = first.status;
+        // It is woken at the end of its queue timeout (counted from its creation here).
+        let created = Timestamp::from_second(1_800_000_002).unwrap();
+        let at = created + jiff::SignedDuration::from_secs(30);
+        assert!(
+            hold(
+                &b,
+                Some(&s),
+                &peers,
+                at - jiff::SignedDuration::from_secs(1)
+            )
+            .is_some()
+        );
+        let ended = hold(&b, Some(&s), &peers, at).unwrap().status.unwrap();
+        assert_eq!(ended.phase, RunPhase::Failed);
+        assert!(ended.workflow.is_none() && ended.steps.is_empty());
+        let text = ended.result.unwrap()["content"][0]["text"].clone();
+        assert!(
+            text.as_str().unwrap().contains("queueTimeout 30s"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod cancel;
 mod effects;
 mod endings;
 mod held;
+mod line;
 mod machine;
 mod pause;
 mod record;

@@ -169,6 +169,7 @@ mod tests {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );

@@ -270,6 +270,7 @@ mod tests {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: Default::default(),
             },
         );

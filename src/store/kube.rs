@@ -613,6 +613,7 @@ mod tests {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );

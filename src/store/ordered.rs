@@ -101,6 +101,7 @@ mod tests {
             cancel: None,
             pause: None,
             retry_of: None,
+            priority: None,
             input_responses: Default::default(),
         };
         let mut r = Run::new(name, spec);

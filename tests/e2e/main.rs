@@ -978,6 +978,63 @@ async fn a_failed_run_is_retried_from_its_failed_step_with_kubectl() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec.retryOf is immutable"));
 }
 
+const QUEUE_TIMEOUT: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: release }
+spec:
+  execution: { concurrency: { limit: 1, queueTimeout: 3s } }
+  steps:
+    - name: hold
+      input: { requests: [ { name: go, message: "Release?" } ] }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_run_shows_its_priority_and_gives_up_after_its_queue_timeout() {
+    let c = up();
+    let ns = c.namespace("queue");
+    apply_ok(c, &ns, QUEUE_TIMEOUT);
+    let alice = mcp(c, 0, "alice", &ns);
+    let first = task_id(&alice.call("release", json!({})).await);
+    c.wait_jsonpath(&ns, &format!("run/{first}"), "{.status.phase}", "Waiting");
+    let manifest = "apiVersion: runway.dev/v1alpha1\nkind: Run\nmetadata: { name: urgent }\n\
+        spec:\n  workflowRef: { name: release }\n  arguments: {}\n  priority: 7\n";
+    create_as(c, "alice", &ns, manifest);
+    c.wait_jsonpath(&ns, "run/urgent", "{.status.phase}", "Queued");
+    let wide = c.admin(&["get", "-n", &ns, "run/urgent", "-o", "wide"]);
+    let mut lines = wide.lines();
+    let (header, row) = (lines.next().unwrap(), lines.next().unwrap());
+    let at = header.find("PRIORITY").expect("a PRIORITY column");
+    assert_eq!(row[at..].split_whitespace().next(), Some("7"), "{wide}");
+    assert!(
+        get_json(c, &ns, "run/urgent")["status"]["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("at priority 7")
+    );
+    let out = c.kubectl(
+        "alice",
+        &[
+            "patch",
+            "-n",
+            &ns,
+            "run/urgent",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"priority":5000}}"#,
+        ],
+    );
+    assert!(!out.status.success(), "a priority out of range was taken");
+    c.wait_jsonpath(&ns, "run/urgent", "{.status.phase}", "Failed");
+    let failed = get_json(c, &ns, "run/urgent");
+    assert!(failed["status"]["startedAt"].is_null(), "{failed}");
+    assert_eq!(
+        alice.get(&first).await.result()["status"],
+        "input_required",
+        "the Run holding the slot is untouched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tenants_are_isolated_by_token_review_and_access_review() {
     let c = up();

@@ -215,3 +215,91 @@ async fn a_run_queued_past_its_deadline_fails_without_running() {
         .unwrap();
     assert!(!first.phase().is_terminal(), "{:?}", first.status);
 }
+
+const QUEUE: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: release, namespace: NS }
+spec:
+  tool: { description: One release at a time; nobody waits more than a second. }
+  execution: { concurrency: { limit: 1, queueTimeout: 1s } }
+  steps:
+    - name: hold
+      input:
+        requests:
+          - { name: go, message: "Release?" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_goes_first_another_requester_is_not_starved_and_waits_end() {
+    let mcp = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
+    let (alice, dave) = (mcp.client("alice-token"), mcp.client("dave-token"));
+    let (first, second) = prod_line(&mcp, &alice).await;
+    let third = deploy(&alice, "prod").await;
+    mcp.wait(&third, "third queued", queued_behind(2)).await;
+    // Dave's first deploy waits for the running one and alice's next, not her third.
+    let daves = deploy(&dave, "prod").await;
+    mcp.wait(&daves, "dave queued", queued_behind(2)).await;
+    // A Run an operator writes with a priority (kubectl, GitOps) passes every queued one.
+    let mut urgent = support::contract::run("team-a", "urgent-fix", "deploy");
+    urgent.spec.arguments = Some(json!({"env": "prod"}));
+    urgent.spec.priority = Some(100);
+    urgent.spec.requested_by = Some(runway::api::Principal {
+        username: "olga".into(),
+        uid: None,
+        groups: vec![],
+    });
+    runway::store::RunStore::create(mcp.store(), urgent)
+        .await
+        .unwrap();
+    let queued = mcp
+        .wait("urgent-fix", "urgent queued", queued_behind(1))
+        .await;
+    assert_eq!(
+        message(&queued),
+        "queued behind 1 run(s) at priority 100: at most 1 at once for prod"
+    );
+    assert_eq!(queued.status.unwrap().priority, Some(100));
+    go(&alice, &first).await;
+    mcp.wait("urgent-fix", "urgent starts", |r| {
+        r.phase() == RunPhase::Waiting
+    })
+    .await;
+    assert_eq!(phase(&mcp, &second).await, RunPhase::Queued);
+    go(&mcp.client("olga-token"), "urgent-fix").await;
+    mcp.wait(&second, "second starts", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    // Alice's third waits behind dave's first: each requester's next Run in turn.
+    mcp.wait(&daves, "dave next", queued_behind(1)).await;
+    mcp.wait(&third, "third after dave", queued_behind(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_fails_unstarted_when_its_queue_timeout_ends() {
+    let mcp = Mcp::start(&[("wf.yaml", QUEUE)]).await;
+    let alice = mcp.client("alice-token");
+    let start = |c: Client| async move {
+        let r = c.call("release", json!({})).await;
+        r.result()["taskId"].as_str().unwrap().to_owned()
+    };
+    let first = start(alice.clone()).await;
+    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let second = start(alice.clone()).await;
+    let ended = mcp
+        .wait(&second, "second gives up", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(ended.phase(), RunPhase::Failed);
+    let st = ended.status.as_ref().unwrap();
+    assert!(st.steps.is_empty() && st.started_at.is_none(), "{st:?}");
+    assert!(
+        finished_message(&ended).contains("queueTimeout 1s"),
+        "{}",
+        finished_message(&ended)
+    );
+    let t = alice.get(&second).await;
+    assert_eq!(t.result()["status"], "completed");
+    assert_eq!(t.result()["result"]["isError"], true);
+    // The one holding the slot is untouched.
+    assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
+}

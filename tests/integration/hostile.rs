@@ -251,6 +251,7 @@ async fn forged(
             cancel: None,
             pause: None,
             retry_of: None,
+            priority: None,
             input_responses: BTreeMap::new(),
         },
     );
@@ -490,6 +491,7 @@ async fn a_run_nested_too_deeply_fails_alone_and_keeps_no_one_from_starting() {
             cancel: None,
             pause: None,
             retry_of: None,
+            priority: None,
             input_responses: BTreeMap::new(),
         },
     );

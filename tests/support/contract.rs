@@ -21,6 +21,7 @@ pub fn run(ns: &str, name: &str, workflow: &str) -> Run {
             cancel: None,
             pause: None,
             retry_of: None,
+            priority: None,
             input_responses: BTreeMap::new(),
         },
     );

@@ -169,6 +169,7 @@ impl Harness {
                 cancel: None,
                 pause: None,
                 retry_of: None,
+                priority: None,
                 input_responses: BTreeMap::new(),
             },
         );

@@ -43,6 +43,7 @@ fn new_run(args: Value) -> Run {
             cancel: None,
             pause: None,
             retry_of: None,
+            priority: None,
             input_responses: Default::default(),
         },
     );

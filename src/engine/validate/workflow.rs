@@ -183,15 +183,7 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
         }
     }
     if let Some(c) = &spec.execution.concurrency {
-        if !(1..=10_000).contains(&c.limit) {
-            return Err(invalid(
-                reasons::INVALID_SPEC,
-                "execution.concurrency.limit: must be 1 to 10000".to_owned(),
-            ));
-        }
-        if let Some(key) = &c.key {
-            text("execution.concurrency.key", key)?;
-        }
+        concurrency(c)?;
     }
     if let Some(name) = &spec.tool.name {
         tool_name("tool.name", name)?;
@@ -208,6 +200,35 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
 }
 
 /// The result templates: known content types, templates that parse.
+/// `execution.concurrency`: its limit and priority in range, its key a template, its queue
+/// timeout a duration.
+fn concurrency(c: &crate::api::ConcurrencySpec) -> Result<(), Invalid> {
+    if !(1..=10_000).contains(&c.limit) {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            "execution.concurrency.limit: must be 1 to 10000".to_owned(),
+        ));
+    }
+    if let Some(key) = &c.key {
+        text("execution.concurrency.key", key)?;
+    }
+    if c.priority.is_some_and(|p| !(-1000..=1000).contains(&p)) {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            "execution.concurrency.priority: must be -1000 to 1000".to_owned(),
+        ));
+    }
+    if let Some(d) = &c.queue_timeout {
+        duration::parse(d).map_err(|e| {
+            invalid(
+                reasons::INVALID_DURATION,
+                format!("execution.concurrency.queueTimeout: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
 fn result(result: &ResultSpec) -> Result<(), Invalid> {
     for (i, item) in result.content.iter().enumerate() {
         let ty = item.get("type").and_then(Value::as_str).unwrap_or_default();
