@@ -414,11 +414,19 @@
   }
 
   /** A form for one open question, built from its requestedSchema. */
+  /** "1 of 2 approvals so far: bob" for a question that needs several approvers. */
+  function approvalsNote(question) {
+    if (!(question.approvals > 1)) return null;
+    var by = question.approvedBy || [];
+    return h("p", { class: "approvals muted" }, by.length + " of " + question.approvals + " approvals so far" + (by.length ? ": " + by.join(", ") : ""));
+  }
+
   function answerForm(question, onAnswer) {
     var fields = schemaFields(question.requestedSchema || { properties: {} }, "q-" + question.key);
     var status = h("div", { class: "form-status", role: "status" });
     var form = h("form", { class: "answer", "data-key": question.key, novalidate: true },
       question.message ? h("p", { class: "question" }, question.message) : null,
+      approvalsNote(question),
       fields.els,
       h("div", { class: "actions" },
         // A click, not a form submission: sandboxed views may not be allowed to submit forms.
@@ -883,7 +891,7 @@
         });
       }), "questions") : null,
       others.length ? section("Open questions", h("ul", {}, others.map(function (q) {
-        return h("li", {}, h("code", {}, q.key), " ", q.message || q.method,
+        return h("li", {}, h("code", {}, q.key), " ", q.message || q.method, approvalsNote(q),
           q.form ? " — waiting for someone else's answer" : " — asked of the calling agent");
       }))) : null,
       (run.result || run.error) ? section("Result", resultView(run), "result") : null,

@@ -127,3 +127,52 @@ pub struct AttemptRecord {
     /// Why.
     pub message: String,
 }
+
+/// An open input request.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenInputRequest {
+    /// Step that asked.
+    pub step: String,
+    /// Request name within the step.
+    pub name: String,
+    /// MCP method of the request (`elicitation/create`).
+    pub method: String,
+    /// Request params (`message`, `requestedSchema`), rendered.
+    #[schemars(schema_with = "any_object")]
+    pub params: Value,
+    /// When it was opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_at: Option<String>,
+    /// How many different approvers must accept it (set when more than one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int32"))]
+    pub approvals: Option<u32>,
+    /// Who accepted it so far, in order, while more approvals are needed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
+}
+
+impl OpenInputRequest {
+    /// How many different approvers must accept it.
+    pub fn needed(&self) -> u32 {
+        self.approvals.unwrap_or(1).max(1)
+    }
+
+    /// Where `who`'s answer to open request `key` is recorded in `spec.inputResponses`: the key
+    /// itself for the first answer, `<key>/<who>` for each further approver of a request that
+    /// needs several; `None` when `who` has answered already or no answer is taken.
+    pub fn answer_key(
+        &self,
+        key: &str,
+        responses: &BTreeMap<String, super::InputResponse>,
+        who: &str,
+    ) -> Option<String> {
+        let Some(first) = responses.get(key) else {
+            return Some(key.to_owned());
+        };
+        let mine = format!("{key}/{who}");
+        let answered = first.answered_by.as_deref() == Some(who) || responses.contains_key(&mine);
+        (self.needed() > 1 && !answered).then_some(mine)
+    }
+}

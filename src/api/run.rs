@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::schema::{any_object, any_value};
-use super::{StepRecord, WorkflowSpec};
+use super::{OpenInputRequest, StepRecord, WorkflowSpec};
 
 /// A Run executes one call of a Workflow. Its name is the MCP `taskId`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -370,24 +370,6 @@ pub struct Cleanup {
     /// Cancel this child Run (a `workflow` step's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_run: Option<String>,
-}
-
-/// An open input request.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct OpenInputRequest {
-    /// Step that asked.
-    pub step: String,
-    /// Request name within the step.
-    pub name: String,
-    /// MCP method of the request (`elicitation/create`).
-    pub method: String,
-    /// Request params (`message`, `requestedSchema`), rendered.
-    #[schemars(schema_with = "any_object")]
-    pub params: Value,
-    /// When it was opened.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub asked_at: Option<String>,
 }
 
 impl Run {

@@ -162,6 +162,11 @@ pub struct InputRequestSpec {
     /// The requester of the Run may not answer.
     #[serde(default)]
     pub distinct_from_requester: bool,
+    /// How many different approvers must accept (2 to 10; default 1). Needs `approvers`; one
+    /// eligible decline declines it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub approvals: Option<u32>,
 }
 
 /// Users and groups allowed to answer.

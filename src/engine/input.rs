@@ -160,7 +160,7 @@ pub(super) enum InputError {
 }
 
 /// What one answer did to an input step.
-enum Taken {
+pub(super) enum Taken {
     /// No answer, or already taken.
     Nothing,
     /// Taken, or refused and asked again.
@@ -171,7 +171,12 @@ enum Taken {
 
 /// Why an answer from `who` to `req` cannot be taken: not someone who may answer it, or an
 /// accept whose content does not match the form.
-fn refusal(req: &InputRequestSpec, run: &Run, resp: &InputResponse, who: &str) -> Option<String> {
+pub(super) fn refusal(
+    req: &InputRequestSpec,
+    run: &Run,
+    resp: &InputResponse,
+    who: &str,
+) -> Option<String> {
     may_answer(
         req,
         run.spec.requested_by.as_ref(),
@@ -257,6 +262,8 @@ impl Machine<'_> {
                 method: METHOD_ELICITATION.into(),
                 params,
                 asked_at: Some(ts(self.now)),
+                approvals: req.approvals.filter(|n| *n > 1),
+                ..Default::default()
             },
         );
         self.st.steps[i].input_keys.insert(req.name.clone(), key);
@@ -369,6 +376,9 @@ impl Machine<'_> {
         let Some(key) = rec.input_keys.get(&req.name).cloned() else {
             return Taken::Nothing;
         };
+        if req.approvals.is_some_and(|n| n > 1) {
+            return self.take_approvals(i, req, &key, input.allow_decline, outputs);
+        }
         let Some(resp) = self.run.spec.input_responses.get(&key).cloned() else {
             return Taken::Nothing;
         };

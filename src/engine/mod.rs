@@ -14,6 +14,7 @@ pub mod schedule;
 pub mod template;
 pub mod validate;
 
+mod approvals;
 mod begin;
 mod branches;
 mod cancel;

@@ -334,6 +334,7 @@ fn open_upstream_input(
                     .to_owned(),
                 params: request.get("params").cloned().unwrap_or_else(|| json!({})),
                 asked_at: Some(ts(now)),
+                ..Default::default()
             },
         );
         st.steps[idx]

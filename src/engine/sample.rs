@@ -101,6 +101,7 @@ impl Machine<'_> {
                 method: METHOD_SAMPLING.into(),
                 params,
                 asked_at: Some(ts(self.now)),
+                ..Default::default()
             },
         );
         let rec = &mut self.st.steps[i];

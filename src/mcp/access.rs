@@ -113,7 +113,8 @@ pub(super) fn awaiting_keys(
     let mut mine: Vec<(&String, &crate::api::OpenInputRequest)> = open
         .iter()
         .filter(|(key, req)| {
-            !run.spec.input_responses.contains_key(*key)
+            req.answer_key(key, &run.spec.input_responses, &me.username)
+                .is_some()
                 && may_answer_question(
                     snapshot
                         .as_ref()

@@ -136,8 +136,9 @@ pub(super) fn check_answer(
 }
 
 impl RunwayMcp {
-    /// Record answers to open input keys: the first valid answer to a key wins. Entries for
-    /// keys that are unknown or already answered are ignored; answers to open keys that are
+    /// Record answers to open input keys: the first valid answer to a key wins (a question
+    /// that needs several approvals takes one from each approver). Entries for keys that are
+    /// unknown or already answered (by the caller) are ignored; answers to open keys that are
     /// malformed, do not match the request's `requestedSchema`, or come from someone the
     /// request does not let answer are refused, and their questions stay open.
     pub(super) async fn answer(
@@ -158,17 +159,19 @@ impl RunwayMcp {
                     outcome.ignored.push(key.clone());
                     continue;
                 };
-                if run.spec.input_responses.contains_key(key) {
+                // The first answer, or another approver's to a question that needs several.
+                let Some(slot) = req.answer_key(key, &run.spec.input_responses, &me.username)
+                else {
                     outcome.ignored.push(key.clone());
                     continue;
-                }
+                };
                 let spec = snapshot
                     .as_ref()
                     .and_then(|w| w.input_request(&req.step, &req.name));
                 match check_answer(key, value, req, spec, &run, me, for_anyone) {
                     Ok((action, content)) => {
                         run.spec.input_responses.insert(
-                            key.clone(),
+                            slot,
                             InputResponse {
                                 action,
                                 content,

@@ -61,12 +61,14 @@ fn last_updated(run: &Run) -> Timestamp {
     latest
 }
 
-/// Open input requests a client still has to answer: asked, and not answered in the spec yet.
+/// Open input requests a client still has to answer: asked, and not answered in the spec yet
+/// (or, for one that needs several approvers, not by all of them).
 pub(crate) fn open_requests(run: &Run) -> InputRequests {
     let mut out = InputRequests::new();
     if let Some(st) = &run.status {
         for (key, req) in &st.input_requests {
-            if run.spec.input_responses.contains_key(key) {
+            // A question that needs several approvers stays open until they have all answered.
+            if run.spec.input_responses.contains_key(key) && req.needed() <= 1 {
                 continue;
             }
             let wire = json!({"method": req.method, "params": req.params});

@@ -23,19 +23,11 @@ pub(super) fn summary(run: &Run, awaiting: &[String]) -> Value {
     })
 }
 
-/// One Run in full, for people: what was asked, by whom, what happened step by step.
-pub(super) fn full(
-    run: &Run,
-    live: Option<&WorkflowSpec>,
-    awaiting: &[String],
-    events: Value,
-) -> Value {
-    let st = run.status.clone().unwrap_or_default();
-    let spec = run.workflow_snapshot().or_else(|| live.cloned());
-    let questions: Vec<Value> = st
-        .input_requests
+/// The questions of a Run still open, as a person reads them.
+fn open_questions(run: &Run, st: &crate::api::RunStatus, awaiting: &[String]) -> Vec<Value> {
+    st.input_requests
         .iter()
-        .filter(|(key, _)| !run.spec.input_responses.contains_key(*key))
+        .filter(|(key, req)| !run.spec.input_responses.contains_key(*key) || req.needed() > 1)
         .map(|(key, req)| {
             let form = req.method == METHOD_ELICITATION
                 && req
@@ -54,10 +46,24 @@ pub(super) fn full(
                 "requestedSchema": req.params.get("requestedSchema"),
                 "url": req.params.get("url"),
                 "askedAt": req.asked_at,
+                "approvals": req.needed(),
+                "approvedBy": req.approved_by,
                 "awaitingYou": awaiting.contains(key),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// One Run in full, for people: what was asked, by whom, what happened step by step.
+pub(super) fn full(
+    run: &Run,
+    live: Option<&WorkflowSpec>,
+    awaiting: &[String],
+    events: Value,
+) -> Value {
+    let st = run.status.clone().unwrap_or_default();
+    let spec = run.workflow_snapshot().or_else(|| live.cloned());
+    let questions = open_questions(run, &st, awaiting);
     let answers: Vec<Value> = run
         .spec
         .input_responses

@@ -326,6 +326,29 @@ try {
     await other.context().close();
   });
 
+  await test("a question that needs two approvers waits for the second after the first", async () => {
+    const change = (await call("alice", "change", {})).taskId;
+    const answerAs = async (who) => {
+      const page = await signedIn(who);
+      await page.locator(`tr[data-task="${change}"] a`).click();
+      const form = page.locator('form.answer[data-key="review.ok"]');
+      await form.waitFor({ timeout: WAIT });
+      await form.locator("button.submit").click();
+      return page;
+    };
+    const olga = await answerAs("olga");
+    await olga.locator(".approvals:text('1 of 2 approvals so far: olga')").waitFor({ timeout: WAIT });
+    await shot(olga, "27-one-of-two-approvals");
+    assert.equal((await task("alice", change)).status, "input_required");
+    const sam = await answerAs("sam");
+    await sam.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    assert.equal((await task("alice", change)).status, "completed");
+    assert.deepEqual(olga.errors, []);
+    assert.deepEqual(sam.errors, []);
+    await olga.context().close();
+    await sam.context().close();
+  });
+
   // ---- MCP Apps ------------------------------------------------------------------------------
 
   await test("tools and the view resource read as the MCP Apps SDK reads them", async () => {
@@ -340,7 +363,7 @@ try {
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
     assert.deepEqual(plain.map((t) => t.name).sort(),
-      ["announce", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "ship", "soak", "stage"]);
+      ["announce", "change", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "ship", "soak", "stage"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -533,7 +556,7 @@ try {
     const page = await signedIn("sam");
     await page.click(".tabs a:text('Workflows')");
     await page.locator('table.workflows tr[data-workflow="broken-form"] [data-ready="False"]').waitFor({ timeout: WAIT });
-    assert.equal(await page.locator("table.workflows tbody tr").count(), 9);
+    assert.equal(await page.locator("table.workflows tbody tr").count(), 10);
     await page.click('tr[data-workflow="broken-form"] a');
     await page.locator(".ready-message:has-text('InvalidSchema')").waitFor({ timeout: WAIT });
     assert.ok(await page.locator("button.start").isDisabled());

@@ -1145,3 +1145,76 @@ async fn tools_call_answers_alike_on_the_fast_path_and_through_rmcp() {
         "no refused call started a Run"
     );
 }
+
+const TWO_APPROVERS: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: two-of, namespace: NS }
+spec:
+  tool: { description: Needs two approvers other than the requester. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: ok
+            message: "Release?"
+            approvers: { groups: [ops, approvers] }
+            distinctFromRequester: true
+            approvals: 2
+  result: { content: [ { type: text, text: "released" } ] }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_that_needs_two_approvers_takes_one_answer_from_each_in_either_era() {
+    let mcp = Mcp::start(&[("wf.yaml", TWO_APPROVERS)]).await;
+    let (alice, bob) = (mcp.client("alice-token"), mcp.client("bob-token"));
+    let r = alice.call("two-of", json!({})).await;
+    let id = r.result()["taskId"].as_str().unwrap().to_owned();
+    alice.await_status(&id, "input_required").await;
+    let yes = json!({"ask.ok": {"action": "accept", "content": {}}});
+    bob.update(&id, yes.clone()).await.assert_complete();
+    let run = mcp
+        .wait(&id, "one approval", |r| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.input_requests.get("ask.ok"))
+                .is_some_and(|q| q.approved_by == ["bob"])
+        })
+        .await;
+    assert_eq!(run.phase(), RunPhase::Waiting);
+    // Still a question, for everyone but bob.
+    assert_eq!(alice.get(&id).await.result()["status"], "input_required");
+    let view = bob.call("runway_get_run", json!({"taskId": id})).await;
+    let q = &view.result()["structuredContent"]["questions"][0];
+    assert_eq!(
+        (q["approvals"].clone(), q["approvedBy"].clone()),
+        (json!(2), json!(["bob"]))
+    );
+    assert_eq!(q["awaitingYou"], false, "bob has answered");
+    // Bob once more changes nothing.
+    bob.update(&id, yes.clone()).await.assert_complete();
+    // Paula, from a 2025-era session, gives the second approval.
+    let old = support::mcp::Old::connect(&mcp.url(), "paula-token", json!({})).await;
+    let r = old
+        .result(
+            "tools/call",
+            json!({"name": "runway_answer_run", "arguments": {"taskId": id, "inputResponses": yes}}),
+        )
+        .await;
+    assert!(r.get("isError").is_none_or(|e| e == false), "{r}");
+    let done = mcp.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    let answered: Vec<(String, String)> = done
+        .spec
+        .input_responses
+        .iter()
+        .map(|(k, r)| (k.clone(), r.answered_by.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        answered,
+        [
+            ("ask.ok".to_owned(), "bob".to_owned()),
+            ("ask.ok/paula".to_owned(), "paula".to_owned())
+        ]
+    );
+}

@@ -1,6 +1,7 @@
 //! Table-driven tests of the engine: every phase against every event, no runtime and no clock.
 //! Shared builders live here; the cases are grouped by what they exercise.
 
+mod approvals;
 mod branches;
 mod cancel;
 mod input;

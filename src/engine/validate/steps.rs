@@ -316,6 +316,23 @@ pub(super) fn job_step(
 
 /// An input step: unique request names, templates that compile, schemas that are JSON Schema
 /// and ask for no secret, URL mode without a schema.
+/// `approvals`: 1 to 10, and above 1 only for a form that names its approvers.
+fn approvals(field: &str, r: &crate::api::InputRequestSpec) -> Result<(), Invalid> {
+    let Some(n) = r.approvals else {
+        return Ok(());
+    };
+    let why = if !(1..=10).contains(&n) {
+        "must be 1 to 10"
+    } else if n > 1 && r.approvers.is_none() {
+        "more than one approval needs approvers (users or groups)"
+    } else if n > 1 && r.url.is_some() {
+        "url mode takes one answer"
+    } else {
+        return Ok(());
+    };
+    Err(invalid(reasons::INVALID_SPEC, format!("{field}: {why}")))
+}
+
 pub(super) fn input_step(
     f: &dyn Fn(&str) -> String,
     i: &crate::api::InputStep,
@@ -349,6 +366,7 @@ pub(super) fn input_step(
                 url(&field("url"), u)?;
             }
         }
+        approvals(&field("approvals"), r)?;
     }
     if let Some(t) = &i.timeout {
         dur(&f("input.timeout"), t)?;
