@@ -1,6 +1,6 @@
 //! Concurrency limits: whether a Run that has not started may start, given the other Runs of
 //! its Workflow. A Run may start when fewer than `limit` unfinished Runs of its group come
-//! before it in line ([`super::line`]: the started ones, then by priority, fair share and
+//! before it in line (`engine::line`: the started ones, then by priority, fair share and
 //! request order); the others wait, `Queued`, and fail, unstarted, after `queueTimeout`. A
 //! stale cache can hold a Run back longer; one that has not yet seen a peer start can let a
 //! Run of higher priority or fairer share pass it, which the one controller of an embedded
