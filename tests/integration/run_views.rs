@@ -459,13 +459,16 @@ async fn mcp_apps_clients_get_the_view_and_the_app_tools_others_plain_tools() {
                 "runway_get_run",
                 "runway_answer_run",
                 "runway_cancel_run",
+                "runway_pause_run",
+                "runway_resume_run",
+                "runway_retry_run",
                 "runway_list_workflows"
             ]
             .contains(&name),
             "{name}"
         );
     }
-    assert_eq!(tools.len(), WORKFLOW_TOOLS + 1 + 4);
+    assert_eq!(tools.len(), WORKFLOW_TOOLS + 1 + 7);
 
     let plain = alice.rpc("tools/list", None, json!({})).await;
     let plain = plain.result()["tools"].as_array().unwrap().clone();
