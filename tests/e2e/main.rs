@@ -113,7 +113,10 @@ async fn crds_install_and_kubectl_shows_workflows_with_gitops_status() {
     apply_ok(c, &ns, NAP);
     let table = c.admin(&["get", "wf", "-n", &ns]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "TOOL", "MODE", "STEPS", "READY", "AGE"]);
+    assert_eq!(
+        header,
+        ["NAME", "TOOL", "MODE", "STEPS", "SUSPENDED", "READY", "AGE"]
+    );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(&row[..5], ["nap", "nap", "auto", "1", "True"], "{table}");
 
@@ -303,6 +306,7 @@ async fn a_tool_call_is_a_run_that_any_replica_and_kubectl_follow() {
             "PHASE",
             "STEP",
             "WAITING-FOR",
+            "PAUSED",
             "REQUESTED-BY",
             "AGE"
         ]
@@ -1956,7 +1960,9 @@ async fn the_kubectl_recipes_of_docs_kubernetes_run_as_written() {
         &ns,
         &run(line("kubectl wait --for=jsonpath"), &id),
     );
-    let done = agent.get(&id).await.result().clone();
+    // The replica serving MCP reads its own cache, which may be a moment behind the API server
+    // kubectl waited on: follow the task there until it shows the end.
+    let done = agent.await_status(&id, "completed").await;
     assert_eq!(done["status"], "completed", "{done}");
     let answered = c.admin(&[
         "get",
