@@ -156,7 +156,7 @@ fn cancelled(message: String) -> Ending {
 }
 
 /// End a Run that never started.
-fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
+pub(super) fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
     let mut m = Machine {
         run,
         st: run.status.clone().unwrap_or_default(),

@@ -12,7 +12,7 @@
 use jiff::Timestamp;
 
 use super::branches::dependencies;
-use super::effects::{Decision, Next};
+use super::effects::Decision;
 use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
 use crate::api::{
@@ -157,24 +157,17 @@ fn independent_of_arguments(step: &Step) -> bool {
 
 /// End `run`, a retry that may not go on, failed and never started, saying why.
 pub fn refuse(run: &Run, why: &RetryRefusal, now: Timestamp) -> Decision {
-    let mut m = Machine {
-        run,
-        st: run.status.clone().unwrap_or_default(),
-        now,
-        events: Vec::new(),
-    };
-    m.warn(
-        event_reasons::RETRY_REFUSED,
-        format!("retry refused: {why}"),
+    let message = format!("retry refused: {why}");
+    let mut decision = super::concurrency::end(run, tool_error_ending(message.clone()), now);
+    decision.events.insert(
+        0,
+        super::Event {
+            reason: event_reasons::RETRY_REFUSED,
+            message,
+            warning: true,
+        },
     );
-    m.finish_with(tool_error_ending(format!("retry refused: {why}")));
-    let mut status = m.st;
-    status.observed_generation = run.metadata.generation;
-    Decision {
-        status: Some(status),
-        events: m.events,
-        next: Next::WaitUntil(Some(now)),
-    }
+    decision
 }
 
 impl Machine<'_> {

@@ -170,15 +170,7 @@ pub(crate) fn app_tools() -> Vec<Tool> {
         Tool::new(
             CANCEL_RUN,
             "Cancel a Run (as tasks/cancel).",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "taskId": task_id_schema(),
-                    "reason": {"type": "string", "maxLength": 1024}
-                },
-                "required": ["taskId"],
-                "additionalProperties": false
-            })),
+            task_and_reason(),
         )
         .with_title("Cancel a Run"),
         Tool::new(

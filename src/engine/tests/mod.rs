@@ -79,6 +79,15 @@ fn report(run: &mut Run, next: &Next, outcome: Outcome, now: Timestamp) {
     run.status = Some(record(run, effect, outcome, now));
 }
 
+/// An attempt that failed with a server error (retried where the step allows it).
+fn server_error(message: &str) -> Outcome {
+    Outcome::Failed {
+        class: ErrorClass::ServerError,
+        message: message.into(),
+        detail: None,
+    }
+}
+
 fn status(run: &Run) -> &RunStatus {
     run.status.as_ref().unwrap()
 }

@@ -21,14 +21,6 @@ fn two_steps() -> WorkflowSpec {
     }))
 }
 
-fn failed(message: &str) -> Outcome {
-    Outcome::Failed {
-        class: ErrorClass::ServerError,
-        message: message.into(),
-        detail: None,
-    }
-}
-
 #[test]
 fn a_paused_run_lets_its_running_step_finish_and_starts_no_other_until_resumed() {
     let w = two_steps();
@@ -215,10 +207,10 @@ fn a_step_out_of_retries_holds_the_run_and_resuming_tries_it_once_more() {
     }));
     let mut run = new_run(json!({}));
     let first = settle(&mut run, &w, at(0));
-    report(&mut run, &first, failed("503"), at(1));
+    report(&mut run, &first, server_error("503"), at(1));
     let retry = settle(&mut run, &w, at(2));
     let before = run.status.clone();
-    report(&mut run, &retry, failed("503 again"), at(3));
+    report(&mut run, &retry, server_error("503 again"), at(3));
     let events = recorded_events(before.as_ref(), status(&run));
     assert!(
         events
@@ -258,7 +250,7 @@ fn without_the_pause_policy_a_step_out_of_retries_fails_the_run() {
     let w = wf(json!({"steps": [{"name": "deploy", "http": {"url": "http://x"}}]}));
     let mut run = new_run(json!({}));
     let first = settle(&mut run, &w, at(0));
-    report(&mut run, &first, failed("503"), at(1));
+    report(&mut run, &first, server_error("503"), at(1));
     settle(&mut run, &w, at(1));
     assert_eq!(status(&run).phase, RunPhase::Failed);
     assert!(status(&run).paused.is_none());

@@ -12,14 +12,6 @@ fn three() -> WorkflowSpec {
     }))
 }
 
-fn failed(message: &str) -> Outcome {
-    Outcome::Failed {
-        class: ErrorClass::ServerError,
-        message: message.into(),
-        detail: None,
-    }
-}
-
 /// A Run of `w` whose first step succeeded and whose second failed.
 fn failed_at_test(w: &WorkflowSpec, args: Value) -> Run {
     let mut run = new_run(args);
@@ -31,7 +23,7 @@ fn failed_at_test(w: &WorkflowSpec, args: Value) -> Run {
         at(1),
     );
     let test = settle(&mut run, w, at(1));
-    report(&mut run, &test, failed("flaky"), at(2));
+    report(&mut run, &test, server_error("flaky"), at(2));
     let tidy = settle(&mut run, w, at(2));
     report(&mut run, &tidy, Outcome::Succeeded(json!(null)), at(3));
     settle(&mut run, w, at(3));
@@ -176,7 +168,12 @@ fn with_other_arguments_questions_and_steps_that_read_them_run_again() {
     let Next::Execute(ship) = settle(&mut original, &w, at(2)) else {
         panic!("ship should start")
     };
-    report(&mut original, &Next::Execute(ship), failed("down"), at(3));
+    report(
+        &mut original,
+        &Next::Execute(ship),
+        server_error("down"),
+        at(3),
+    );
     settle(&mut original, &w, at(3));
     assert_eq!(status(&original).phase, RunPhase::Failed);
 
