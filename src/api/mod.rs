@@ -1,6 +1,7 @@
 //! Custom resource types (`Workflow`, `Run`) and the names that go with them: condition types,
 //! reasons and event reasons live here, once.
 
+pub mod notify;
 pub mod pause;
 pub mod records;
 pub mod retry;
@@ -9,6 +10,7 @@ pub mod schema;
 pub mod steps;
 pub mod workflow;
 
+pub use notify::*;
 pub use pause::*;
 pub use records::*;
 pub use retry::*;
@@ -142,6 +144,10 @@ pub mod event_reasons {
     pub const STEPS_REUSED: &str = "StepsReused";
     /// A retry was refused: reusing the retried Run's outputs would not be safe.
     pub const RETRY_REFUSED: &str = "RetryRefused";
+    /// A question's approvers were told (or reminded) through the Workflow's webhook.
+    pub const APPROVERS_NOTIFIED: &str = "ApproversNotified";
+    /// The webhook that tells approvers did not take the message.
+    pub const NOTIFY_FAILED: &str = "NotifyFailed";
 }
 
 /// Labels Runway puts on Runs.

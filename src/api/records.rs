@@ -151,6 +151,13 @@ pub struct OpenInputRequest {
     /// Who accepted it so far, in order, while more approvals are needed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approved_by: Vec<String>,
+    /// Whether its approvers were told through the Workflow's webhook: when (RFC 3339), or
+    /// `failed: <why>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notified: Option<String>,
+    /// Whether they were reminded before its timeout, the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reminded: Option<String>,
 }
 
 impl OpenInputRequest {

@@ -67,6 +67,9 @@ pub struct WorkflowSpec {
     /// is resumed (Runs already started go on; pause those one by one).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// A webhook told when a question for people opens, and before its timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<super::NotifySpec>,
 }
 
 /// A timetable on which a Workflow starts Runs by itself.

@@ -9,12 +9,15 @@ use tokio::time::Instant;
 use crate::api::Run;
 use crate::engine::{self, Effect};
 
-/// Effects that wait on something outside (a Job, an upstream task) for as long as it takes,
-/// and so run without holding a worker.
+/// Effects that wait on something outside (a Job, an upstream task, a webhook) for as long as
+/// it takes, and so run without holding a worker.
 pub(super) fn waits_long(effect: &Effect) -> bool {
     matches!(
         effect.action,
-        engine::Action::Job { .. } | engine::Action::Tool { .. } | engine::Action::Child { .. }
+        engine::Action::Job { .. }
+            | engine::Action::Tool { .. }
+            | engine::Action::Child { .. }
+            | engine::Action::Notify { .. }
     )
 }
 

@@ -99,6 +99,15 @@ pub enum Action {
     },
     /// Undo an interrupted step (see `api::Cleanup`).
     Cleanup(crate::api::Cleanup),
+    /// Tell the approvers of open question `key` through the Workflow's webhook.
+    Notify {
+        /// The question.
+        key: String,
+        /// A reminder before its timeout, not the first message.
+        reminder: bool,
+        /// The webhook request.
+        request: HttpRequest,
+    },
     /// A Kubernetes Job.
     Job {
         /// The step as declared.
@@ -120,6 +129,7 @@ impl Action {
             Self::Job { .. } => "job",
             Self::Child { .. } => "workflow",
             Self::Cleanup(_) => "cleanup",
+            Self::Notify { .. } => "notify",
         }
     }
 }

@@ -3,8 +3,9 @@
 
 use jiff::Timestamp;
 
+use super::effects::Event;
 use super::ts;
-use crate::api::{PausedState, RetriesExhausted, Run, RunStatus, WorkflowSpec};
+use crate::api::{PausedState, RetriesExhausted, Run, RunStatus, WorkflowSpec, event_reasons};
 
 /// The task's status message while a Run is paused: who (or which step) and nothing of the
 /// reason, which is free text.
@@ -39,4 +40,20 @@ pub(super) fn hold(st: &mut RunStatus, idx: usize, message: &str, now: Timestamp
     };
     st.status_message = Some(paused_message(&paused));
     st.paused = Some(paused);
+}
+
+/// The Event of a Run held because a step ran out of retries, when that is what changed.
+pub(super) fn event(before: Option<&RunStatus>, after: &RunStatus) -> Option<Event> {
+    let p = after.paused.as_ref().filter(|p| p.step.is_some())?;
+    if before.and_then(|b| b.paused.as_ref()) == Some(p) {
+        return None;
+    }
+    Some(Event {
+        reason: event_reasons::PAUSED,
+        message: format!(
+            "paused: {}; resume to try it again",
+            p.reason.as_deref().unwrap_or_default()
+        ),
+        warning: true,
+    })
 }

@@ -355,6 +355,10 @@ impl Machine<'_> {
             None if rec.finally => None,
             None => super::parse_ts(self.st.deadline.as_deref()),
         };
+        let until = match (until, self.reminder_wake(i, wake)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Progress::Stop(Next::WaitUntil(until))
     }
 

@@ -300,6 +300,9 @@ impl Machine<'_> {
                 action: Action::Cleanup(c),
             })));
         }
+        if let Some(told) = self.due_notice(wf) {
+            return told;
+        }
         let main = self.running(false);
         let failing = self.st.ending.is_some();
         if failing && !main.is_empty() && wf.fail_fast() {

@@ -23,11 +23,13 @@ mod endings;
 mod held;
 mod line;
 mod machine;
+mod notify;
 mod pause;
 mod record;
 mod render;
 pub mod retry;
 mod sample;
+mod told;
 
 pub use branches::DEFAULT_PARALLELISM;
 pub(crate) use branches::dependencies;
@@ -128,6 +130,13 @@ pub fn is_due(run: &Run, effect: &Effect) -> bool {
     };
     match &effect.action {
         Action::Cleanup(c) => st.cleanups.contains(c),
+        Action::Notify { key, reminder, .. } => st.input_requests.get(key).is_some_and(|r| {
+            if *reminder {
+                r.reminded.is_none()
+            } else {
+                r.notified.is_none()
+            }
+        }),
         _ => st.steps.iter().any(|r| {
             r.name == effect.step
                 && r.attempt == effect.attempt

@@ -58,24 +58,9 @@ pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Eve
             }),
             _ => None,
         })
-        .chain(held(before, after))
+        .chain(super::held::event(before, after))
+        .chain(super::told::events(before, after))
         .collect()
-}
-
-/// The Event of a Run held because a step ran out of retries, when that is what changed.
-fn held(before: Option<&RunStatus>, after: &RunStatus) -> Option<Event> {
-    let p = after.paused.as_ref().filter(|p| p.step.is_some())?;
-    if before.and_then(|b| b.paused.as_ref()) == Some(p) {
-        return None;
-    }
-    Some(Event {
-        reason: event_reasons::PAUSED,
-        message: format!(
-            "paused: {}; resume to try it again",
-            p.reason.as_deref().unwrap_or_default()
-        ),
-        warning: true,
-    })
 }
 
 /// Record several outcomes at once (steps running at the same time), in order, as [`record`]
@@ -124,6 +109,10 @@ pub(super) fn record_outcome(
     let mut st = run.status.clone().unwrap_or_default();
     if let Action::Cleanup(c) = &effect.action {
         record_cleanup(&mut st, c, outcome);
+        return st;
+    }
+    if let Action::Notify { key, reminder, .. } = &effect.action {
+        super::told::record_notice(&mut st, key, *reminder, outcome, now);
         return st;
     }
     let Some(wf) = run.workflow_snapshot() else {

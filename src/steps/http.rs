@@ -53,7 +53,7 @@ impl super::Executor for HttpExecutor {
         effect: &Effect,
         cancel: CancellationToken,
     ) -> Option<Outcome> {
-        let Action::Http(req) = &effect.action else {
+        let (Action::Http(req) | Action::Notify { request: req, .. }) = &effect.action else {
             return Some(Outcome::internal("not an HTTP step"));
         };
         // An attempt runs in a controller worker: bounded even where the step sets no

@@ -77,7 +77,9 @@ impl Executor for Executors {
         cancel: CancellationToken,
     ) -> Option<Outcome> {
         let delegate = match &effect.action {
-            Action::Http(_) => return self.http.execute(run, effect, cancel).await,
+            Action::Http(_) | Action::Notify { .. } => {
+                return self.http.execute(run, effect, cancel).await;
+            }
             Action::Tool { .. } => self.tool.as_ref().ok_or("tool"),
             Action::Job { .. } => self.job.as_ref().ok_or("job"),
             Action::Child { .. } => self.child.as_ref().ok_or("workflow"),

@@ -314,6 +314,7 @@ fn invalid_manifest(
             result: None,
             schedules: vec![],
             suspend: false,
+            notify: None,
         },
     );
     wf.metadata.namespace = Some(key.namespace.clone());

@@ -88,9 +88,24 @@ fn apply_ok(c: &Cluster, ns: &str, yaml: &str) {
     ]);
 }
 
-/// Create the object `json` in `ns` with kubectl as `user`; it must be accepted.
+/// Create the object `json` in `ns` with kubectl as `user`; it must be accepted. The API
+/// server answers 503 for a custom resource while it rebuilds that resource's handler (its
+/// message says "There can be a delay…"): then the CRD is waited for and the create repeated.
 fn create_as(c: &Cluster, user: &str, ns: &str, json: &str) {
-    let out = c.kubectl_stdin(user, &["create", "-n", ns, "-f", "-"], json);
+    let mut out = c.kubectl_stdin(user, &["create", "-n", ns, "-f", "-"], json);
+    for _ in 0..3 {
+        let unavailable = String::from_utf8_lossy(&out.stderr).contains("(ServiceUnavailable)");
+        if out.status.success() || !unavailable {
+            break;
+        }
+        c.admin(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/runs.runway.dev",
+        ]);
+        out = c.kubectl_stdin(user, &["create", "-n", ns, "-f", "-"], json);
+    }
     assert!(
         out.status.success(),
         "{}",

@@ -20,6 +20,7 @@ mod layering;
 mod manifests;
 mod mcp_endpoint;
 mod mcp_tasks;
+mod notifying;
 mod pausing;
 mod properties;
 mod readme;

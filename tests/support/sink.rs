@@ -1,5 +1,6 @@
 //! A local HTTP endpoint that webhook steps post to: it answers `{"ok": true}` and counts the
-//! deliveries per `Idempotency-Key` and the `Authorization` and `traceparent` headers it saw.
+//! deliveries per `Idempotency-Key`, the `Authorization` and `traceparent` headers it saw and
+//! the JSON bodies.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,10 @@ pub struct Sink {
     pub authorization: Arc<Mutex<Vec<String>>>,
     /// Every `traceparent` header received, in order.
     pub traceparent: Arc<Mutex<Vec<String>>>,
+    /// Every JSON body received, in order (`null` for others).
+    pub bodies: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Told of every delivery.
+    pub arrived: Arc<tokio::sync::Notify>,
 }
 
 impl Sink {
@@ -22,11 +27,15 @@ impl Sink {
         let by_key: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
         let authorization: Arc<Mutex<Vec<String>>> = Arc::default();
         let traceparent: Arc<Mutex<Vec<String>>> = Arc::default();
+        let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let arrived: Arc<tokio::sync::Notify> = Arc::default();
         let (k, a, t) = (by_key.clone(), authorization.clone(), traceparent.clone());
+        let (b, n) = (bodies.clone(), arrived.clone());
         let app = axum::Router::new().route(
             "/hook",
-            axum::routing::post(move |headers: http::HeaderMap| {
+            axum::routing::post(move |headers: http::HeaderMap, body: String| {
                 let (k, a, t) = (k.clone(), a.clone(), t.clone());
+                let (b, n) = (b.clone(), n.clone());
                 async move {
                     let header = |name: &str, default: &str| {
                         headers
@@ -43,6 +52,9 @@ impl Sink {
                     if headers.contains_key("traceparent") {
                         t.lock().unwrap().push(header("traceparent", ""));
                     }
+                    let parsed = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+                    b.lock().unwrap().push(parsed);
+                    n.notify_waiters();
                     axum::Json(json!({"ok": true}))
                 }
             }),
@@ -55,7 +67,25 @@ impl Sink {
             by_key,
             authorization,
             traceparent,
+            bodies,
+            arrived,
         }
+    }
+
+    /// Wait until `n` bodies have arrived; a copy of them.
+    pub async fn await_bodies(&self, n: usize) -> Vec<serde_json::Value> {
+        tokio::time::timeout(super::harness::PATIENCE, async {
+            loop {
+                let told = self.arrived.notified();
+                let now = self.bodies.lock().unwrap().clone();
+                if now.len() >= n {
+                    return now;
+                }
+                told.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{n} deliveries never arrived"))
     }
 
     /// A copy of the deliveries per key.

@@ -5,6 +5,7 @@ mod approvals;
 mod branches;
 mod cancel;
 mod input;
+mod notify;
 mod pause;
 mod retry;
 mod sample;

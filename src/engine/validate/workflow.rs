@@ -185,6 +185,9 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
     if let Some(c) = &spec.execution.concurrency {
         concurrency(c)?;
     }
+    if let Some(n) = &spec.notify {
+        notify(n)?;
+    }
     if let Some(name) = &spec.tool.name {
         tool_name("tool.name", name)?;
         if name.starts_with(BUILTIN_TOOL_PREFIX) {
@@ -223,6 +226,28 @@ fn concurrency(c: &crate::api::ConcurrencySpec) -> Result<(), Invalid> {
             invalid(
                 reasons::INVALID_DURATION,
                 format!("execution.concurrency.queueTimeout: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `notify`: web addresses, header templates and a duration.
+fn notify(n: &crate::api::NotifySpec) -> Result<(), Invalid> {
+    url("notify.url", &n.url)?;
+    if let Some(c) = &n.console_url {
+        url("notify.consoleUrl", c)?;
+    }
+    for h in &n.headers {
+        if let Some(v) = &h.value {
+            text(&format!("notify.headers[{}]", h.name), v)?;
+        }
+    }
+    if let Some(d) = &n.remind_before {
+        duration::parse(d).map_err(|e| {
+            invalid(
+                reasons::INVALID_DURATION,
+                format!("notify.remindBefore: {e}"),
             )
         })?;
     }
