@@ -31,6 +31,10 @@ pub(crate) enum TasksCommand {
     Get {
         /// Task id.
         id: String,
+        /// Read the finished task from the archive, after its Run was deleted: the Run in full
+        /// (arguments, steps, answers with who and when, result, Events).
+        #[arg(long)]
+        archived: bool,
         #[command(flatten)]
         target: TargetFlags,
     },
@@ -309,6 +313,50 @@ pub(crate) struct ServeArgs {
     pub(crate) namespace: String,
     #[command(flatten)]
     pub(crate) mcp: McpFlags,
+    #[command(flatten)]
+    pub(crate) archive: ArchiveFlags,
+}
+
+/// Where finished Runs are archived before they are deleted, and for how long.
+#[derive(clap::Args)]
+pub(crate) struct ArchiveFlags {
+    /// Archive every finished Run (arguments, steps, answers, result, Events) before it is
+    /// deleted: `sqlite:PATH`, a PostgreSQL URL (`postgres://user:password@host/db`), or `off`.
+    /// `runway serve` archives into its --db file unless told otherwise; the operator only
+    /// when given one.
+    #[arg(long, env = "RUNWAY_ARCHIVE", hide_env_values = true)]
+    pub(crate) archive: Option<String>,
+    /// Archived Runs that finished longer ago than this are deleted (0: whatever their age).
+    #[arg(long, default_value = "2160h", value_parser = parse_duration)]
+    pub(crate) archive_max_age: std::time::Duration,
+    /// Archived Runs of a namespace past this many, the oldest first, are deleted (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) archive_max_per_namespace: u64,
+}
+
+impl ArchiveFlags {
+    /// The archive settings, `default` being the address when none (or `off`) is given.
+    pub(crate) fn settings(
+        self,
+        default: Option<String>,
+    ) -> runway::store::archive::keeper::Settings {
+        let address = match self.archive {
+            Some(a) if a == "off" => None,
+            Some(a) => Some(a),
+            None => default,
+        };
+        let max_age = (!self.archive_max_age.is_zero())
+            .then(|| jiff::SignedDuration::try_from(self.archive_max_age).ok())
+            .flatten();
+        runway::store::archive::keeper::Settings {
+            address,
+            retention: runway::store::archive::Retention {
+                max_age,
+                max_per_namespace: (self.archive_max_per_namespace > 0)
+                    .then_some(self.archive_max_per_namespace),
+            },
+        }
+    }
 }
 
 /// Flags of `runway operator`.
@@ -363,6 +411,8 @@ pub(crate) struct OperatorArgs {
     pub(crate) workers: usize,
     #[command(flatten)]
     pub(crate) mcp: McpFlags,
+    #[command(flatten)]
+    pub(crate) archive: ArchiveFlags,
 }
 
 #[derive(Subcommand)]

@@ -65,7 +65,12 @@ async fn client_command(command: Command) -> ExitCode {
 async fn tasks_command(command: TasksCommand) -> Result<u8, runway::client::ClientError> {
     use runway::client::{self, ClientError};
     match command {
-        TasksCommand::Get { id, target } => client::get(&target.target()?, &id).await,
+        TasksCommand::Get {
+            id,
+            archived: true,
+            target,
+        } => client::get_archived(&target.target()?, &id).await,
+        TasksCommand::Get { id, target, .. } => client::get(&target.target()?, &id).await,
         TasksCommand::Watch { id, target } => client::watch(&target.target()?, &id).await,
         TasksCommand::Cancel { id, target } => client::cancel(&target.target()?, &id).await,
         TasksCommand::Pause { id, reason, target } => {
@@ -326,6 +331,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         auth_cache_ttl,
         workers,
         mcp,
+        archive,
     } = args;
     let operator_egress = mcp.egress(false);
     let mcp = match mcp.config() {
@@ -356,6 +362,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         egress: operator_egress,
         mcp,
         state_key_secret,
+        archive: archive.settings(None),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let token = shutdown.clone();
@@ -385,6 +392,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         no_auth: _,
         namespace,
         mcp,
+        archive,
     } = args;
     let egress = mcp.egress(true);
     let mcp = match mcp.config() {
@@ -398,7 +406,9 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Some(f) => runway::server::AuthMode::File(f),
         None => runway::server::AuthMode::None { namespace },
     };
+    let archive = archive.settings(Some(format!("sqlite:{}", db.display())));
     let opts = runway::server::Options {
+        archive,
         workflows,
         db,
         listen,

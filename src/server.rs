@@ -18,6 +18,7 @@ use crate::engine::validate::Capabilities;
 use crate::mcp;
 use crate::steps::tool::ToolExecutor;
 use crate::steps::{Executors, StaticSecrets};
+use crate::store::archive::keeper::Archiver;
 use crate::store::identities::WorkflowBook;
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
@@ -43,6 +44,8 @@ pub struct Options {
     pub mcp: mcp::Config,
     /// Where `http` and `tool` steps may connect.
     pub egress: crate::steps::egress::Egress,
+    /// Where finished Runs are archived before they are deleted.
+    pub archive: crate::store::archive::keeper::Settings,
 }
 
 /// Authentication of the embedded server.
@@ -74,6 +77,9 @@ pub enum StartError {
     /// The auth file is unreadable or invalid.
     #[error("{0}")]
     AuthFile(String),
+    /// The archive cannot be opened.
+    #[error(transparent)]
+    Archive(#[from] crate::store::archive::ArchiveError),
     /// The MCP endpoint cannot be configured.
     #[error(transparent)]
     Mcp(#[from] mcp::StateError),
@@ -142,6 +148,7 @@ fn run_controller(
     secrets: StaticSecrets,
     changes: RunChanges,
     marks: &Marks,
+    archive: Option<Arc<Archiver>>,
 ) -> Arc<Controller> {
     let secrets = Arc::new(secrets);
     let executor = Arc::new(
@@ -164,6 +171,7 @@ fn run_controller(
             metrics: opts.mcp.metrics.clone(),
             shards: controller::Shards::all(),
             marks: marks.clone(),
+            archive,
         },
     )
 }
@@ -201,6 +209,8 @@ impl Server {
         }
         let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
         let marks = Marks::new(mcp_config.state_keys.clone());
+        let archive = opts.archive.open(events.clone()).await?;
+        mcp_config.archive = archive.clone();
         let state = mcp::McpState::new(
             run_store.clone(),
             wf_source.clone(),
@@ -213,11 +223,22 @@ impl Server {
         .map_err(StartError::Mcp)?;
         let changes = state.events.clone();
         let ctl = run_controller(
-            &opts, &run_store, &wf_source, &events, secrets, changes, &marks,
+            &opts,
+            &run_store,
+            &wf_source,
+            &events,
+            secrets,
+            changes,
+            &marks,
+            archive.clone(),
         );
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
-        let scheduler = Scheduler::new(run_store, wf_source, events, name_key, marks);
+        let scheduler = Scheduler::new(run_store, wf_source, events, name_key, marks)
+            .with_archive(archive.clone());
+        if let Some(a) = archive {
+            tasks.spawn(a.prune_until(shutdown.clone()));
+        }
         let token = shutdown.clone();
         tasks.spawn(async move { scheduler.run(token).await });
         let reloader = workflows.spawn_reloader(RELOAD_EVERY);

@@ -148,6 +148,8 @@ pub mod event_reasons {
     pub const APPROVERS_NOTIFIED: &str = "ApproversNotified";
     /// The webhook that tells approvers did not take the message.
     pub const NOTIFY_FAILED: &str = "NotifyFailed";
+    /// A finished Run could not be written to the archive: it is kept until it can be.
+    pub const ARCHIVE_FAILED: &str = "ArchiveFailed";
 }
 
 /// Labels Runway puts on Runs.

@@ -51,6 +51,10 @@ pub struct ListFilters {
     /// Print the list as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Finished tasks from the archive (kept after their Runs are deleted) instead of the
+    /// live ones.
+    #[arg(long)]
+    pub archived: bool,
 }
 
 /// An instant as the flags take it: RFC 3339, or a duration back from `now`.
@@ -101,6 +105,9 @@ fn arguments(f: &ListFilters, now: jiff::Timestamp) -> Result<JsonObject, Client
     }
     if f.oldest {
         put("order", json!("oldest"));
+    }
+    if f.archived {
+        put("archived", json!(true));
     }
     Ok(a)
 }

@@ -1,6 +1,7 @@
 //! The `runway call`, `runway tasks …` and `runway check` client commands: an MCP 2026-07-28 client (rmcp) that
 //! works against any server, with a terminal prompt for input requests.
 
+mod archived;
 mod call;
 mod check;
 mod errors;
@@ -13,6 +14,7 @@ mod prompt;
 mod target;
 mod tasks;
 
+pub use archived::get_archived;
 pub use call::{arguments, call};
 pub use check::check;
 pub use errors::ClientError;

@@ -54,6 +54,8 @@ pub struct Config {
     /// The seals on the Runs Runway starts itself: a top-level Run's collection takes the
     /// child Runs below it, found by their seals.
     pub marks: engine::marks::Marks,
+    /// Where finished Runs are written before they are deleted (none: they are deleted).
+    pub archive: Option<std::sync::Arc<crate::store::archive::keeper::Archiver>>,
 }
 
 /// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
@@ -96,6 +98,7 @@ impl Default for Config {
             metrics: Default::default(),
             shards: Shards::all(),
             marks: Default::default(),
+            archive: None,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! it returns before performing the next effect, and runs effects through the executors.
 //! It is the only writer of Run status.
 
+mod collecting;
 mod config;
 mod failing;
 pub mod history;
@@ -365,37 +366,6 @@ impl Controller {
             Some(w) if w.is_ready() => Live::Ready(Box::new(w)),
             Some(w) if !w.is_validated() => Live::Validating,
             _ => Live::Absent,
-        }
-    }
-
-    /// Delete a finished Run whose time to live is over, and the child Runs below it (they
-    /// are kept as long as their top-level Run: they are the count that bounds its tree).
-    async fn collect(&self, k: &Key) {
-        let uid = match self.store.get(&k.namespace, &k.name).await {
-            Ok(run) => run.and_then(|r| r.metadata.uid),
-            Err(e) => return self.retry_later(k, e),
-        };
-        match self.store.delete(&k.namespace, &k.name).await {
-            Ok(()) | Err(StoreError::NotFound) => {
-                tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
-            }
-            Err(e) => return self.retry_later(k, e),
-        }
-        let Some(uid) = uid else { return };
-        let below = BTreeMap::from([(crate::api::labels::ROOT.to_owned(), uid)]);
-        let Ok(children) = self.store.list(Some(&k.namespace), &below).await else {
-            return;
-        };
-        for child in children
-            .iter()
-            .filter(|c| crate::steps::child::sealed_child(&self.config.marks, c))
-        {
-            let name = child.metadata.name.as_deref().unwrap_or_default();
-            if let Err(e) = self.store.delete(&k.namespace, name).await
-                && !matches!(e, StoreError::NotFound)
-            {
-                tracing::warn!(namespace = %k.namespace, run = %name, error = %e, "cannot delete a child run of a collected run");
-            }
         }
     }
 

@@ -20,6 +20,7 @@ use crate::api::{
 use crate::engine::marks::{Marks, Sealed};
 use crate::engine::schedule::{self, Admit, Finished};
 use crate::engine::{Event, schedule::Timetable};
+use crate::store::archive::keeper::Archiver;
 use crate::store::{RunStore, StoreError, WorkflowSource};
 
 /// Longest sleep between passes: a schedule added or changed is also noticed through the
@@ -40,6 +41,8 @@ pub struct Scheduler {
     /// The latest time each schedule acted on (started, or given up past `startingDeadline`),
     /// so that such a time is not started later; Runs carry the rest of the state.
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
+    /// Where the Runs the history limits let go are archived first.
+    archive: Option<Arc<Archiver>>,
     /// The key of scheduled Run names.
     name_key: Vec<u8>,
     /// The seals on scheduled Runs: a Run is this schedule's only when its seal holds, so a
@@ -69,7 +72,16 @@ impl Scheduler {
             marks,
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
+            archive: None,
         })
+    }
+
+    /// This scheduler, archiving the Runs its history limits let go before it deletes them.
+    pub fn with_archive(mut self: Arc<Self>, archive: Option<Arc<Archiver>>) -> Arc<Self> {
+        Arc::get_mut(&mut self)
+            .expect("with_archive is called before the scheduler is shared")
+            .archive = archive;
+        self
     }
 
     /// Whether `run` is one this scheduler started for `workflow`'s schedule `schedule`.
@@ -319,6 +331,16 @@ impl Scheduler {
                 .first()
                 .and_then(|r| r.metadata.namespace.clone())
                 .unwrap_or_default();
+            // Kept until archived: the next pass tries again.
+            if let Some(archiver) = &self.archive
+                && let Some(run) = mine
+                    .iter()
+                    .find(|r| r.metadata.name.as_ref() == Some(&name))
+                && let Err(e) = archiver.keep(run).await
+            {
+                tracing::error!(namespace = %ns, run = %name, error = %e, "schedule: cannot archive an old run; it is kept until it can be");
+                continue;
+            }
             match self.store.delete(&ns, &name).await {
                 Ok(()) | Err(StoreError::NotFound) => {
                     tracing::info!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run removed by the history limit");

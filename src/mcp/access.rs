@@ -264,3 +264,26 @@ pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) ->
         .ok()
         .flatten()
 }
+
+/// The archive entry behind a task id if the caller may read it, under the rules of a live
+/// Run (`get runs` and the owner rule); `None` for every kind of "no".
+pub(super) async fn archived_run(
+    state: &McpState,
+    t: &Tenant,
+    archive: &dyn crate::store::archive::Archive,
+    task_id: &str,
+) -> Result<Option<crate::store::archive::Entry>, ErrorData> {
+    if !crate::api::is_dns_subdomain(task_id)
+        || !allowed(state, t, Verb::Get, Resource::Runs)
+            .await
+            .unwrap_or(false)
+    {
+        return Ok(None);
+    }
+    let Some(entry) = archive.get(&t.namespace, task_id).await.map_err(internal)? else {
+        return Ok(None);
+    };
+    Ok(owner_rule_allows(state, t, &entry.run, Access::Read)
+        .await
+        .then_some(entry))
+}

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::core::SelectorExt;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ErrorData};
+use rmcp::model::{CallToolResponse, ErrorData};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -26,11 +26,12 @@ use super::own_tools::{
 use super::pausing::Paused;
 use super::state::Tenant;
 use super::tasks::live_spec;
-use super::views::{for_approver, full, page_text, summary};
+use super::views::{for_approver, full, page_text, structured, summary};
 use crate::api::{Run, RunPhase};
 use crate::auth::{Resource, Verb};
 use crate::engine::marks::Marks;
 use crate::store::Place;
+use crate::store::archive::Entry;
 
 /// Arguments of `runway_list_runs`.
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +51,8 @@ struct ListArgs {
     order: Order,
     limit: Option<usize>,
     cursor: Option<String>,
+    #[serde(default)]
+    archived: bool,
 }
 
 /// Which end of the list comes first.
@@ -181,6 +184,8 @@ struct NoArgs {}
 struct RunArgs {
     task_id: String,
     #[serde(default)]
+    archived: bool,
+    #[serde(default)]
     input_responses: Option<BTreeMap<String, Value>>,
     #[serde(default)]
     reason: Option<String>,
@@ -212,13 +217,6 @@ fn parse<T: for<'de> Deserialize<'de>>(
         .map_err(|e| invalid(format!("invalid arguments for {tool}: {e}")))
 }
 
-/// A result carrying `value` as structured content and as text.
-fn structured(value: Value, text: String) -> CallToolResponse {
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(value);
-    result.into()
-}
-
 impl RunwayMcp {
     /// Answer a call of one of Runway's own tools; `None` when `name` is not one.
     pub(super) async fn builtin(
@@ -237,6 +235,7 @@ impl RunwayMcp {
                 Err(e) => Err(e),
             },
             GET_RUN => match parse::<RunArgs>(name, args) {
+                Ok(a) if a.archived => self.archived_in_full(t, &a.task_id).await,
                 Ok(a) => self.run_in_full(t, &a.task_id).await,
                 Err(e) => Err(e),
             },
@@ -356,15 +355,28 @@ impl RunwayMcp {
             true
         };
         let newest = q.order == Order::Newest;
-        self.state
-            .store
-            .scan(&t.namespace, newest, q.start(), &mut visit)
-            .await
-            .map_err(internal)?;
+        if a.archived {
+            let archive = self.archive()?;
+            let mut each = |e: &Entry| visit(&Arc::new(e.run.clone()));
+            crate::store::archive::scan(&**archive, &t.namespace, newest, q.start(), &mut each)
+                .await
+                .map_err(internal)?;
+        } else {
+            self.state
+                .store
+                .scan(&t.namespace, newest, q.start(), &mut visit)
+                .await
+                .map_err(internal)?;
+        }
         let next = more
             .then(|| found.last().map(|(r, _)| Position::of(r).encode()))
             .flatten();
-        let page: Vec<Value> = found.iter().map(|(r, w)| summary(r, w)).collect();
+        let mut page: Vec<Value> = found.iter().map(|(r, w)| summary(r, w)).collect();
+        if a.archived {
+            for s in &mut page {
+                s["archived"] = json!(true);
+            }
+        }
         let text = page_text(&page);
         let mut value = json!({ "runs": page });
         if let Some(n) = next {

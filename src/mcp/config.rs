@@ -59,6 +59,9 @@ pub struct Config {
     /// How long a 2025-era blocking call without a progress token is held before it is
     /// answered with a result naming its Run (which goes on).
     pub hold_limit: Duration,
+    /// The archive of finished Runs, read by `runway_list_runs` and `runway_get_run` with
+    /// `archived` (none: those refuse it).
+    pub archive: Option<std::sync::Arc<crate::store::archive::keeper::Archiver>>,
 }
 
 impl Config {
@@ -80,6 +83,7 @@ impl Config {
             list_tool_off_in: Default::default(),
             console: true,
             hold_limit: HOLD_LIMIT,
+            archive: None,
         }
     }
 }

@@ -11,6 +11,7 @@
 mod access;
 mod answers;
 mod apps;
+mod archived;
 mod builtin;
 mod caller;
 mod calls;

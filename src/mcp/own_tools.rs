@@ -72,7 +72,8 @@ pub(crate) fn list_tool() -> Tool {
                 "labels": {"type": "string", "maxLength": 1024, "description": "Only Runs whose labels match this selector, as kubectl -l takes it: k=v, k!=v, k, !k, comma-separated"},
                 "order": {"type": "string", "enum": ["newest", "oldest"], "default": "newest", "description": "Newest (default) or oldest first"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
-                "cursor": {"type": "string", "description": "nextCursor of the previous page"}
+                "cursor": {"type": "string", "description": "nextCursor of the previous page"},
+                "archived": {"type": "boolean", "default": false, "description": "List finished Runs from the archive (kept after they are deleted) instead of the live ones"}
             },
             "additionalProperties": false
         })),
@@ -144,10 +145,14 @@ pub(crate) fn app_tools() -> Vec<Tool> {
     vec![
         Tool::new(
             GET_RUN,
-            "One Run in full: arguments, steps and attempts, questions and answers, Events.",
+            "One Run in full: arguments, steps and attempts, questions and answers, Events; \
+             with `archived`, as the archive kept it after it was deleted.",
             schema(json!({
                 "type": "object",
-                "properties": {"taskId": task_id_schema()},
+                "properties": {
+                    "taskId": task_id_schema(),
+                    "archived": {"type": "boolean", "default": false, "description": "Read the Run from the archive"}
+                },
                 "required": ["taskId"],
                 "additionalProperties": false
             })),

@@ -249,3 +249,11 @@ pub(super) fn for_approver(full: &Value, username: &str) -> Value {
     );
     out.into()
 }
+
+/// A result carrying `value` as structured content and as text.
+pub(super) fn structured(value: Value, text: String) -> rmcp::model::CallToolResponse {
+    let mut result =
+        rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
+    result.structured_content = Some(value);
+    result.into()
+}

@@ -23,6 +23,8 @@ use crate::mcp;
 use crate::steps::job::JobExecutor;
 use crate::steps::{Executors, tool::ToolExecutor};
 use crate::store::RunChanges;
+use crate::store::archive::keeper::Archiver;
+use crate::store::events::EventLog;
 use crate::store::kube::{KubeSecrets, KubeStore, KubeWorkflows};
 use crate::telemetry::Metrics;
 
@@ -52,6 +54,8 @@ pub struct Options {
     /// Secret (in the Leases' namespace, key `state-key`) holding the state keys when `mcp` has
     /// none; read, or created once when missing, so every replica uses the same keys.
     pub state_key_secret: String,
+    /// Where finished Runs are archived before they are deleted.
+    pub archive: crate::store::archive::keeper::Settings,
 }
 
 /// How long the controller's in-flight work may take to finish once told to stop.
@@ -130,6 +134,8 @@ struct Cluster {
     name_key: Vec<u8>,
     /// The seals on what the operator creates (child Runs, scheduled Runs, Jobs).
     marks: Marks,
+    /// Where finished Runs go before they are deleted.
+    archive: Option<Arc<Archiver>>,
 }
 
 /// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
@@ -148,6 +154,7 @@ async fn lead(
         changes,
         name_key,
         marks,
+        archive,
     } = cluster;
     let validates = shards.owned.contains(&0);
     let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
@@ -169,7 +176,8 @@ async fn lead(
         events.clone(),
         name_key,
         marks.clone(),
-    );
+    )
+    .with_archive(archive.clone());
     let ctl = Controller::new(
         Arc::new(store),
         Arc::new(workflows.clone()),
@@ -181,6 +189,7 @@ async fn lead(
             metrics,
             shards,
             marks,
+            archive,
         },
     );
     let validator = workflows::validator(client, workflows.clone(), stop.clone());
@@ -243,14 +252,21 @@ pub async fn run_with(
     }
     let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
     let marks = Marks::new(mcp_config.state_keys.clone());
+    let event_log: Arc<dyn EventLog> = Arc::new(KubeEventLog {
+        client: client.clone(),
+    });
+    let archive = opts
+        .archive
+        .open(event_log.clone())
+        .await
+        .map_err(|e| OperatorError::Start(e.to_string()))?;
+    mcp_config.archive = archive.clone();
     let state = mcp::McpState::new(
         Arc::new(store.clone()),
         Arc::new(workflows.clone()),
         auth.clone(),
         auth,
-        Arc::new(KubeEventLog {
-            client: client.clone(),
-        }),
+        event_log,
         mcp_config,
         shutdown.clone(),
     )
@@ -271,6 +287,9 @@ pub async fn run_with(
     let token = shutdown.clone();
     let app = crate::endpoint::health_and_metrics(Arc::new(store.clone()), metrics.clone());
     tasks.spawn(crate::endpoint::serve(metrics_listener, app, token));
+    if let Some(a) = archive.clone() {
+        tasks.spawn(a.prune_until(shutdown.clone()));
+    }
     tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
 
     let cluster = Cluster {
@@ -280,6 +299,7 @@ pub async fn run_with(
         changes,
         name_key,
         marks,
+        archive,
     };
     if opts.leader_election {
         drive_owned_shards(cluster, &opts, metrics, &shutdown).await;

@@ -2,10 +2,10 @@
 //! latest in memory (`controller::history`), the operator asks the API server.
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One Event about a Run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedEvent {
     /// When it was (last) recorded, RFC 3339.

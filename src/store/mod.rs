@@ -2,6 +2,7 @@
 //! store-agnostic controller and MCP endpoint and the two backends: SQLite (embedded) and the
 //! Kubernetes API.
 
+pub mod archive;
 pub mod changes;
 pub mod events;
 mod fill;

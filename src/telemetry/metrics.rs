@@ -49,6 +49,8 @@ pub enum ErrorKind {
     Refused,
     /// Deciding or executing panicked; the Run was failed.
     Panic,
+    /// The archive did not take a finished Run; it is kept in the store and tried again.
+    Archive,
 }
 
 impl ErrorKind {
@@ -58,6 +60,7 @@ impl ErrorKind {
             Self::Store => "store",
             Self::Refused => "refused",
             Self::Panic => "panic",
+            Self::Archive => "archive",
         }
     }
 }

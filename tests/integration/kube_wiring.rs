@@ -292,6 +292,7 @@ fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
         mcp,
         egress: Default::default(),
         state_key_secret: "runway-state-key".into(),
+        archive: Default::default(),
     }
 }
 

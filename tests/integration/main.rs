@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod archiving;
 mod cli;
 mod concurrency;
 mod console_tools;

@@ -185,6 +185,21 @@ impl Mcp {
 
     /// Start a server on `dir` with MCP settings changed by `tune`.
     pub async fn start_in_with(dir: TempDir, tune: impl FnOnce(&mut runway::mcp::Config)) -> Self {
+        // As `runway serve` does by default: the archive beside the Runs.
+        let archive = runway::store::archive::keeper::Settings {
+            address: Some(format!("sqlite:{}", dir.path().join("runs.db").display())),
+            retention: Default::default(),
+        };
+        Self::start_archived(dir, tune, archive).await
+    }
+
+    /// Start a server on `dir` with MCP settings changed by `tune`, archiving as `archive`
+    /// says.
+    pub async fn start_archived(
+        dir: TempDir,
+        tune: impl FnOnce(&mut runway::mcp::Config),
+        archive: runway::store::archive::keeper::Settings,
+    ) -> Self {
         runway::install_crypto_provider();
         let mut mcp = runway::mcp::Config::new();
         mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-test".to_vec()];
@@ -197,6 +212,7 @@ impl Mcp {
             auth: AuthMode::File(dir.path().join("auth.yaml")),
             mcp,
             egress: super::harness::local_egress(),
+            archive,
         })
         .await
         .unwrap();

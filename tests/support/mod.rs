@@ -7,6 +7,7 @@ pub mod fakeapi;
 pub mod harness;
 pub mod mcp;
 pub mod otlp;
+pub mod postgres;
 pub mod process;
 pub mod sink;
 pub mod upstream;

@@ -1,0 +1,172 @@
+//! The archive in PostgreSQL: the operator's, shared by its replicas. One connection, opened
+//! again after it breaks; entries are `jsonb`, so that they can be queried with SQL too.
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use tokio::sync::Mutex;
+use tokio_postgres::{Client, NoTls};
+
+use super::{Archive, ArchiveError, Entry, Retention, micros};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS archived_runs (
+    uid TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    created_us BIGINT NOT NULL,
+    finished_us BIGINT NOT NULL,
+    archived_us BIGINT NOT NULL,
+    entry JSONB NOT NULL);
+CREATE INDEX IF NOT EXISTS archived_runs_by_place ON archived_runs (namespace, created_us, name);
+CREATE INDEX IF NOT EXISTS archived_runs_by_end ON archived_runs (finished_us);";
+
+/// Archived Runs in PostgreSQL.
+pub struct PostgresArchive {
+    url: String,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PostgresArchive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The address may carry a password.
+        f.debug_struct("PostgresArchive").finish_non_exhaustive()
+    }
+}
+
+impl PostgresArchive {
+    /// Connect to the database at `url` (`postgres://user:password@host:port/db`, or the
+    /// key=value form) and create the archive's table where it is missing.
+    pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        let me = Self {
+            url: url.to_owned(),
+            client: Mutex::new(None),
+        };
+        drop(me.client().await?);
+        Ok(me)
+    }
+
+    /// The connection, opened (again) when there is none or it broke.
+    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Client>>, ArchiveError> {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_none_or(Client::is_closed) {
+            let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(error = %e, "archive connection ended");
+                }
+            });
+            client.batch_execute(SCHEMA).await?;
+            *slot = Some(client);
+        }
+        Ok(slot)
+    }
+}
+
+fn decode(rows: &[tokio_postgres::Row]) -> Result<Vec<Entry>, ArchiveError> {
+    rows.iter()
+        .map(|r| serde_json::from_str(r.try_get::<_, &str>(0)?).map_err(ArchiveError::from))
+        .collect()
+}
+
+fn connected(slot: &Option<Client>) -> Result<&Client, ArchiveError> {
+    slot.as_ref().ok_or(ArchiveError::Stopped)
+}
+
+#[async_trait]
+impl Archive for PostgresArchive {
+    async fn put(&self, entry: &Entry) -> Result<(), ArchiveError> {
+        let uid = entry.uid()?;
+        let (ns, name) = entry.key()?;
+        let body = serde_json::to_string(entry)?;
+        let slot = self.client().await?;
+        connected(&slot)?
+            .execute(
+                "INSERT INTO archived_runs
+                     (uid, namespace, name, created_us, finished_us, archived_us, entry)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb)
+                 ON CONFLICT (uid) DO UPDATE SET finished_us = excluded.finished_us,
+                     archived_us = excluded.archived_us, entry = excluded.entry",
+                &[
+                    &uid,
+                    &ns,
+                    &name,
+                    &entry.created_us(),
+                    &entry.finished_us(),
+                    &micros(entry.archived_at),
+                    &body,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Entry>, ArchiveError> {
+        let slot = self.client().await?;
+        let rows = connected(&slot)?
+            .query(
+                "SELECT entry::text FROM archived_runs WHERE namespace = $1 AND name = $2
+                 ORDER BY created_us DESC LIMIT 1",
+                &[&namespace, &name],
+            )
+            .await?;
+        Ok(decode(&rows)?.into_iter().next())
+    }
+
+    async fn page(
+        &self,
+        namespace: &str,
+        newest: bool,
+        after: Option<(i64, String)>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, ArchiveError> {
+        let (t, n) = after.unwrap_or(if newest {
+            (i64::MAX, String::new())
+        } else {
+            (i64::MIN, String::new())
+        });
+        // Names compare byte by byte, as in SQLite and the live list.
+        let sql = if newest {
+            "SELECT entry::text FROM archived_runs
+             WHERE namespace = $1 AND (created_us, name COLLATE \"C\") < ($2, $3 COLLATE \"C\")
+             ORDER BY created_us DESC, name COLLATE \"C\" DESC LIMIT $4"
+        } else {
+            "SELECT entry::text FROM archived_runs
+             WHERE namespace = $1 AND (created_us, name COLLATE \"C\") > ($2, $3 COLLATE \"C\")
+             ORDER BY created_us, name COLLATE \"C\" LIMIT $4"
+        };
+        let slot = self.client().await?;
+        let rows = connected(&slot)?
+            .query(sql, &[&namespace, &t, &n, &(limit as i64)])
+            .await?;
+        decode(&rows)
+    }
+
+    async fn prune(&self, now: Timestamp, retention: Retention) -> Result<u64, ArchiveError> {
+        let slot = self.client().await?;
+        let client = connected(&slot)?;
+        let mut gone = 0;
+        if let Some(age) = retention.max_age {
+            let cutoff = micros(now) - age.as_micros() as i64;
+            gone += client
+                .execute(
+                    "DELETE FROM archived_runs WHERE finished_us < $1",
+                    &[&cutoff],
+                )
+                .await?;
+        }
+        if let Some(keep) = retention.max_per_namespace {
+            gone += client
+                .execute(
+                    "DELETE FROM archived_runs WHERE uid IN (
+                         SELECT uid FROM (
+                             SELECT uid, ROW_NUMBER() OVER (
+                                 PARTITION BY namespace ORDER BY finished_us DESC, uid) AS n
+                             FROM archived_runs) AS ranked
+                         WHERE ranked.n > $1)",
+                    &[&(keep as i64)],
+                )
+                .await?;
+        }
+        Ok(gone)
+    }
+}
