@@ -137,7 +137,7 @@ e2e: $(CHART_VENV)/.installed
 	$(CHART_VENV)/bin/python tests/chart/render.py target/e2e/chart.yaml
 	$(MAKE) image IMAGE_PROFILE=dev IMAGE_DIR=target/e2e/image
 	KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$(K8S_ASSETS)}" RUNWAY_E2E_IMAGE_DIR=$(CURDIR)/target/e2e/image \
-	  $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover --test e2e_upgrade
+	  $(CARGO) test --no-fail-fast --features e2e --test e2e --test e2e_failover --test e2e_upgrade --test e2e_archive
 
 ## The long crash test: `runway serve` killed with SIGKILL CRASH_KILLS times at seeded random
 ## instants under retried idempotent calls (the short version runs in `make test`).
