@@ -364,6 +364,20 @@ def test_tracing_sets_the_standard_otel_environment() -> None:
         render({"tracing": {"enabled": True}})
 
 
+def test_the_archive_url_comes_from_a_secret_with_its_retention() -> None:
+    values = check.all_options()
+    container = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RUNWAY_ARCHIVE"]["valueFrom"]["secretKeyRef"] == {"name": "runway-archive", "key": "postgres-url"}
+    assert "--archive-max-age=720h" in container["args"]
+    assert "--archive-max-per-namespace=5000" in container["args"]
+    # The URL carries a password: never an argument, never a plain value.
+    assert not any("postgres" in a for a in container["args"])
+    defaults = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "RUNWAY_ARCHIVE" not in {e["name"] for e in defaults["env"]}
+    assert not any(a.startswith("--archive") for a in defaults["args"])
+
+
 def test_alerts_and_dashboard_are_optional_and_read_runway_metrics() -> None:
     assert not find(render(), "PrometheusRule") and not find(render(), "ConfigMap")
     objects = render(check.all_options())
