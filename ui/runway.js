@@ -121,6 +121,8 @@
   }
   /** The server could not be reached (or a proxy in front of it said it is away). */
   var OFFLINE = "offline";
+  /** JSON-RPC invalid params: what an unknown task id gets. */
+  var INVALID_PARAMS = -32602;
   McpError.prototype = Object.create(Error.prototype);
 
   /** A tool result's structured content, or an error for a tool error. */
@@ -874,6 +876,7 @@
         h("dt", {}, "Requested by"), h("dd", {}, run.requestedBy ? run.requestedBy.username : "—"),
         h("dt", {}, "Created"), h("dd", {}, whenEl(run.createdAt)),
         run.finishedAt ? [h("dt", {}, "Finished"), h("dd", {}, whenEl(run.finishedAt))] : null,
+        run.archived ? [h("dt", {}, "Archived"), h("dd", { class: "archived-at" }, whenEl(run.archivedAt), " (deleted from the store since; this is the archive's record)")] : null,
         h("dt", {}, "Duration"), h("dd", {}, duration(run.startedAt || run.createdAt, run.finishedAt)),
         run.deadline && !done ? [h("dt", {}, "Deadline"), h("dd", {}, whenEl(run.deadline))] : null,
         run.parent ? [h("dt", {}, "Parent run"), h("dd", { class: "parent" }, runLink(run.parent.taskId, onOpen))] : null,
@@ -924,9 +927,14 @@
     var timer = null;
     var stopped = false;
     var last = null;
+    // A Run deleted after its time to live is read from the archive instead (a link to it
+    // outlives it); `missing` is why the live one was not there.
+    var archived = false;
+    var missing = null;
     function refresh() {
       if (stopped) return Promise.resolve();
-      return client.callTool(TOOLS.get, { taskId: taskId }).then(function (run) {
+      var args = archived ? { taskId: taskId, archived: true } : { taskId: taskId };
+      return client.callTool(TOOLS.get, args).then(function (run) {
         if (stopped) return;
         var key = json(run);
         // Keep what a person is typing while the question they are answering stays open.
@@ -947,8 +955,13 @@
         if (TERMINAL[run.phase] && !typing) stop(true);
       }, function (e) {
         if (e.code === OFFLINE) return;
+        if (!archived && e.code === INVALID_PARAMS) {
+          archived = true;
+          missing = e;
+          return refresh();
+        }
         stop(false);
-        clear(root).append(h("p", { class: "error" }, e.message));
+        clear(root).append(h("p", { class: "error" }, (missing || e).message));
       });
     }
     function stop(keep) {
@@ -1263,8 +1276,9 @@
       var labels = h("input", { type: "text", id: "filter-labels", placeholder: "team=payments,!canary", size: 18 });
       var waiting = h("input", { type: "checkbox", id: "filter-waiting" });
       var mine = h("input", { type: "checkbox", id: "filter-mine" });
+      var archive = h("input", { type: "checkbox", id: "filter-archived" });
       var error = h("div", { class: "error filter-error", role: "alert" });
-      var inputs = [wf, phase, by, since, until, labels, waiting, mine];
+      var inputs = [wf, phase, by, since, until, labels, waiting, mine, archive];
       function apply() {
         var f = {};
         if (wf.value.trim()) f.workflow = wf.value.trim();
@@ -1275,6 +1289,7 @@
         if (labels.value.trim()) f.labels = labels.value.trim();
         if (waiting.checked) f.waitingForMe = true;
         if (mine.checked) f.requestedByMe = true;
+        if (archive.checked) f.archived = true;
         state.filters = f;
         state.cursors = [null];
         state.page = 0;
@@ -1290,7 +1305,8 @@
         field(wf, "Workflow"), field(phase, "Phase"), field(by, "Requested by"),
         field(since, "Created from"), field(until, "to"), field(labels, "Labels"),
         h("label", { for: "filter-waiting", class: "check" }, waiting, " waiting for my answer"),
-        h("label", { for: "filter-mine", class: "check" }, mine, " requested by me"), reset, error);
+        h("label", { for: "filter-mine", class: "check" }, mine, " requested by me"),
+        h("label", { for: "filter-archived", class: "check", title: "Finished runs kept in the archive after they were deleted" }, archive, " archived"), reset, error);
     }
     var filterError = null;
 

@@ -363,7 +363,7 @@ try {
     const plain = (await mcp("olga", "tools/list", {}, null, TASKS)).result.tools;
     assert.ok(plain.every((t) => !t._meta || !t._meta.ui), "no _meta.ui without the extension");
     assert.deepEqual(plain.map((t) => t.name).sort(),
-      ["announce", "change", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "ship", "soak", "stage"]);
+      ["announce", "change", "heartbeat", "nightly-report", "release", "rollout", "runway_list_runs", "ship", "soak", "stage", "tidy-up"]);
     const read = (await mcp("olga", "resources/read", { uri: "ui://runway/run" }, "ui://runway/run", UI)).result;
     assert.equal(read.contents[0].mimeType, apps.RESOURCE_MIME_TYPE);
     apps.McpUiResourceMetaSchema.parse(read.contents[0]._meta.ui);
@@ -556,7 +556,7 @@ try {
     const page = await signedIn("sam");
     await page.click(".tabs a:text('Workflows')");
     await page.locator('table.workflows tr[data-workflow="broken-form"] [data-ready="False"]').waitFor({ timeout: WAIT });
-    assert.equal(await page.locator("table.workflows tbody tr").count(), 10);
+    assert.equal(await page.locator("table.workflows tbody tr").count(), 11);
     await page.click('tr[data-workflow="broken-form"] a');
     await page.locator(".ready-message:has-text('InvalidSchema')").waitFor({ timeout: WAIT });
     assert.ok(await page.locator("button.start").isDisabled());
@@ -641,6 +641,34 @@ try {
     await checkBridge(page);
     assert.deepEqual(page.errors, []);
     await page.context().close();
+  });
+
+  await test("a Run deleted after its time to live is read back from the archive", async () => {
+    const id = (await call("alice", "tidy-up", {})).taskId;
+    // Deleted a second after it ends: tasks/get no longer knows it.
+    const since = Date.now();
+    while (!(await mcp("alice", "tasks/get", { taskId: id }, id)).error) {
+      assert.ok(Date.now() - since < WAIT, "the run was not deleted");
+      await new Promise((done) => setTimeout(done, 200));
+    }
+    const page = await signedIn("alice");
+    await page.check("#filter-archived");
+    const row = page.locator(`tr[data-task="${id}"]`);
+    await row.waitFor({ timeout: WAIT });
+    await row.locator("a").click();
+    await page.locator(".facts .archived-at").waitFor({ timeout: WAIT });
+    await page.locator('.run-head .phase[data-phase="Succeeded"]').waitFor({ timeout: WAIT });
+    await page.locator("section.result:has-text('swept')").waitFor({ timeout: WAIT });
+    assert.equal(await page.locator(".run-head button").count(), 0, "nothing to cancel, pause or retry");
+    await shot(page, "28-archived-run");
+    assert.deepEqual(page.errors, []);
+    await page.context().close();
+    // A link to the deleted Run opens the archive's record too.
+    const linked = await signedIn("alice");
+    await linked.goto(`${base}/ui/#/ns/team-a/run/${id}`);
+    await linked.locator(".facts .archived-at").waitFor({ timeout: WAIT });
+    assert.deepEqual(linked.errors, []);
+    await linked.context().close();
   });
 } finally {
   if (browser) await browser.close();
