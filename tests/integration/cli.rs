@@ -1020,3 +1020,77 @@ async fn runway_call_answers_each_question_once_when_the_server_lists_it_again()
     assert_eq!(err.matches("Approve v5?").count(), 1, "{err}");
     assert_eq!(*updates.lock().unwrap(), 1, "one tasks/update");
 }
+
+const BRIEF: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: brief, namespace: team-a }
+spec:
+  tool: { description: "Done at once, deleted a second later." }
+  execution: { ttlAfterFinished: 1s }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  result: { content: [ { type: text, text: "briefly {{ args.what }}" } ] }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runway_tasks_reads_a_deleted_task_from_the_archive() {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(dir.path().join("workflows/wf.yaml"), BRIEF).unwrap();
+    std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
+    std::fs::write(dir.path().join("alice.token"), "alice-token\n").unwrap();
+    let p = Process::start(dir.path(), free_port()).await;
+    let mut call = client_cmd(&dir, &p);
+    call.args(["call", "brief", "--arg", "what=archived"]);
+    let (code, out, err) = run_with_stdin(call, "").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("briefly archived"), "{out}");
+    let id = err
+        .split(|c: char| c.is_whitespace() || c == ':')
+        .find(|w| w.starts_with("brief-"))
+        .unwrap_or_else(|| panic!("the call names its task: {err}"))
+        .to_owned();
+    let get = |archived: bool| {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["tasks", "get", &id]);
+        if archived {
+            cmd.arg("--archived");
+        }
+        run_with_stdin(cmd, "")
+    };
+    // Deleted a second after it ended: the live task is gone.
+    let since = std::time::Instant::now();
+    while get(false).await.0 == 0 {
+        assert!(
+            since.elapsed() < support::harness::PATIENCE,
+            "{id} was never deleted"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (code, out, err) = get(true).await;
+    assert_eq!(code, 0, "{err}");
+    let kept: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(kept["archived"], true);
+    assert_eq!(kept["phase"], "Succeeded");
+    assert_eq!(kept["arguments"]["what"], "archived");
+    assert_eq!(kept["result"]["content"][0]["text"], "briefly archived");
+
+    let mut list = client_cmd(&dir, &p);
+    list.args(["tasks", "list", "--archived"]);
+    let (code, out, err) = run_with_stdin(list, "").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.starts_with(&id)),
+        "{out}"
+    );
+    let mut live = client_cmd(&dir, &p);
+    live.args(["tasks", "list"]);
+    let (_, out, _) = run_with_stdin(live, "").await;
+    assert!(!out.contains(&id), "{out}");
+
+    let mut unknown = client_cmd(&dir, &p);
+    unknown.args(["tasks", "get", "never-was", "--archived"]);
+    let (code, _, err) = run_with_stdin(unknown, "").await;
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown task"), "{err}");
+}
