@@ -18,7 +18,6 @@ use crate::engine::validate::Capabilities;
 use crate::mcp;
 use crate::steps::tool::ToolExecutor;
 use crate::steps::{Executors, StaticSecrets};
-use crate::store::archive::keeper::Archiver;
 use crate::store::identities::WorkflowBook;
 use crate::store::manifests::ManifestWorkflows;
 use crate::store::sqlite::SqliteStore;
@@ -147,8 +146,7 @@ fn run_controller(
     events: &Arc<MemoryEvents>,
     secrets: StaticSecrets,
     changes: RunChanges,
-    marks: &Marks,
-    archive: Option<Arc<Archiver>>,
+    config: controller::Config,
 ) -> Arc<Controller> {
     let secrets = Arc::new(secrets);
     let executor = Arc::new(
@@ -157,7 +155,7 @@ fn run_controller(
             .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
                 run_store.clone(),
                 changes,
-                marks.clone(),
+                config.marks.clone(),
             ))),
     );
     Controller::new(
@@ -165,37 +163,35 @@ fn run_controller(
         wf_source.clone(),
         executor,
         events.clone(),
-        controller::Config {
-            workers: opts.workers,
-            workers_per_namespace: 0,
-            metrics: opts.mcp.metrics.clone(),
-            shards: controller::Shards::all(),
-            marks: marks.clone(),
-            archive,
-        },
+        config,
     )
+}
+
+/// The Run store in the database file, and the manifest Workflows (which of two offering one
+/// tool is older is kept in the same file).
+fn open_stores(opts: &Options) -> Result<(SqliteStore, ManifestWorkflows), StartError> {
+    if !opts.workflows.is_dir() {
+        return Err(StartError::Workflows(opts.workflows.clone()));
+    }
+    let database = |source| StartError::Database {
+        path: opts.db.clone(),
+        source,
+    };
+    let store = SqliteStore::open(&opts.db).map_err(database)?;
+    let book = WorkflowBook::open(&opts.db).map_err(database)?;
+    let workflows =
+        ManifestWorkflows::load_with(&opts.workflows, Capabilities { jobs: false }, Some(book));
+    for p in workflows.problems() {
+        tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
+    }
+    Ok((store, workflows))
 }
 
 impl Server {
     /// Open the store, load Workflows, start the controller and the HTTP endpoint.
     pub async fn start(opts: Options) -> Result<Self, StartError> {
-        if !opts.workflows.is_dir() {
-            return Err(StartError::Workflows(opts.workflows.clone()));
-        }
-        let store = SqliteStore::open(&opts.db).map_err(|source| StartError::Database {
-            path: opts.db.clone(),
-            source,
-        })?;
+        let (store, workflows) = open_stores(&opts)?;
         let (authn, authz, secrets) = access(&opts)?;
-        let book = WorkflowBook::open(&opts.db).map_err(|source| StartError::Database {
-            path: opts.db.clone(),
-            source,
-        })?;
-        let workflows =
-            ManifestWorkflows::load_with(&opts.workflows, Capabilities { jobs: false }, Some(book));
-        for p in workflows.problems() {
-            tracing::error!(file = %p.file.display(), message = %p.message, "cannot load workflow manifest");
-        }
         let (listener, addr) = bind(opts.listen).await?;
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
@@ -222,15 +218,16 @@ impl Server {
         )
         .map_err(StartError::Mcp)?;
         let changes = state.events.clone();
+        let config = controller::Config {
+            workers: opts.workers,
+            workers_per_namespace: 0,
+            metrics: opts.mcp.metrics.clone(),
+            shards: controller::Shards::all(),
+            marks: marks.clone(),
+            archive: archive.clone(),
+        };
         let ctl = run_controller(
-            &opts,
-            &run_store,
-            &wf_source,
-            &events,
-            secrets,
-            changes,
-            &marks,
-            archive.clone(),
+            &opts, &run_store, &wf_source, &events, secrets, changes, config,
         );
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });

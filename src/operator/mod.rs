@@ -225,6 +225,27 @@ pub async fn run(opts: Options, shutdown: CancellationToken) -> Result<(), Opera
     run_with(client, opts, shutdown).await
 }
 
+/// The MCP endpoint's settings, with the state keys from their Secret when none were given.
+async fn endpoint_config(
+    client: &Client,
+    opts: &Options,
+    metrics: &Metrics,
+) -> Result<mcp::Config, OperatorError> {
+    let mut config = opts.mcp.clone();
+    config.metrics = metrics.clone();
+    if config.state_keys.is_empty() {
+        config.state_keys =
+            state_keys_from_secret(client, &opts.lease.namespace, &opts.state_key_secret).await?;
+    }
+    Ok(config)
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, OperatorError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| OperatorError::Listen(addr, e))
+}
+
 /// Start the operator with `client`, and run until `shutdown`.
 pub async fn run_with(
     client: Client,
@@ -244,12 +265,7 @@ pub async fn run_with(
         opts.auth_cache_ttl,
         metrics.clone(),
     ));
-    let mut mcp_config = opts.mcp.clone();
-    mcp_config.metrics = metrics.clone();
-    if mcp_config.state_keys.is_empty() {
-        mcp_config.state_keys =
-            state_keys_from_secret(&client, &opts.lease.namespace, &opts.state_key_secret).await?;
-    }
+    let mut mcp_config = endpoint_config(&client, &opts, &metrics).await?;
     let name_key = mcp_config.state_keys.first().cloned().unwrap_or_default();
     let marks = Marks::new(mcp_config.state_keys.clone());
     let event_log: Arc<dyn EventLog> = Arc::new(KubeEventLog {
@@ -272,12 +288,8 @@ pub async fn run_with(
     )
     .map_err(|e| OperatorError::Start(e.to_string()))?;
     let changes = state.events.clone();
-    let mcp_listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| OperatorError::Listen(opts.listen, e))?;
-    let metrics_listener = tokio::net::TcpListener::bind(opts.metrics_listen)
-        .await
-        .map_err(|e| OperatorError::Listen(opts.metrics_listen, e))?;
+    let mcp_listener = bind(opts.listen).await?;
+    let metrics_listener = bind(opts.metrics_listen).await?;
     let mut tasks = tokio::task::JoinSet::new();
     let token = shutdown.clone();
     tasks.spawn(async move {

@@ -322,7 +322,7 @@ async fn read_back(mcp: &Mcp) {
             json!({"archived": true, "workflow": "short"}),
         )
         .await;
-    assert_eq!(listed(&list), [id.clone()]);
+    assert_eq!(listed(&list), std::slice::from_ref(&id));
     assert_eq!(
         list.result()["structuredContent"]["runs"][0]["archived"],
         true
@@ -349,7 +349,7 @@ async fn read_back(mcp: &Mcp) {
             &bob.call("runway_list_runs", json!({"archived": true}))
                 .await
         ),
-        [id.clone()]
+        std::slice::from_ref(&id)
     );
     let carol = support::mcp::Client::new(
         &format!("http://{}", mcp.addr),
