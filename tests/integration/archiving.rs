@@ -272,19 +272,24 @@ fn listed(r: &support::mcp::Reply) -> Vec<String> {
         .collect()
 }
 
-/// Start one `short` Run as alice, answer it, and wait until the store has deleted it.
-async fn finished_and_deleted(mcp: &Mcp) -> String {
-    let alice = mcp.client("alice-token");
+/// Start one `short` Run as alice and answer its question with `note`: its task id.
+async fn answered(alice: &support::mcp::Client, note: &str) -> String {
     let r = alice.call("short", json!({})).await;
     let id = r.result()["taskId"].as_str().unwrap().to_owned();
     alice.await_status(&id, "input_required").await;
     alice
         .update(
             &id,
-            json!({"ask.go": {"action": "accept", "content": {"note": "ship it"}}}),
+            json!({"ask.go": {"action": "accept", "content": {"note": note}}}),
         )
         .await
         .assert_complete();
+    id
+}
+
+/// Start one `short` Run as alice, answer it, and wait until the store has deleted it.
+async fn finished_and_deleted(mcp: &Mcp) -> String {
+    let id = answered(&mcp.client("alice-token"), "ship it").await;
     deleted(mcp, &id).await;
     id
 }
@@ -435,16 +440,7 @@ async fn a_run_stays_in_the_store_while_the_archive_refuses_it_and_goes_once_arc
     // The archive's table is away: every write fails.
     pg.psql(&db, "ALTER TABLE archived_runs RENAME TO elsewhere");
     let alice = mcp.client("alice-token");
-    let r = alice.call("short", json!({})).await;
-    let id = r.result()["taskId"].as_str().unwrap().to_owned();
-    alice.await_status(&id, "input_required").await;
-    alice
-        .update(
-            &id,
-            json!({"ask.go": {"action": "accept", "content": {"note": "x"}}}),
-        )
-        .await
-        .assert_complete();
+    let id = answered(&alice, "x").await;
     let refused = wait_for_event(&alice, &id, "ArchiveFailed").await;
     assert!(refused.contains("not deleted yet"), "{refused}");
     let run = mcp.store().get("team-a", &id).await.unwrap();

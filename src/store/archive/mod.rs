@@ -120,6 +120,15 @@ pub trait Archive: Send + Sync + 'static {
     async fn prune(&self, now: Timestamp, retention: Retention) -> Result<u64, ArchiveError>;
 }
 
+/// Where a page in creation order starts: past `after`, or before (after) every entry.
+pub(crate) fn page_start(newest: bool, after: Option<(i64, String)>) -> (i64, String) {
+    after.unwrap_or(if newest {
+        (i64::MAX, String::new())
+    } else {
+        (i64::MIN, String::new())
+    })
+}
+
 /// Entries read per query of [`scan`].
 const SCAN_PAGE: usize = 100;
 

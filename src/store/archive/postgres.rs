@@ -119,11 +119,7 @@ impl Archive for PostgresArchive {
         after: Option<(i64, String)>,
         limit: usize,
     ) -> Result<Vec<Entry>, ArchiveError> {
-        let (t, n) = after.unwrap_or(if newest {
-            (i64::MAX, String::new())
-        } else {
-            (i64::MIN, String::new())
-        });
+        let (t, n) = super::page_start(newest, after);
         // Names compare byte by byte, as in SQLite and the live list.
         let sql = if newest {
             "SELECT entry::text FROM archived_runs

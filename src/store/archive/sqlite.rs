@@ -111,11 +111,7 @@ impl Archive for SqliteArchive {
         limit: usize,
     ) -> Result<Vec<Entry>, ArchiveError> {
         let ns = namespace.to_owned();
-        let (t, n) = after.unwrap_or(if newest {
-            (i64::MAX, String::new())
-        } else {
-            (i64::MIN, String::new())
-        });
+        let (t, n) = super::page_start(newest, after);
         let sql = if newest {
             "SELECT entry FROM archived_runs WHERE namespace = ?1 AND (created_us, name) < (?2, ?3)
              ORDER BY created_us DESC, name DESC LIMIT ?4"
