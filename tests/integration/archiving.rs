@@ -348,6 +348,29 @@ async fn read_back(mcp: &Mcp) {
         )
         .is_empty()
     );
+    // A 2025-era session (initialize) reads the archive through the same tools.
+    let old = support::mcp::Old::connect(&mcp.url(), "alice-token", json!({})).await;
+    let r = old
+        .result(
+            "tools/call",
+            json!({"name": "runway_list_runs", "arguments": {"archived": true}}),
+        )
+        .await;
+    assert_eq!(
+        r["structuredContent"]["runs"][0]["taskId"],
+        id.as_str(),
+        "{r}"
+    );
+    let r = old
+        .result(
+            "tools/call",
+            json!({"name": "runway_get_run", "arguments": {"taskId": id, "archived": true}}),
+        )
+        .await;
+    assert_eq!(
+        r["structuredContent"]["answers"][0]["answeredBy"], "alice",
+        "{r}"
+    );
     let bob = mcp.client("bob-token");
     assert_eq!(
         listed(
