@@ -65,14 +65,35 @@ fn server_user() -> Option<(u32, u32)> {
     Some((f[2].parse().unwrap(), f[3].parse().unwrap()))
 }
 
+/// Prefix of the servers' directories.
+const LITTER: &str = "runway-test-postgres-";
+
+/// Remove the directories of servers whose test binaries have ended (their servers died with
+/// them).
+fn clear_litter(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(LITTER) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 impl Postgres {
     fn start() -> Self {
         let bin = bin_dir();
         let user = server_user();
-        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("postgres");
-        // Earlier runs' servers died with their test binaries; their data is litter.
-        let _ = std::fs::remove_dir_all(&base);
-        let dir = base.join(std::process::id().to_string());
+        // In the system's temporary directory: the server's user must reach it (a checkout
+        // may sit below a directory only root enters), and its socket path must stay short.
+        let tmp = std::env::temp_dir();
+        clear_litter(&tmp);
+        let dir = tmp.join(format!("{LITTER}{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
