@@ -184,11 +184,18 @@ struct NoArgs {}
 struct RunArgs {
     task_id: String,
     #[serde(default)]
-    archived: bool,
-    #[serde(default)]
     input_responses: Option<BTreeMap<String, Value>>,
     #[serde(default)]
     reason: Option<String>,
+}
+
+/// Arguments of `runway_get_run`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct GetArgs {
+    task_id: String,
+    #[serde(default)]
+    archived: bool,
 }
 
 /// Arguments of `runway_retry_run`.
@@ -234,7 +241,7 @@ impl RunwayMcp {
                 Ok(NoArgs {}) => self.list_workflows(t).await,
                 Err(e) => Err(e),
             },
-            GET_RUN => match parse::<RunArgs>(name, args) {
+            GET_RUN => match parse::<GetArgs>(name, args) {
                 Ok(a) if a.archived => self.archived_in_full(t, &a.task_id).await,
                 Ok(a) => self.run_in_full(t, &a.task_id).await,
                 Err(e) => Err(e),
@@ -497,5 +504,23 @@ mod tests {
             let e = parse::<ListArgs>(LIST_RUNS, bad.as_object().cloned().unwrap()).unwrap_err();
             assert_eq!(e.code.0, -32602, "{bad}");
         }
+    }
+
+    #[test]
+    fn only_the_read_tools_take_archived() {
+        let obj = |v: Value| v.as_object().cloned().unwrap();
+        let get = parse::<GetArgs>(GET_RUN, obj(json!({"taskId": "a", "archived": true})));
+        assert!(get.unwrap().archived);
+        let list = parse::<ListArgs>(LIST_RUNS, obj(json!({"archived": true})));
+        assert!(list.unwrap().archived);
+        for bad in [
+            json!({"taskId": "a", "archived": "yes"}),
+            json!({"taskId": "a", "inputResponses": {}}),
+        ] {
+            let e = parse::<GetArgs>(GET_RUN, obj(bad.clone())).unwrap_err();
+            assert_eq!(e.code.0, -32602, "{bad}");
+        }
+        let answer = parse::<RunArgs>(ANSWER_RUN, obj(json!({"taskId": "a", "archived": true})));
+        assert_eq!(answer.unwrap_err().code.0, -32602);
     }
 }

@@ -218,15 +218,37 @@ async fn an_archive_address_that_is_neither_sqlite_nor_postgres_is_refused_witho
         );
         assert!(!said.contains("hunter2"), "{said}");
     }
+    // A URL that does not parse stops the start; a server that cannot be reached now does
+    // not: each write says why it failed, and the Runs wait in the store.
+    let e = runway::store::archive::keeper::open("postgres://x:secret@127.0.0.1:notaport/db")
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("PostgreSQL") && !e.to_string().contains("secret"),
+        "{e}"
+    );
     let unreachable = format!(
         "postgres://x:secret@127.0.0.1:{}/db",
         support::process::free_port()
     );
-    let e = runway::store::archive::keeper::open(&unreachable)
+    let a = runway::store::archive::keeper::open(&unreachable)
         .await
-        .err()
         .unwrap();
-    assert!(e.to_string().contains("PostgreSQL"), "{e}");
+    let e = a
+        .put(&entry(
+            "team-a",
+            "r",
+            "u",
+            "2026-12-01T10:00:00Z",
+            "2026-12-01T10:00:01Z",
+        ))
+        .await;
+    let said = e.unwrap_err().to_string();
+    assert!(
+        said.contains("PostgreSQL") && !said.contains("secret"),
+        "{said}"
+    );
 }
 
 const SHORT_LIVED: &str = r#"

@@ -1040,16 +1040,33 @@ async fn runway_tasks_reads_a_deleted_task_from_the_archive() {
     std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
     std::fs::write(dir.path().join("alice.token"), "alice-token\n").unwrap();
     let p = Process::start(dir.path(), free_port()).await;
+    // Held until it ends (`--no-task`): a followed task could be deleted between its end and
+    // the client's last look.
     let mut call = client_cmd(&dir, &p);
-    call.args(["call", "brief", "--arg", "what=archived"]);
+    call.args(["call", "brief", "--no-task", "--arg", "what=archived"]);
     let (code, out, err) = run_with_stdin(call, "").await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("briefly archived"), "{out}");
-    let id = err
-        .split(|c: char| c.is_whitespace() || c == ':')
-        .find(|w| w.starts_with("brief-"))
-        .unwrap_or_else(|| panic!("the call names its task: {err}"))
-        .to_owned();
+    let archived = || {
+        let mut cmd = client_cmd(&dir, &p);
+        cmd.args(["tasks", "list", "--archived", "--json"]);
+        run_with_stdin(cmd, "")
+    };
+    // Deleted a second after it ended, and archived just before.
+    let since = std::time::Instant::now();
+    let id = loop {
+        let (code, out, err) = archived().await;
+        assert_eq!(code, 0, "{err}");
+        let runs: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if let Some(id) = runs[0]["taskId"].as_str() {
+            break id.to_owned();
+        }
+        assert!(
+            since.elapsed() < support::harness::PATIENCE,
+            "never archived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     let get = |archived: bool| {
         let mut cmd = client_cmd(&dir, &p);
         cmd.args(["tasks", "get", &id]);
@@ -1058,8 +1075,6 @@ async fn runway_tasks_reads_a_deleted_task_from_the_archive() {
         }
         run_with_stdin(cmd, "")
     };
-    // Deleted a second after it ended: the live task is gone.
-    let since = std::time::Instant::now();
     while get(false).await.0 == 0 {
         assert!(
             since.elapsed() < support::harness::PATIENCE,

@@ -13,6 +13,10 @@ use super::{Archive, ArchiveError, Entry, Retention};
 use crate::api::Run;
 use crate::store::events::EventLog;
 
+/// Longest wait for one archive write: the controller's worker that collects a Run waits for
+/// it, and a hung server must not hold it.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How often the archive is pruned to its retention.
 pub const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
@@ -113,7 +117,9 @@ impl Archiver {
             events,
             archived_at: Timestamp::now(),
         };
-        self.archive.put(&entry).await
+        tokio::time::timeout(WRITE_TIMEOUT, self.archive.put(&entry))
+            .await
+            .map_err(|_| ArchiveError::TimedOut(WRITE_TIMEOUT))?
     }
 
     /// Prune the archive to its retention now and every [`PRUNE_EVERY`] until `shutdown`.

@@ -85,9 +85,15 @@ pub enum ArchiveError {
     /// PostgreSQL failed.
     #[error("archive (PostgreSQL): {0}")]
     Postgres(#[from] tokio_postgres::Error),
-    /// The archive's worker went away (the process is stopping).
+    /// The archive's worker went away (the process is stopping), or there is no connection.
     #[error("archive worker stopped")]
     Stopped,
+    /// The server could not be reached a moment ago; no new attempt is made yet.
+    #[error("archive (PostgreSQL) unreachable: {0}")]
+    Unreachable(String),
+    /// A write took longer than it may.
+    #[error("archive write took longer than {0:?}")]
+    TimedOut(std::time::Duration),
 }
 
 /// How long archived Runs are kept.

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use jiff::Timestamp;
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls};
 
 use super::{Archive, ArchiveError, Entry, Retention, micros};
@@ -20,10 +21,26 @@ CREATE TABLE IF NOT EXISTS archived_runs (
 CREATE INDEX IF NOT EXISTS archived_runs_by_place ON archived_runs (namespace, created_us, name);
 CREATE INDEX IF NOT EXISTS archived_runs_by_end ON archived_runs (finished_us);";
 
+/// How long a connection attempt may take unless the URL says (`connect_timeout`): a writer
+/// waits for it, and an unreachable host must not hold a worker for long.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// After a failed connection attempt, calls fail at once for this long instead of each
+/// waiting for an attempt of its own: an archive that is down must not queue every worker
+/// that collects a Run behind it.
+const RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Archived Runs in PostgreSQL.
 pub struct PostgresArchive {
-    url: String,
-    client: Mutex<Option<Client>>,
+    config: tokio_postgres::Config,
+    link: Mutex<Link>,
+}
+
+/// The connection, or when the next attempt to make one may be.
+#[derive(Default)]
+struct Link {
+    client: Option<Client>,
+    retry_at: Option<Instant>,
+    last_error: String,
 }
 
 impl std::fmt::Debug for PostgresArchive {
@@ -34,31 +51,61 @@ impl std::fmt::Debug for PostgresArchive {
 }
 
 impl PostgresArchive {
-    /// Connect to the database at `url` (`postgres://user:password@host:port/db`, or the
-    /// key=value form) and create the archive's table where it is missing.
+    /// The archive in the database at `url` (`postgres://user:password@host:port/db`); a URL
+    /// that does not parse is an error. The server is connected to now, and the archive's
+    /// table made where it is missing; a server that cannot be reached now is only logged:
+    /// writes try again, and the Runs wait in the store meanwhile.
     pub async fn open(url: &str) -> Result<Self, ArchiveError> {
+        let mut config: tokio_postgres::Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let me = Self {
-            url: url.to_owned(),
-            client: Mutex::new(None),
+            config,
+            link: Mutex::new(Link::default()),
         };
-        drop(me.client().await?);
+        if let Err(e) = me.client().await {
+            tracing::warn!(error = %e, "the archive cannot be reached yet; finished runs are kept until it can");
+        }
         Ok(me)
     }
 
-    /// The connection, opened (again) when there is none or it broke.
-    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Client>>, ArchiveError> {
-        let mut slot = self.client.lock().await;
-        if slot.as_ref().is_none_or(Client::is_closed) {
-            let (client, connection) = tokio_postgres::connect(&self.url, NoTls).await?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(error = %e, "archive connection ended");
-                }
-            });
-            client.batch_execute(SCHEMA).await?;
-            *slot = Some(client);
+    /// The connection, opened (again) when there is none or it broke; within
+    /// [`RECONNECT_AFTER`] of a failed attempt, the failure again.
+    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, Link>, ArchiveError> {
+        let mut link = self.link.lock().await;
+        if link.client.as_ref().is_some_and(|c| !c.is_closed()) {
+            return Ok(link);
         }
-        Ok(slot)
+        if link.retry_at.is_some_and(|t| Instant::now() < t) {
+            return Err(ArchiveError::Unreachable(link.last_error.clone()));
+        }
+        match self.connect().await {
+            Ok(client) => {
+                *link = Link {
+                    client: Some(client),
+                    ..Link::default()
+                };
+                Ok(link)
+            }
+            Err(e) => {
+                link.client = None;
+                link.retry_at = Some(Instant::now() + RECONNECT_AFTER);
+                link.last_error = e.to_string();
+                Err(e)
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Client, ArchiveError> {
+        let (client, connection) = self.config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "archive connection ended");
+            }
+        });
+        client.batch_execute(SCHEMA).await?;
+        Ok(client)
     }
 }
 
@@ -68,8 +115,8 @@ fn decode(rows: &[tokio_postgres::Row]) -> Result<Vec<Entry>, ArchiveError> {
         .collect()
 }
 
-fn connected(slot: &Option<Client>) -> Result<&Client, ArchiveError> {
-    slot.as_ref().ok_or(ArchiveError::Stopped)
+fn connected(link: &Link) -> Result<&Client, ArchiveError> {
+    link.client.as_ref().ok_or(ArchiveError::Stopped)
 }
 
 #[async_trait]
