@@ -13,7 +13,7 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS archived_runs (
     uid TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
-    name TEXT NOT NULL,
+    name TEXT COLLATE \"C\" NOT NULL,
     created_us BIGINT NOT NULL,
     finished_us BIGINT NOT NULL,
     archived_us BIGINT NOT NULL,
@@ -167,15 +167,21 @@ impl Archive for PostgresArchive {
         limit: usize,
     ) -> Result<Vec<Entry>, ArchiveError> {
         let (t, n) = super::page_start(newest, after);
-        // Names compare byte by byte, as in SQLite and the live list.
+        // Names compare byte by byte (the column's collation is "C"), as in SQLite and the
+        // live list. The page is chosen before any entry is turned into text: whatever plan
+        // the server picks, only the page's entries are.
         let sql = if newest {
-            "SELECT entry::text FROM archived_runs
-             WHERE namespace = $1 AND (created_us, name COLLATE \"C\") < ($2, $3 COLLATE \"C\")
-             ORDER BY created_us DESC, name COLLATE \"C\" DESC LIMIT $4"
+            "SELECT entry::text FROM (
+                 SELECT entry, created_us, name FROM archived_runs
+                 WHERE namespace = $1 AND (created_us, name) < ($2, $3)
+                 ORDER BY created_us DESC, name DESC LIMIT $4) AS page
+             ORDER BY created_us DESC, name DESC"
         } else {
-            "SELECT entry::text FROM archived_runs
-             WHERE namespace = $1 AND (created_us, name COLLATE \"C\") > ($2, $3 COLLATE \"C\")
-             ORDER BY created_us, name COLLATE \"C\" LIMIT $4"
+            "SELECT entry::text FROM (
+                 SELECT entry, created_us, name FROM archived_runs
+                 WHERE namespace = $1 AND (created_us, name) > ($2, $3)
+                 ORDER BY created_us, name LIMIT $4) AS page
+             ORDER BY created_us, name"
         };
         let slot = self.client().await?;
         let rows = connected(&slot)?
