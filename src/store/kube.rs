@@ -300,11 +300,13 @@ impl RunStore for KubeStore {
 
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
         // The cache, overlaid with this process's newer writes (as `list` does), by key.
+        // Own writes first: see `list`.
+        let own = self.own_writes();
         let mut phases: HashMap<Key, (Option<u64>, crate::api::RunPhase)> = HashMap::new();
         for r in self.runs.state() {
             phases.insert(key_of(&r)?, (rv_num(&r), r.phase()));
         }
-        for r in self.own_writes() {
+        for r in own {
             let k = key_of(&r)?;
             let newer = phases
                 .get(&k)
@@ -329,12 +331,17 @@ impl RunStore for KubeStore {
             namespace.is_none_or(|n| r.metadata.namespace.as_deref() == Some(n))
                 && labels_match(r.metadata.labels.as_ref(), labels)
         };
+        // Own writes are read before the cache. A remembered write is forgotten only once the
+        // cache holds it, so whatever is gone from the first read is in the second; read the
+        // other way round, a Run created here could be missing from both (the cache read just
+        // before the watch delivered it, the write forgotten by a reconcile just after).
+        let own = self.own_writes();
         let mut all: HashMap<Key, Arc<Run>> = HashMap::new();
         for r in self.runs.state().into_iter().filter(|r| wanted(r)) {
             all.insert(key_of(&r)?, r);
         }
         // Own writes the reflector has not caught up with yet (newer resourceVersion wins).
-        for r in self.own_writes() {
+        for r in own {
             let k = key_of(&r)?;
             let cached = self.runs.get(&ObjectRef::new(&k.name).within(&k.namespace));
             let newer =
