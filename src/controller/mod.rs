@@ -45,8 +45,8 @@ const MAX_CYCLES: usize = 64;
 
 /// What a status write did (the writer has already applied the error policy).
 enum Wrote {
-    /// Written: the Run as it now is.
-    Run(Box<Run>),
+    /// Written: the Run as it now is (shared with the store's cache).
+    Run(Arc<Run>),
     /// The Run changed since it was read.
     Conflict,
     /// The Run is gone.
@@ -70,7 +70,7 @@ enum OnRefusal {
 /// What writing the pending outcomes of a Run left to do.
 enum Written {
     /// Go on with the Run as it now is.
-    Run(Box<Run>),
+    Run(Arc<Run>),
     /// The Run changed meanwhile: read it again.
     Again,
     /// Nothing more now (gone, refused, or retried later).
@@ -168,15 +168,19 @@ impl Controller {
         events: &[Event],
         refused: OnRefusal,
     ) -> Wrote {
-        let mut next = run.clone();
-        next.status = Some(status);
-        match self.store.update_status(&next).await {
+        // The old status is replaced, so it is not copied.
+        let next = Run {
+            metadata: run.metadata.clone(),
+            spec: run.spec.clone(),
+            status: Some(status),
+        };
+        match self.store.update_status(next).await {
             Ok(written) => {
                 for e in events {
                     self.events.record(&written, e);
                 }
                 self.transitions(run, &written);
-                Wrote::Run(Box::new(written))
+                Wrote::Run(written)
             }
             Err(StoreError::Conflict) => Wrote::Conflict,
             Err(StoreError::NotFound) => Wrote::Gone,
@@ -274,7 +278,7 @@ impl Controller {
     ))]
     pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
         for _ in 0..MAX_CYCLES {
-            let run = match self.store.get(&k.namespace, &k.name).await {
+            let run = match self.store.get_shared(&k.namespace, &k.name).await {
                 Ok(Some(run)) => {
                     crate::telemetry::record_run(&run);
                     crate::telemetry::record_run_ids(&tracing::Span::current(), &run);
@@ -284,7 +288,7 @@ impl Controller {
                 Err(e) => return self.retry_later(k, e),
             };
             let run = match self.write_outcomes(k, run).await {
-                Written::Run(run) => *run,
+                Written::Run(run) => run,
                 Written::Again => continue,
                 Written::Stop => return,
             };
@@ -315,7 +319,7 @@ impl Controller {
                     .write_status(k, &run, status, &decision.events, OnRefusal::FailRun)
                     .await
                 {
-                    Wrote::Run(written) => *written,
+                    Wrote::Run(written) => written,
                     Wrote::Conflict => continue,
                     Wrote::Gone | Wrote::Refused | Wrote::Later => return,
                 },
@@ -323,7 +327,7 @@ impl Controller {
             };
             match decision.next {
                 Next::Execute(effect) if waits_long(&effect) => {
-                    return self.execute_detached(k, run, *effect);
+                    return self.execute_detached(k, &run, *effect);
                 }
                 Next::Execute(effect) => {
                     if !self.execute(k, &run, &effect).await {
@@ -332,7 +336,7 @@ impl Controller {
                 }
                 Next::Branches { effects, wake } => {
                     for effect in effects {
-                        self.execute_detached(k, run.clone(), effect);
+                        self.execute_detached(k, &run, effect);
                     }
                     if let Some(t) = wake {
                         self.queue.add_at(k.clone(), instant_at(t));
@@ -373,11 +377,14 @@ impl Controller {
     /// a worker: it runs in a task of its own, which records the outcome and queues the Run
     /// again. While it runs, reconciles of the Run start nothing (the in-flight entry stays
     /// until the outcome is recorded, so the same attempt never runs twice).
-    fn execute_detached(self: &Arc<Self>, k: &Key, run: Run, effect: Effect) {
-        let Some(token) = self.inflight.start(k, &effect, &run) else {
+    ///
+    /// `run` is shared, as reconciles read it from the store's cache: a copy per effect cost a
+    /// fan-out the number of its items times the size of its Run.
+    fn execute_detached(self: &Arc<Self>, k: &Key, run: &Arc<Run>, effect: Effect) {
+        let Some(token) = self.inflight.start(k, &effect, run) else {
             return;
         };
-        let (me, k) = (self.clone(), k.clone());
+        let (me, k, run) = (self.clone(), k.clone(), run.clone());
         tokio::spawn(async move {
             let work = std::panic::AssertUnwindSafe(async {
                 // Another effect of this Run may have recorded this one's end since `run` was
@@ -416,7 +423,7 @@ impl Controller {
 
     /// Write the outcomes detached effects left for `run`, all in one status write, then end
     /// those effects. On a conflict they stay for the next try.
-    async fn write_outcomes(&self, k: &Key, run: Run) -> Written {
+    async fn write_outcomes(&self, k: &Key, run: Arc<Run>) -> Written {
         let pending = self
             .outcomes
             .lock()
@@ -424,22 +431,25 @@ impl Controller {
             .remove(k)
             .unwrap_or_default();
         if pending.is_empty() {
-            return Written::Run(Box::new(run));
+            return Written::Run(run);
         }
         let end_all = |pending: &[(Effect, Outcome)]| {
             for (effect, _) in pending {
                 self.inflight.end(k, effect);
             }
         };
-        let status = {
-            let (run, pending) = (run.clone(), pending.clone());
-            off_worker(move || engine::record_all(&run, &pending, Timestamp::now())).await
+        let (status, events, pending) = {
+            let run = run.clone();
+            off_worker(move || {
+                let (status, events) = engine::record_and_decide(&run, &pending, Timestamp::now());
+                (status, events, pending)
+            })
+            .await
         };
         if Some(&status) == run.status.as_ref() {
             end_all(&pending);
-            return Written::Run(Box::new(run));
+            return Written::Run(run);
         }
-        let events = engine::recorded_events(run.status.as_ref(), &status);
         let wrote = self
             .write_status(k, &run, status, &events, OnRefusal::FailRun)
             .await;
@@ -502,7 +512,7 @@ impl Controller {
         let already_cancelled = run.spec.cancel.is_some();
         // A cancel that landed between our read and registering the token is caught here.
         if !already_cancelled
-            && let Ok(Some(latest)) = self.store.get(&k.namespace, &k.name).await
+            && let Ok(Some(latest)) = self.store.get_shared(&k.namespace, &k.name).await
             && latest.spec.cancel.is_some()
         {
             token.cancel();
@@ -519,7 +529,7 @@ impl Controller {
 
     async fn record(&self, k: &Key, effect: &Effect, outcome: Outcome) -> bool {
         loop {
-            let latest = match self.store.get(&k.namespace, &k.name).await {
+            let latest = match self.store.get_shared(&k.namespace, &k.name).await {
                 Ok(Some(r)) => r,
                 Ok(None) => return false,
                 Err(e) => {
@@ -527,16 +537,15 @@ impl Controller {
                     return false;
                 }
             };
-            let status = {
-                let (run, effect, outcome) = (latest.clone(), effect.clone(), outcome.clone());
-                off_worker(move || engine::record(&run, &effect, outcome, Timestamp::now())).await
+            let (status, events) = {
+                let (run, done) = (latest.clone(), [(effect.clone(), outcome.clone())]);
+                off_worker(move || engine::record_and_decide(&run, &done, Timestamp::now())).await
             };
             if Some(&status) == latest.status.as_ref() {
                 return true;
             }
             // On a transient error the outcome is lost; the step is still Running and will be
             // attempted again under the same idempotency key.
-            let events = engine::recorded_events(latest.status.as_ref(), &status);
             match self
                 .write_status(k, &latest, status, &events, OnRefusal::FailRun)
                 .await

@@ -17,9 +17,9 @@ impl Controller {
     pub(super) async fn before_start(
         self: &Arc<Self>,
         k: &Key,
-        mut run: Run,
+        mut run: Arc<Run>,
         live: Option<&Workflow>,
-    ) -> Option<Run> {
+    ) -> Option<Arc<Run>> {
         let Some(wf) = live else {
             return Some(run);
         };
@@ -46,7 +46,7 @@ impl Controller {
         match planned {
             // Written with the Run's first status, together with its snapshot, or not at all.
             Ok(records) => {
-                run.status.get_or_insert_default().steps = records;
+                Arc::make_mut(&mut run).status.get_or_insert_default().steps = records;
                 Some(run)
             }
             Err(why) => {

@@ -1,6 +1,7 @@
 //! Helpers of the reconcile: which effects run detached, engine work off the async workers,
 //! a Run's Workflow before its snapshot, and the clock of the work queue.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -38,10 +39,10 @@ pub(super) async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Sen
 }
 
 pub(super) async fn decide_off_worker(
-    run: &Run,
+    run: &Arc<Run>,
     live: Option<&crate::api::WorkflowSpec>,
 ) -> engine::Decision {
-    let (run, live) = (run.clone(), live.cloned());
+    let (run, live) = (Arc::clone(run), live.cloned());
     off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
 }
 

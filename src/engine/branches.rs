@@ -97,11 +97,17 @@ impl Machine<'_> {
     pub(super) fn continue_all(&mut self, wf: &WorkflowSpec, running: &[usize]) -> Progress {
         let mut effects = Vec::new();
         let mut wake = None;
+        // One template context for the running items of the pass: items are not part of it,
+        // and a running attempt changes nothing until it reports a change, which ends the
+        // pass. Anything else may change what the context holds and drops it. (Built per item,
+        // a fan-out paid its items times its records on every pass.)
+        let mut base: Option<Value> = None;
         for &i in running {
             let progress = if self.st.steps[i].items.is_some() {
+                base = None;
                 self.continue_items(wf, i)
             } else {
-                self.continue_step(wf, i)
+                self.continue_step(wf, i, &mut base)
             };
             match progress {
                 Progress::Changed => return Progress::Changed,
@@ -250,7 +256,19 @@ impl Machine<'_> {
             if self.is_paused() {
                 return self.wait_paused(self.st.steps[i].finally);
             }
-            return self.begin_item(wf, step, i, p.started);
+            // Every item that may start now, in one pass, on one template context: a pass per
+            // item read every record again (and built the context anew) for each, so a
+            // fan-out's cost grew with the square of its items. An item that ends as it starts
+            // (fails) ends the batch; the next pass decides what follows from it.
+            let base = super::context(self.run, &self.st);
+            let room = (parallelism - p.running).min(total - p.started);
+            for k in p.started..p.started + room {
+                self.begin_item(wf, step, i, k, &base);
+                if self.st.steps.last().is_none_or(|r| r.phase.is_terminal()) {
+                    break;
+                }
+            }
+            return Progress::Changed;
         }
         if p.running > 0 || (may_start && p.started < total) {
             return Progress::Stop(Next::WaitUntil(None));
@@ -292,7 +310,14 @@ impl Machine<'_> {
 
     /// Start item `k` of the `forEach` step whose record is `parent`, as a record of its own
     /// (`<step>[k]`): its own attempts, timeout, retries and idempotency key.
-    fn begin_item(&mut self, wf: &WorkflowSpec, step: &Step, parent: usize, k: usize) -> Progress {
+    fn begin_item(
+        &mut self,
+        wf: &WorkflowSpec,
+        step: &Step,
+        parent: usize,
+        k: usize,
+        base: &Value,
+    ) {
         let rec = StepRecord {
             name: item_name(&step.name, k),
             finally: self.st.steps[parent].finally,
@@ -302,11 +327,9 @@ impl Machine<'_> {
             attempt_started_at: Some(ts(self.now)),
             ..Default::default()
         };
-        let ctx = super::context_for(self.run, &self.st, &rec.name);
-        if let Some(done) = self.start_kind(wf, step, rec, &ctx) {
-            return done;
-        }
-        Progress::Changed
+        let ctx = super::item_context(base.clone(), &self.st, &rec.name);
+        // Whatever it changed, the caller's pass reports as a change.
+        let _ = self.start_kind(wf, step, rec, &ctx);
     }
 
     /// Say what runs: `step 2/5: deploy`, `step 2/5: deploy (3/10 items done)`, `step 2/5:

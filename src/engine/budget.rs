@@ -71,12 +71,29 @@ pub enum BudgetError {
     },
 }
 
+/// The length of `v` as JSON, counted as it is written rather than kept (a Run's status with
+/// a thousand step records is measured on every decision); `usize::MAX` if it cannot be.
+pub fn encoded_len(v: &impl serde::Serialize) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter(0);
+    serde_json::to_writer(&mut c, v).map_or(usize::MAX, |()| c.0)
+}
+
 /// Whether `v` fits `max_bytes` and [`MAX_DEPTH`]; the error names `what`.
 pub fn check(what: &str, v: &Value, max_bytes: usize) -> Result<(), BudgetError> {
     if depth(v) > MAX_DEPTH {
         return Err(BudgetError::TooDeep { what: what.into() });
     }
-    let size = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+    let size = encoded_len(v);
     if size > max_bytes {
         return Err(BudgetError::TooLarge {
             what: what.into(),

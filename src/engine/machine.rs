@@ -32,7 +32,8 @@ pub(super) const MAX_TRANSITIONS: usize = 1024;
 ///
 /// `workflow` is the live Workflow; it is read only when the Run has no snapshot yet.
 pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Decision {
-    let original = run.status.clone().unwrap_or_default();
+    let empty = RunStatus::default();
+    let original = run.status.as_ref().unwrap_or(&empty);
     let mut m = Machine {
         run,
         st: original.clone(),
@@ -46,11 +47,11 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
         // Failed for its size: decide again once that is written (finally, garbage collection).
         next = Next::WaitUntil(Some(now));
     }
-    if status != original {
+    if status != *original {
         status.observed_generation = run.metadata.generation;
     }
     Decision {
-        status: (status != original).then_some(status),
+        status: (status != *original).then_some(status),
         events: m.events,
         next,
     }
@@ -387,13 +388,27 @@ impl Machine<'_> {
         })
     }
 
-    pub(super) fn continue_step(&mut self, wf: &WorkflowSpec, i: usize) -> Progress {
+    /// Continue record `i`. `base` is the pass's template context for running items (see
+    /// `continue_all`): kept while what runs only reports effects, dropped by anything else.
+    pub(super) fn continue_step(
+        &mut self,
+        wf: &WorkflowSpec,
+        i: usize,
+        base: &mut Option<Value>,
+    ) -> Progress {
         let rec = self.st.steps[i].clone();
         let Some(step) = wf.step(&rec.name) else {
             self.fail_fatal(i, "step vanished from the workflow snapshot".into());
             return Progress::Changed;
         };
-        let ctx = context_for(self.run, &self.st, &rec.name);
+        let running = rec.phase == StepPhase::Running
+            && !matches!(
+                step.kind(),
+                StepKind::Delay(_) | StepKind::Input(_) | StepKind::Sample(_)
+            );
+        if !running {
+            *base = None;
+        }
         match (step.kind(), rec.phase) {
             (_, StepPhase::Retrying) => self.retry_when_due(i, step, &rec),
             (StepKind::Delay(_), _) => {
@@ -408,15 +423,36 @@ impl Machine<'_> {
             (StepKind::Input(input), _) => self.continue_input(i, step, input),
             (StepKind::Sample(sample), _) => self.continue_sample(i, step, sample),
             (StepKind::Tool(_), StepPhase::Waiting) => self.continue_upstream_input(i, &rec),
-            (kind, StepPhase::Running) => match running_action(self.run, kind, &rec, &ctx) {
-                Some(Ok(action)) => self.execute(i, step, &ctx, action),
-                Some(Err(e)) => {
-                    self.fail_fatal(i, e.to_string());
-                    Progress::Changed
-                }
-                None => self.impossible(i, &rec),
-            },
+            (kind, StepPhase::Running) => {
+                let ctx = match item_of(&rec.name) {
+                    Some(_) => {
+                        let base = base.get_or_insert_with(|| context(self.run, &self.st));
+                        super::item_context(base.clone(), &self.st, &rec.name)
+                    }
+                    None => context_for(self.run, &self.st, &rec.name),
+                };
+                self.continue_running(i, step, kind, &rec, &ctx)
+            }
             _ => self.impossible(i, &rec),
+        }
+    }
+
+    /// A running attempt: the effect that performs it (a step that cannot render one fails).
+    fn continue_running(
+        &mut self,
+        i: usize,
+        step: &Step,
+        kind: StepKind<'_>,
+        rec: &StepRecord,
+        ctx: &Value,
+    ) -> Progress {
+        match running_action(self.run, kind, rec, ctx) {
+            Some(Ok(action)) => self.execute(i, step, ctx, action),
+            Some(Err(e)) => {
+                self.fail_fatal(i, e.to_string());
+                Progress::Changed
+            }
+            None => self.impossible(i, rec),
         }
     }
 

@@ -20,6 +20,7 @@ mod branches;
 mod cancel;
 mod effects;
 mod endings;
+mod follow;
 mod held;
 mod line;
 mod machine;
@@ -36,6 +37,7 @@ pub(crate) use branches::dependencies;
 pub use budget::guard_output;
 pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
 pub use endings::fail_internal;
+pub use follow::record_and_decide;
 pub use machine::decide;
 pub use record::{record, record_all, recorded_events};
 pub use render::{HeaderError, RenderError, child_run_name, job_name, upstream_server};
@@ -148,7 +150,12 @@ pub fn is_due(run: &Run, effect: &Effect) -> bool {
 /// The template context of one step's record: [`context`], plus `item` and `index` for an
 /// item of a `forEach` step.
 pub fn context_for(run: &Run, status: &RunStatus, record: &str) -> Value {
-    let mut ctx = context(run, status);
+    item_context(context(run, status), status, record)
+}
+
+/// `base` (a [`context`] of the Run) with `item` and `index` added when `record` is an item of
+/// a `forEach` step: items are not part of the base, so one base serves every item.
+pub fn item_context(mut ctx: Value, status: &RunStatus, record: &str) -> Value {
     if let Some((step, index)) = item_of(record) {
         let item = status
             .steps

@@ -14,7 +14,7 @@ use super::template::{self, TemplateError};
 use super::{MAX_OUTPUT_BYTES, budget, context_for, ts};
 use crate::api::{
     AttemptRecord, Ending, ErrorClass, Run, RunError, RunPhase, RunStatus, Step, StepPhase,
-    StepRecord, event_reasons, item_of,
+    StepRecord, WorkflowSpec, event_reasons, item_of,
 };
 use crate::protocol::codes;
 
@@ -27,7 +27,10 @@ pub(super) const DEFAULT_MAX_BACKOFF: SignedDuration = SignedDuration::from_mins
 /// Record an executor's outcome for an attempt. Stale reports (another attempt, a step that is
 /// no longer running) leave the status unchanged.
 pub fn record(run: &Run, effect: &Effect, outcome: Outcome, now: Timestamp) -> RunStatus {
-    within_budget(run, record_outcome(run, effect, outcome, now), now)
+    let mut st = run.status.clone().unwrap_or_default();
+    let wf = run.workflow_snapshot();
+    apply_outcome(run, wf.as_ref(), &mut st, effect, outcome, now);
+    within_budget(run, st, now)
 }
 
 /// The Events of what recording outcomes changed between `before` and `after`: a step (not an
@@ -66,18 +69,21 @@ pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Eve
 /// Record several outcomes at once (steps running at the same time), in order, as [`record`]
 /// would one after another; the status budget is checked once, on the result.
 pub fn record_all(run: &Run, outcomes: &[(Effect, Outcome)], now: Timestamp) -> RunStatus {
-    let mut cur = run.clone();
+    // One copy of the status for all of them: a copy per outcome made recording a batch cost
+    // the number of outcomes times the number of records (a fan-out's hundreds of items).
+    let mut st = run.status.clone().unwrap_or_default();
+    let wf = run.workflow_snapshot();
     for (effect, outcome) in outcomes {
-        cur.status = Some(record_outcome(&cur, effect, outcome.clone(), now));
+        apply_outcome(run, wf.as_ref(), &mut st, effect, outcome.clone(), now);
     }
-    within_budget(run, cur.status.unwrap_or_default(), now)
+    within_budget(run, st, now)
 }
 
 /// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the
 /// Run failed with its step outputs dropped (flagged as truncated), so that the failure can be
 /// written instead of a write the store refuses being retried forever.
 pub(super) fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStatus {
-    let size = serde_json::to_vec(&st).map_or(usize::MAX, |b| b.len());
+    let size = budget::encoded_len(&st);
     if size <= budget::MAX_STATUS_BYTES {
         return st;
     }
@@ -100,28 +106,29 @@ pub(super) fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStat
     )
 }
 
-pub(super) fn record_outcome(
+/// Record one outcome into `st`, the status being built for `run` (whose own status is not
+/// read: `st` may already hold other outcomes); `wf` is the Run's Workflow snapshot.
+fn apply_outcome(
     run: &Run,
+    wf: Option<&WorkflowSpec>,
+    st: &mut RunStatus,
     effect: &Effect,
     outcome: Outcome,
     now: Timestamp,
-) -> RunStatus {
-    let mut st = run.status.clone().unwrap_or_default();
+) {
     if let Action::Cleanup(c) = &effect.action {
-        record_cleanup(&mut st, c, outcome);
-        return st;
+        return record_cleanup(st, c, outcome);
     }
     if let Action::Notify { key, reminder, .. } = &effect.action {
-        super::told::record_notice(&mut st, key, *reminder, outcome, now);
-        return st;
+        return super::told::record_notice(st, key, *reminder, outcome, now);
     }
-    let Some(wf) = run.workflow_snapshot() else {
-        return st;
+    let Some(wf) = wf else {
+        return;
     };
     let Some(idx) = st.steps.iter().position(|r| {
         r.name == effect.step && r.attempt == effect.attempt && r.phase == StepPhase::Running
     }) else {
-        return st;
+        return;
     };
     let step = wf.step(&effect.step).cloned();
     let rec = &mut st.steps[idx];
@@ -134,11 +141,11 @@ pub(super) fn record_outcome(
             requests,
             request_state,
         } => match super::forms::unanswerable(&requests).or_else(|| too_deep(&requests)) {
-            None => open_upstream_input(run, &mut st, idx, requests, request_state, now),
+            None => open_upstream_input(run, st, idx, requests, request_state, now),
             Some(why) => {
                 let name = rec.name.clone();
-                fail_step_fatal(&mut st, idx, &name, why, now);
-                cancel_abandoned_upstream_task(&mut st, idx);
+                fail_step_fatal(st, idx, &name, why, now);
+                cancel_abandoned_upstream_task(st, idx);
             }
         },
         Outcome::Succeeded(output) => succeeded(rec, output, now),
@@ -147,11 +154,11 @@ pub(super) fn record_outcome(
             message,
             detail,
         } => {
-            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, None, now);
+            fail_attempt(run, st, idx, step.as_ref(), class, message, None, now);
             // A tool step that timed out or lost its connection for good may leave an upstream
             // task behind: cancel it as every other failure path does.
-            cancel_abandoned_upstream_task(&mut st, idx);
-            abandon_child(&mut st, effect, class);
+            cancel_abandoned_upstream_task(st, idx);
+            abandon_child(st, effect, class);
             if let Some(d) = detail {
                 add_detail(&mut st.steps[idx], &d);
             }
@@ -167,18 +174,16 @@ pub(super) fn record_outcome(
                 rec.upstream_request_state = None;
                 rec.pending_answers = None;
             }
-            fail_attempt(run, &mut st, idx, step.as_ref(), class, message, error, now);
-            cancel_abandoned_upstream_task(&mut st, idx);
+            fail_attempt(run, st, idx, step.as_ref(), class, message, error, now);
+            cancel_abandoned_upstream_task(st, idx);
         }
         Outcome::Fatal(error) => {
-            fail_step(&mut st, idx, error.message.clone(), error, now);
-            cancel_abandoned_upstream_task(&mut st, idx);
+            fail_step(st, idx, error.message.clone(), error, now);
+            cancel_abandoned_upstream_task(st, idx);
         }
     }
-    st
 }
 
-/// An attempt's success: its output (bounded) kept, answers it carried spent.
 /// Why upstream questions cannot be kept on the Run: one nests deeper, or is larger, than an
 /// argument may be (a question becomes part of the stored Run and of what its readers load).
 fn too_deep(requests: &BTreeMap<String, Value>) -> Option<String> {
@@ -193,6 +198,7 @@ fn too_deep(requests: &BTreeMap<String, Value>) -> Option<String> {
     })
 }
 
+/// An attempt's success: its output (bounded) kept, answers it carried spent.
 fn succeeded(rec: &mut StepRecord, output: Value, now: Timestamp) {
     let (output, truncated) = guard_output(output, MAX_OUTPUT_BYTES);
     rec.pending_answers = None;

@@ -158,18 +158,23 @@ pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
 /// Project a Run onto the MCP task it is.
 pub(crate) fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
     let base = task(run, live);
-    let st = run.status.clone().unwrap_or_default();
+    // Borrowed: a status may hold a thousand step records, and a task needs two fields of it.
+    let st = run.status.as_ref();
     let payload = match base.status {
         TaskStatus::InputRequired => TaskPayload::InputRequired {
             input_requests: open_requests(run),
         },
         TaskStatus::Completed => TaskPayload::Completed {
-            result: object(st.result.unwrap_or_else(
+            result: object(st.and_then(|s| s.result.clone()).unwrap_or_else(
                 || json!({"content": [], "isError": run.phase() == RunPhase::Failed}),
             )),
         },
         TaskStatus::Failed => TaskPayload::Failed {
-            error: object(serde_json::to_value(st.error).unwrap_or(Value::Null)),
+            error: object(
+                st.and_then(|s| s.error.as_ref())
+                    .and_then(|e| serde_json::to_value(e).ok())
+                    .unwrap_or(Value::Null),
+            ),
         },
         TaskStatus::Cancelled => TaskPayload::Cancelled,
         _ => TaskPayload::Working,

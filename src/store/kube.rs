@@ -282,17 +282,13 @@ impl RunStore for KubeStore {
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<Arc<Run>>, StoreError> {
         // Past the reflector: a Run another replica created may not have reached it yet.
-        let selector = labels
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let api = match namespace {
             Some(ns) => self.api(ns),
             None => Api::all(self.client.clone()),
         };
         let list = api
-            .list(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(&selector.join(",")))
             .await
             .map_err(map_err)?;
         Ok(list.items.into_iter().map(Arc::new).collect())
@@ -300,8 +296,7 @@ impl RunStore for KubeStore {
 
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
         // The cache, overlaid with this process's newer writes (as `list` does), by key.
-        // Own writes first: see `list`.
-        let own = self.own_writes();
+        let own = self.own_writes(); // before the cache: see `list`
         let mut phases: HashMap<Key, (Option<u64>, crate::api::RunPhase)> = HashMap::new();
         for r in self.runs.state() {
             phases.insert(key_of(&r)?, (rv_num(&r), r.phase()));
@@ -331,10 +326,8 @@ impl RunStore for KubeStore {
             namespace.is_none_or(|n| r.metadata.namespace.as_deref() == Some(n))
                 && labels_match(r.metadata.labels.as_ref(), labels)
         };
-        // Own writes are read before the cache. A remembered write is forgotten only once the
-        // cache holds it, so whatever is gone from the first read is in the second; read the
-        // other way round, a Run created here could be missing from both (the cache read just
-        // before the watch delivered it, the write forgotten by a reconcile just after).
+        // Own writes first: one is forgotten only once the cache holds it, so what is gone from
+        // this read is in the next. The other way round, a Run created here could miss both.
         let own = self.own_writes();
         let mut all: HashMap<Key, Arc<Run>> = HashMap::new();
         for r in self.runs.state().into_iter().filter(|r| wanted(r)) {
@@ -384,11 +377,11 @@ impl RunStore for KubeStore {
         Ok(updated)
     }
 
-    async fn update_status(&self, run: &Run) -> Result<Run, StoreError> {
+    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
         let Key {
             namespace: ns,
             name,
-        } = key_of(run)?;
+        } = key_of(&run)?;
         let mut patch = json!({
             "apiVersion": "runway.dev/v1alpha1",
             "kind": "Run",
@@ -405,7 +398,7 @@ impl RunStore for KubeStore {
             .await
             .map_err(map_err)?;
         self.remember(&updated);
-        Ok(updated)
+        Ok(Arc::new(updated))
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {

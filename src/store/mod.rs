@@ -14,6 +14,7 @@ mod ordered;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -48,9 +49,9 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// Created or modified.
-    Applied(std::sync::Arc<Run>),
+    Applied(Arc<Run>),
     /// Deleted (the last state).
-    Deleted(std::sync::Arc<Run>),
+    Deleted(Arc<Run>),
 }
 
 impl WatchEvent {
@@ -81,7 +82,7 @@ pub fn place(run: &Run) -> Place<'_> {
 }
 
 /// Told each Run of a [`RunStore::scan`]; `false` ends the scan.
-pub type Visit<'a> = dyn FnMut(&std::sync::Arc<Run>) -> bool + Send + 'a;
+pub type Visit<'a> = dyn FnMut(&Arc<Run>) -> bool + Send + 'a;
 
 /// Runs: create, read, conditional update, status update, delete, watch.
 #[async_trait]
@@ -96,8 +97,8 @@ pub trait RunStore: Send + Sync + 'static {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<std::sync::Arc<Run>>, StoreError> {
-        Ok(self.get(namespace, name).await?.map(std::sync::Arc::new))
+    ) -> Result<Option<Arc<Run>>, StoreError> {
+        Ok(self.get(namespace, name).await?.map(Arc::new))
     }
     /// List Runs of a namespace (all namespaces when `None`) whose labels include `labels`, in
     /// no particular order. Shared, not copied: a namespace may hold a hundred thousand Runs,
@@ -106,7 +107,7 @@ pub trait RunStore: Send + Sync + 'static {
         &self,
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<std::sync::Arc<Run>>, StoreError>;
+    ) -> Result<Vec<Arc<Run>>, StoreError>;
     /// The Runs of `namespace` in creation order ([`Place`]), newest first when `newest`,
     /// strictly past `after`, each told to `visit` until it says `false`. The default sorts
     /// what [`RunStore::list`] returns; a store that keeps the order reads only the Runs
@@ -139,7 +140,7 @@ pub trait RunStore: Send + Sync + 'static {
         &self,
         namespace: Option<&str>,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Vec<std::sync::Arc<Run>>, StoreError> {
+    ) -> Result<Vec<Arc<Run>>, StoreError> {
         self.list(namespace, labels).await
     }
     /// How many Runs are in each phase (for metrics), without copying them.
@@ -147,8 +148,10 @@ pub trait RunStore: Send + Sync + 'static {
     /// Replace metadata labels/annotations and spec, conditional on `metadata.resourceVersion`.
     /// Enforces the Run spec transition rules.
     async fn update(&self, run: Run) -> Result<Run, StoreError>;
-    /// Replace status only; conditional on `metadata.resourceVersion` when it is set.
-    async fn update_status(&self, run: &Run) -> Result<Run, StoreError>;
+    /// Replace status only; conditional on `metadata.resourceVersion` when it is set. Answers
+    /// the Run as stored, shared with the store's cache: a status write is the controller's
+    /// most frequent, and a Run with a thousand step records is not copied to answer it.
+    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError>;
     /// Delete.
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError>;
     /// Changes after `resource_version` (only future changes when `None`). Ends with
@@ -172,7 +175,7 @@ pub trait WorkflowSource: Send + Sync + 'static {
     async fn namespaces(&self) -> Vec<String>;
     /// The Ready Workflow of a namespace that serves tool `name` (the tool-name rule leaves at
     /// most one), shared rather than copied: every `tools/call` looks it up.
-    async fn tool(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Workflow>>;
+    async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>>;
     /// Receives a message whenever any Workflow changes.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
 }

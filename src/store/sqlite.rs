@@ -74,7 +74,7 @@ impl Batch<'_> {
         }
     }
 
-    fn put(&mut self, key: Key, mut run: Run) -> Run {
+    fn put(&mut self, key: Key, mut run: Run) -> Arc<Run> {
         self.rv += 1;
         run.metadata.resource_version = Some(self.rv.to_string());
         let body = serde_json::to_string(&run).expect("a Run serializes");
@@ -93,7 +93,7 @@ impl Batch<'_> {
         self.overlay.insert(key, Some(Arc::clone(&shared)));
         self.events
             .push((self.rv, WatchEvent::Applied(Arc::clone(&shared))));
-        Arc::unwrap_or_clone(shared)
+        shared
     }
 
     fn remove(&mut self, key: Key, last: Arc<Run>) {
@@ -322,7 +322,7 @@ impl RunStore for SqliteStore {
             run.metadata.generation = Some(1);
             run.metadata.creation_timestamp = Some(crate::api::kube_time(jiff::Timestamp::now()));
             run.status = None;
-            Ok(b.put(key, run))
+            Ok(Arc::unwrap_or_clone(b.put(key, run)))
         })
         .await
     }
@@ -400,15 +400,15 @@ impl RunStore for SqliteStore {
             next.metadata.labels = run.metadata.labels;
             next.metadata.annotations = run.metadata.annotations;
             next.spec = run.spec;
-            Ok(b.put(key, next))
+            Ok(Arc::unwrap_or_clone(b.put(key, next)))
         })
         .await
     }
 
-    async fn update_status(&self, run: &Run) -> Result<Run, StoreError> {
-        let key = key_of(run)?;
-        let rv = run.metadata.resource_version.clone();
-        let status = run.status.clone();
+    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
+        let key = key_of(&run)?;
+        let rv = run.metadata.resource_version;
+        let status = run.status;
         self.submit(move |b| {
             let old = b.current(&key).ok_or(StoreError::NotFound)?;
             if rv.is_some() && rv != old.metadata.resource_version {

@@ -794,7 +794,10 @@ impl RunStore for Refusing {
     async fn update(&self, run: runway::api::Run) -> Result<runway::api::Run, StoreError> {
         self.inner.update(run).await
     }
-    async fn update_status(&self, run: &runway::api::Run) -> Result<runway::api::Run, StoreError> {
+    async fn update_status(
+        &self,
+        run: runway::api::Run,
+    ) -> Result<Arc<runway::api::Run>, StoreError> {
         if run.phase() == self.phase {
             return Err(StoreError::Invalid(format!(
                 "{:?} is not admitted",

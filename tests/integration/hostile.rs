@@ -278,7 +278,7 @@ async fn forged(
             result: Some(result.clone()),
             ..Default::default()
         });
-        match mcp.store().update_status(&run).await {
+        match mcp.store().update_status(run).await {
             Ok(_) => return,
             Err(runway::store::StoreError::Conflict) => continue,
             Err(e) => panic!("{e}"),

@@ -66,7 +66,7 @@ async fn status_is_written_by_server_side_apply_with_one_field_manager() {
         phase: RunPhase::Running,
         ..Default::default()
     });
-    s.update_status(&r).await.unwrap();
+    s.update_status(r).await.unwrap();
     let patches = api.requests("PATCH", "/namespaces/ns/runs/ssa/status");
     assert_eq!(patches.len(), 1);
     let p = &patches[0];

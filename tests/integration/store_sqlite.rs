@@ -68,8 +68,8 @@ async fn runs_survive_reopening_the_file() {
             phase: RunPhase::Waiting,
             ..Default::default()
         });
-        let c = s.update_status(&st).await.unwrap();
-        (s.resource_version().await.unwrap(), c)
+        let c = s.update_status(st).await.unwrap();
+        (s.resource_version().await.unwrap(), (*c).clone())
     };
     let s = SqliteStore::open(&path).unwrap();
     assert_eq!(s.get("a", "keep").await.unwrap().unwrap(), created);

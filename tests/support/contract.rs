@@ -79,7 +79,7 @@ pub async fn conditional_updates<S: RunStore>(store: &S) {
         phase: RunPhase::Running,
         ..Default::default()
     });
-    let s1 = store.update_status(&with_status).await.unwrap();
+    let s1 = store.update_status(with_status.clone()).await.unwrap();
     assert_eq!(s1.status.as_ref().unwrap().phase, RunPhase::Running);
     assert_ne!(
         s1.metadata.resource_version,
@@ -88,7 +88,7 @@ pub async fn conditional_updates<S: RunStore>(store: &S) {
     assert_eq!(s1.metadata.generation, Some(1));
     // a stale status write conflicts
     assert_eq!(
-        store.update_status(&with_status).await.unwrap_err(),
+        store.update_status(with_status).await.unwrap_err(),
         StoreError::Conflict
     );
 
@@ -102,7 +102,7 @@ pub async fn conditional_updates<S: RunStore>(store: &S) {
     assert_eq!(store.update(stale).await.unwrap_err(), StoreError::Conflict);
 
     // a spec update on the latest version applies, bumps generation, keeps status
-    let mut fresh = s1.clone();
+    let mut fresh = (*s1).clone();
     fresh.spec.input_responses.insert(
         "k".into(),
         InputResponse {
@@ -121,7 +121,7 @@ pub async fn conditional_updates<S: RunStore>(store: &S) {
     // status updates never touch spec
     let mut sneaky = u.clone();
     sneaky.spec.input_responses.clear();
-    let after = store.update_status(&sneaky).await.unwrap();
+    let after = store.update_status(sneaky).await.unwrap();
     assert!(after.spec.input_responses.contains_key("k"));
 }
 
@@ -175,7 +175,7 @@ pub async fn watch_and_resume<S: RunStore>(store: &S) {
         phase: RunPhase::Succeeded,
         ..Default::default()
     });
-    store.update_status(&s).await.unwrap();
+    store.update_status(s).await.unwrap();
     store.delete("w", "w1").await.unwrap();
 
     let mut seen = Vec::new();

@@ -768,3 +768,72 @@ mod graphs {
         }
     }
 }
+
+#[test]
+fn one_decision_starts_every_item_it_may_and_an_item_failing_as_it_starts_ends_the_batch() {
+    let w = wf(json!({
+        "steps": [{"name": "wait",
+                   "forEach": {"items": "{{ args.waits }}", "parallelism": 3},
+                   "delay": {"duration": "{{ item }}"}}]
+    }));
+    let mut run = new_run(json!({"waits": ["5s", "10s", "20s", "30s"]}));
+    let d = decide(&run, Some(&w), at(0));
+    run.status = d.status;
+    let started: Vec<_> = status(&run)
+        .steps
+        .iter()
+        .map(|r| (r.name.as_str(), r.wake_at.clone()))
+        .collect();
+    assert_eq!(
+        started,
+        [
+            ("wait", None),
+            ("wait[0]", Some(at(5).to_string())),
+            ("wait[1]", Some(at(10).to_string())),
+            ("wait[2]", Some(at(20).to_string())),
+        ],
+        "the parallelism, in one decision, not one more"
+    );
+
+    let mut run = new_run(json!({"waits": ["5s", "soon", "20s"]}));
+    settle(&mut run, &w, at(0));
+    assert_eq!(rec(&run, "wait[1]").unwrap().phase, StepPhase::Failed);
+    assert!(
+        rec(&run, "wait[2]").is_none(),
+        "nothing starts after the item that failed as it started"
+    );
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+}
+
+#[test]
+fn recording_and_deciding_together_gives_what_recording_then_deciding_gives() {
+    let w = regions();
+    let mut run = new_run(json!({"regions": ["eu", "us"]}));
+    let next = settle(&mut run, &w, at(0));
+    let done: Vec<(Effect, Outcome)> = effects(&next)
+        .into_iter()
+        .map(|e| {
+            let out = ok(json!(e.step.clone()));
+            (e, out)
+        })
+        .collect();
+    let (together, events) = record_and_decide(&run, &done, at(1));
+
+    let mut apart = run.clone();
+    apart.status = Some(record_all(&apart, &done, at(1)));
+    let recorded = recorded_events(run.status.as_ref(), status(&apart));
+    let decided = decide(&apart, None, at(1));
+    assert_eq!(Some(&together), decided.status.as_ref());
+    assert_eq!(events, [recorded, decided.events].concat());
+    // The items' outputs are collected and the next step has started, in one status.
+    assert_eq!(
+        together
+            .steps
+            .iter()
+            .find(|r| r.name == "deploy")
+            .unwrap()
+            .output,
+        Some(json!(["deploy[0]", "deploy[1]"]))
+    );
+    assert!(together.steps.iter().any(|r| r.name == "report"));
+}
