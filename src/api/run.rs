@@ -1,6 +1,7 @@
 //! The `Run` custom resource: one call of a Workflow, and the durable record of an MCP task.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -273,9 +274,10 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
     /// The Workflow spec as it was when the Run started.
+    // Shared: a store keeps one copy per distinct snapshot, however many Runs hold it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
-    pub workflow: Option<Value>,
+    pub workflow: Option<Arc<Value>>,
     /// One record per step that started, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
@@ -284,14 +286,14 @@ pub struct RunStatus {
     pub input_requests: BTreeMap<String, OpenInputRequest>,
     /// How the Run ends, decided when the main steps end; `finally` steps run before it applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ending: Option<Ending>,
+    pub ending: Option<Box<Ending>>,
     /// The final `CallToolResult` (also set for tool errors, with `isError: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
     pub result: Option<Value>,
     /// A protocol-level failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<RunError>,
+    pub error: Option<Box<RunError>>,
     /// Answers that were not accepted, with why (ineligible approver, unknown key).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
@@ -300,10 +302,10 @@ pub struct RunStatus {
     pub cleanups: Vec<Cleanup>,
     /// Set while the Run is paused: no step starts until it is resumed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<super::PausedState>,
+    pub paused: Option<Box<super::PausedState>>,
     /// The `spec.pause` last acted on (a different one is a new request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pause_request: Option<super::PauseRequest>,
+    pub pause_request: Option<Box<super::PauseRequest>>,
     /// Generation of the spec last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -439,7 +441,7 @@ impl Run {
     pub fn workflow_snapshot(&self) -> Option<WorkflowSpec> {
         self.status
             .as_ref()
-            .and_then(|s| s.workflow.as_ref())
+            .and_then(|s| s.workflow.as_deref())
             .and_then(|w| WorkflowSpec::deserialize(w).ok())
     }
 }

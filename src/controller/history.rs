@@ -2,7 +2,7 @@
 //! person looking at the Run can read them back.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use jiff::Timestamp;
@@ -28,9 +28,35 @@ pub struct MemoryEvents {
 #[derive(Default)]
 struct Kept {
     /// By Run: its uid and its Events (a Run made again under a name starts afresh).
-    by_run: HashMap<ObjectKey, (String, VecDeque<RecordedEvent>)>,
+    by_run: HashMap<Arc<ObjectKey>, Held>,
     /// Runs in the order of their first Event, for eviction.
-    order: VecDeque<ObjectKey>,
+    order: VecDeque<Arc<ObjectKey>>,
+}
+
+/// One Run's Events as kept: up to ten thousand Runs' worth stay in memory, so an Event is
+/// kept in its smallest form and made a [`RecordedEvent`] only when read.
+#[derive(Default)]
+struct Held {
+    uid: Box<str>,
+    events: VecDeque<HeldEvent>,
+}
+
+struct HeldEvent {
+    time: Timestamp,
+    warning: bool,
+    reason: &'static str,
+    message: Box<str>,
+}
+
+impl From<&HeldEvent> for RecordedEvent {
+    fn from(e: &HeldEvent) -> Self {
+        RecordedEvent {
+            time: Some(e.time.to_string()),
+            type_: if e.warning { "Warning" } else { "Normal" }.into(),
+            reason: e.reason.into(),
+            message: e.message.to_string(),
+        }
+    }
 }
 
 impl EventSink for MemoryEvents {
@@ -39,31 +65,36 @@ impl EventSink for MemoryEvents {
         let Some(key) = ObjectKey::of(&run.metadata) else {
             return;
         };
-        let recorded = RecordedEvent {
-            time: Some(Timestamp::now().to_string()),
-            type_: if event.warning { "Warning" } else { "Normal" }.into(),
-            reason: event.reason.into(),
-            message: event.message.clone(),
+        let held = HeldEvent {
+            time: Timestamp::now(),
+            warning: event.warning,
+            reason: event.reason,
+            message: event.message.as_str().into(),
         };
         let mut kept = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if !kept.by_run.contains_key(&key) {
-            if kept.order.len() >= RUNS_WITH_EVENTS
-                && let Some(oldest) = kept.order.pop_front()
-            {
-                kept.by_run.remove(&oldest);
+        let key = match kept.by_run.get_key_value(&key) {
+            Some((k, _)) => Arc::clone(k),
+            None => {
+                if kept.order.len() >= RUNS_WITH_EVENTS
+                    && let Some(oldest) = kept.order.pop_front()
+                {
+                    kept.by_run.remove(&oldest);
+                }
+                let key = Arc::new(key);
+                kept.order.push_back(Arc::clone(&key));
+                key
             }
-            kept.order.push_back(key.clone());
+        };
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
+        let of = kept.by_run.entry(key).or_default();
+        if *of.uid != *uid {
+            of.uid = uid.into();
+            of.events.clear();
         }
-        let uid = run.metadata.uid.clone().unwrap_or_default();
-        let (of, events) = kept.by_run.entry(key).or_default();
-        if *of != uid {
-            *of = uid;
-            events.clear();
+        if of.events.len() >= EVENTS_PER_RUN {
+            of.events.pop_front();
         }
-        if events.len() >= EVENTS_PER_RUN {
-            events.pop_front();
-        }
-        events.push_back(recorded);
+        of.events.push_back(held);
     }
 }
 
@@ -80,8 +111,8 @@ impl EventLog for MemoryEvents {
         Ok(kept
             .by_run
             .get(&key)
-            .filter(|(of, _)| of == uid)
-            .map(|(_, e)| e.iter().cloned().collect())
+            .filter(|held| &*held.uid == uid)
+            .map(|held| held.events.iter().map(RecordedEvent::from).collect())
             .unwrap_or_default())
     }
 }

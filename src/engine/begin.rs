@@ -184,7 +184,7 @@ impl Machine<'_> {
             ),
         );
         if self.st.ending.is_none() {
-            self.st.ending = Some(ending);
+            self.st.ending = Some(Box::new(ending));
         }
     }
 }

@@ -33,12 +33,12 @@ impl Machine<'_> {
         }
         self.st.input_requests.clear();
         self.st.waiting_for = None;
-        self.st.ending = Some(Ending {
+        self.st.ending = Some(Box::new(Ending {
             phase: RunPhase::Cancelled,
             result: None,
             error: None,
             message: Some(format!("cancelled by {who}: {why}")),
-        });
+        }));
         self.st.phase = RunPhase::Cancelling;
         if wf.finally.is_empty() && self.st.cleanups.is_empty() {
             self.finalize();
@@ -56,12 +56,12 @@ impl Machine<'_> {
             event_reasons::CANCEL_REQUESTED,
             format!("cancel requested by {who} after the steps ended: {why}"),
         );
-        self.st.ending = Some(Ending {
+        self.st.ending = Some(Box::new(Ending {
             phase: RunPhase::Cancelled,
             result: None,
             error: None,
             message: Some(format!("cancelled by {who} after its steps ended: {why}")),
-        });
+        }));
         self.st.input_requests.clear();
         self.st.waiting_for = None;
         self.st.phase = RunPhase::Cancelling;
@@ -127,9 +127,9 @@ impl Machine<'_> {
             .timeout
             .clone()
             .unwrap_or_else(|| super::duration::DEFAULT_RUN_TIMEOUT_TEXT.into());
-        self.st.ending = Some(tool_error_ending(format!(
+        self.st.ending = Some(Box::new(tool_error_ending(format!(
             "run deadline exceeded (execution.timeout {timeout})"
-        )));
+        ))));
         self.st.phase = RunPhase::Running;
         Progress::Changed
     }

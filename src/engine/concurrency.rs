@@ -180,6 +180,7 @@ mod tests {
     use crate::api::{CancelRequest, RunSpec, WorkflowRef};
     use serde_json::json;
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn spec(limit: u32, key: Option<&str>, timeout: Option<&str>) -> WorkflowSpec {
         serde_json::from_value(json!({
@@ -216,7 +217,8 @@ mod tests {
     fn with_phase(mut r: Run, phase: RunPhase) -> Run {
         r.status = Some(RunStatus {
             phase,
-            workflow: (phase != RunPhase::Pending && phase != RunPhase::Queued).then(|| json!({})),
+            workflow: (phase != RunPhase::Pending && phase != RunPhase::Queued)
+                .then(|| Arc::new(json!({}))),
             ..Default::default()
         });
         r

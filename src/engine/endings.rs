@@ -58,15 +58,18 @@ pub(super) fn fatal_ending(message: String) -> Ending {
 pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &mut Vec<Event>) {
     let ending = st
         .ending
-        .clone()
-        .unwrap_or_else(|| fatal_ending("no ending".into()));
+        .get_or_insert_with(|| Box::new(fatal_ending("no ending".into())));
+    // The result and error move to `status.result` and `status.error`: a finished Run keeps one
+    // copy of its answer, not two (the ending keeps its phase and message).
+    let (result, error) = (ending.result.take(), ending.error.take());
+    let ending = Ending::clone(ending);
     st.phase = ending.phase;
     st.finished_at = Some(ts(now));
     st.input_requests.clear();
     st.waiting_for = None;
     st.current_step = None;
-    st.result = ending.result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
-    st.error = ending.error;
+    st.result = result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
+    st.error = error.map(Box::new);
     let (reason, message) = match ending.phase {
         RunPhase::Succeeded => (reasons::SUCCEEDED, "run succeeded".to_string()),
         RunPhase::Cancelled => (
@@ -118,7 +121,7 @@ pub(super) fn outcome_summary(st: &RunStatus, phase: RunPhase) -> String {
 pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
     st.cleanups.clear();
-    st.ending = Some(fatal_ending(format!("internal error: {why}")));
+    st.ending = Some(Box::new(fatal_ending(format!("internal error: {why}"))));
     finalize(&mut st, run, now, &mut Vec::new());
     st.observed_generation = run.metadata.generation;
     st

@@ -39,7 +39,7 @@ pub(super) fn hold(st: &mut RunStatus, idx: usize, message: &str, now: Timestamp
         step: Some(rec.name.clone()),
     };
     st.status_message = Some(paused_message(&paused));
-    st.paused = Some(paused);
+    st.paused = Some(Box::new(paused));
 }
 
 /// The Event of a Run held because a step ran out of retries, when that is what changed.

@@ -472,7 +472,9 @@ impl Machine<'_> {
         );
         self.settle_phase();
         if !finally && self.st.ending.is_none() {
-            self.st.ending = Some(tool_error_ending(format!("step {name} failed: {message}")));
+            self.st.ending = Some(Box::new(tool_error_ending(format!(
+                "step {name} failed: {message}"
+            ))));
         }
     }
 }

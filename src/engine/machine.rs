@@ -1,6 +1,8 @@
 //! The step machine: from a Run's status and `now`, the transitions that follow (start,
 //! advance, begin and continue steps, input, failure), chained until something must wait.
 
+use std::sync::Arc;
+
 use jiff::{SignedDuration, Timestamp};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -83,7 +85,7 @@ pub(super) struct Machine<'a> {
 impl Machine<'_> {
     /// End the Run with `ending`.
     pub(super) fn finish_with(&mut self, ending: Ending) {
-        self.st.ending = Some(ending);
+        self.st.ending = Some(Box::new(ending));
         self.finalize();
     }
 
@@ -201,7 +203,7 @@ impl Machine<'_> {
     pub(super) fn snapshot(&self) -> Option<WorkflowSpec> {
         self.st
             .workflow
-            .as_ref()
+            .as_deref()
             .and_then(|w| WorkflowSpec::deserialize(w).ok())
     }
 
@@ -221,7 +223,7 @@ impl Machine<'_> {
             .as_ref()
             .map(|t| t.0)
             .unwrap_or(self.now);
-        self.st.workflow = Some(serde_json::to_value(wf).unwrap_or(Value::Null));
+        self.st.workflow = Some(Arc::new(serde_json::to_value(wf).unwrap_or(Value::Null)));
         self.st.phase = RunPhase::Running;
         // Recorded so that the Runs queued behind it read its group instead of rendering it
         // (the limit let it start, so the key rendered).
@@ -355,7 +357,7 @@ impl Machine<'_> {
                 Err(e) => fatal_ending(format!("result: {e}")),
             }
         };
-        self.st.ending = Some(ending);
+        self.st.ending = Some(Box::new(ending));
         if wf.finally.is_empty() {
             self.finalize();
         }

@@ -19,10 +19,10 @@ impl Machine<'_> {
             return false;
         }
         let request = self.run.spec.pause.as_ref();
-        if request == self.st.pause_request.as_ref() {
+        if request == self.st.pause_request.as_deref() {
             return self.st.paused.is_some();
         }
-        self.st.pause_request = request.cloned();
+        self.st.pause_request = request.cloned().map(Box::new);
         let who = request
             .and_then(|r| r.requested_by.clone())
             .unwrap_or_else(|| "unknown".into());
@@ -30,12 +30,12 @@ impl Machine<'_> {
             Some(r) if r.paused => {
                 let why = r.reason.as_deref().unwrap_or("no reason given");
                 self.event(event_reasons::PAUSED, format!("paused by {who}: {why}"));
-                self.st.paused = Some(PausedState {
+                self.st.paused = Some(Box::new(PausedState {
                     since: ts(self.now),
                     by: Some(who),
                     reason: r.reason.clone(),
                     step: None,
-                });
+                }));
             }
             _ => {
                 if self.st.paused.take().is_some() {

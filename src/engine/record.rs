@@ -268,12 +268,12 @@ fn fail_step(st: &mut RunStatus, idx: usize, message: String, error: RunError, n
         .as_ref()
         .is_none_or(|e| e.phase == RunPhase::Succeeded)
     {
-        st.ending = Some(Ending {
+        st.ending = Some(Box::new(Ending {
             phase: RunPhase::Failed,
             result: None,
             message: Some(error.message.clone()),
             error: Some(error),
-        });
+        }));
     }
 }
 
@@ -416,10 +416,10 @@ pub(super) fn fail_attempt(
         let name = rec.name.clone();
         let is_finally = rec.finally;
         if !is_finally && st.ending.is_none() {
-            st.ending = Some(match error {
+            st.ending = Some(Box::new(match error {
                 Some(e) => upstream_error_ending(&name, e),
                 None => tool_error_ending(format!("step {name} failed: {message}")),
-            });
+            }));
         }
     }
 }

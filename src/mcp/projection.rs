@@ -208,7 +208,7 @@ mod tests {
         );
         run.status = Some(crate::api::RunStatus {
             phase,
-            error,
+            error: error.map(Box::new),
             ..Default::default()
         });
         run

@@ -402,7 +402,7 @@ fn ended(child: &Run) -> Option<Outcome> {
             Some(error) => Outcome::UpstreamFailed {
                 class: ErrorClass::ToolError,
                 message: format!("child run {name} failed: {why}"),
-                error: Some(error.clone()),
+                error: Some(RunError::clone(error)),
                 call_ended: true,
             },
             None => ChildExecutor::failed(format!("child run {name} failed: {why}")),

@@ -20,6 +20,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::compact::Compactor;
 use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labels_match};
 use crate::api::{Run, Workflow};
 
@@ -66,10 +67,8 @@ impl KubeStore {
     pub async fn start(client: Client) -> Result<Self, StoreError> {
         let (reader, writer) = reflector::store();
         let api: Api<Run> = Api::all(client.clone());
-        // managedFields are kept by the API server for its own merges; a cached Run does not
-        // need them, and with a field manager per status write they outweigh the rest.
-        let events = watcher(api, watcher::Config::default())
-            .modify(|r: &mut Run| r.metadata.managed_fields = None);
+        let compactor = Compactor::default();
+        let events = watcher(api, watcher::Config::default()).modify(move |r| compactor.compact(r));
         let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();

@@ -4,12 +4,14 @@
 
 pub mod archive;
 pub mod changes;
+mod compact;
 pub mod events;
 mod fill;
 pub mod identities;
 pub mod kube;
 mod manifest_files;
 pub mod manifests;
+
 mod ordered;
 pub mod sqlite;
 

@@ -14,6 +14,7 @@ use rusqlite::{Connection, Transaction, params};
 use tokio::sync::{broadcast, oneshot};
 use tokio_stream::wrappers::BroadcastStream;
 
+use super::compact::Compactor;
 use super::ordered::OrderedRuns;
 use super::{Place, RunStore, StoreError, Visit, WatchEvent, labels_match};
 use crate::api::Run;
@@ -43,6 +44,7 @@ struct Inner {
     ops: Mutex<mpsc::Sender<Op>>,
     cache: RwLock<OrderedRuns>,
     feed: Mutex<Feed>,
+    compactor: Compactor,
 }
 
 struct Feed {
@@ -89,6 +91,7 @@ impl Batch<'_> {
         if let Err(e) = res {
             self.failed.get_or_insert(e.to_string());
         }
+        self.inner.compactor.compact(&mut run);
         let shared = Arc::new(run);
         self.overlay.insert(key, Some(Arc::clone(&shared)));
         self.events
@@ -139,7 +142,8 @@ impl SqliteStore {
             })
             .map(|v| v as u64)
             .unwrap_or(0);
-        let cache = load_runs(&conn)?;
+        let compactor = Compactor::default();
+        let cache = load_runs(&conn, &compactor)?;
         // A probe write makes an unwritable database fail here, not on the first Run.
         conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
             .map_err(backend)?;
@@ -165,6 +169,7 @@ impl SqliteStore {
                 history: VecDeque::new(),
                 tx,
             }),
+            compactor,
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -282,7 +287,7 @@ fn writer(
 
 /// Every stored Run, by key. One Run that cannot be read (written by an older version, say)
 /// must not keep the server, and every other tenant's Runs, from starting: it is left out.
-fn load_runs(conn: &Connection) -> Result<OrderedRuns, StoreError> {
+fn load_runs(conn: &Connection, compactor: &Compactor) -> Result<OrderedRuns, StoreError> {
     let mut cache = OrderedRuns::default();
     let mut stmt = conn
         .prepare("SELECT namespace, name, body FROM runs")
@@ -299,7 +304,8 @@ fn load_runs(conn: &Connection) -> Result<OrderedRuns, StoreError> {
     for row in rows {
         let (namespace, name, body) = row.map_err(backend)?;
         match serde_json::from_str::<Run>(&body) {
-            Ok(run) => {
+            Ok(mut run) => {
+                compactor.compact(&mut run);
                 cache.insert(key_of(&run)?, Arc::new(run));
             }
             Err(e) => {

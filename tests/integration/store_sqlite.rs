@@ -2,9 +2,12 @@
 
 use crate::support;
 
-use runway::api::{RunPhase, RunStatus};
+use std::sync::Arc;
+
+use runway::api::{Run, RunPhase, RunStatus};
 use runway::store::RunStore;
 use runway::store::sqlite::SqliteStore;
+use serde_json::json;
 use support::contract;
 use support::harness::TempDir;
 
@@ -84,6 +87,45 @@ async fn runs_survive_reopening_the_file() {
             .unwrap()
             > rv.parse::<u64>().unwrap()
     );
+}
+
+/// A store holds every Run in memory: Runs of one Workflow version share one copy of its
+/// snapshot, written or read back from the file, and the status loses nothing by it.
+#[tokio::test]
+async fn runs_of_one_workflow_version_hold_one_copy_of_its_snapshot() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let snapshot = || json!({"steps": [{"name": "s", "delay": {"duration": "0s"}}]});
+    let write = |s: SqliteStore, name: &'static str, snapshot: serde_json::Value| async move {
+        let mut run = s.create(contract::run("a", name, "wf")).await.unwrap();
+        run.status = Some(RunStatus {
+            phase: RunPhase::Running,
+            workflow: Some(Arc::new(snapshot)),
+            ..Default::default()
+        });
+        s.update_status(run).await.unwrap();
+    };
+    let held = |run: &Arc<Run>| Arc::clone(run.status.as_ref().unwrap().workflow.as_ref().unwrap());
+    for reopened in [false, true] {
+        let s = SqliteStore::open(&path).unwrap();
+        if !reopened {
+            write(s.clone(), "one", snapshot()).await;
+            write(s.clone(), "two", snapshot()).await;
+            write(s.clone(), "other", json!({"steps": []})).await;
+        }
+        let get = |name| {
+            let s = s.clone();
+            async move { s.get_shared("a", name).await.unwrap().unwrap() }
+        };
+        let (one, two, other) = (get("one").await, get("two").await, get("other").await);
+        assert!(
+            Arc::ptr_eq(&held(&one), &held(&two)),
+            "reopened: {reopened}"
+        );
+        assert!(!Arc::ptr_eq(&held(&one), &held(&other)));
+        assert_eq!(*held(&two), snapshot());
+        assert_eq!(*held(&other), json!({"steps": []}));
+    }
 }
 
 #[tokio::test]
