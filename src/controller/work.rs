@@ -1,7 +1,8 @@
 //! Helpers of the reconcile: which effects run detached, engine work off the async workers,
 //! a Run's Workflow before its snapshot, and the clock of the work queue.
 
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -27,14 +28,36 @@ pub(super) fn effect_id(effect: &Effect) -> String {
     format!("{}#{}", effect.step, effect.attempt)
 }
 
+/// Fewest engine threads: a few Runs with heavy templates must not hold up every other Run's
+/// decisions on a small machine.
+const MIN_ENGINE_THREADS: usize = 4;
+
+/// The threads engine work runs on: a fixed few, one per core. Tokio's blocking pool would
+/// start up to hundreds of short-lived threads under load, and every Run status decided on one
+/// of them is allocated in that thread's own heap, which leaves many partly used pages behind
+/// when the threads end; a few long-lived threads keep the cached Runs dense.
+static ENGINE_THREADS: LazyLock<rayon::ThreadPool> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(cores.max(MIN_ENGINE_THREADS))
+        .thread_name(|i| format!("runway-engine-{i}"))
+        .build()
+        .expect("the engine threads start")
+});
+
 /// Run pure but possibly heavy engine work (template rendering, schema validation) on the
-/// blocking pool, so that one Run's templates cannot stall the async workers. A panic there
+/// engine threads, so that one Run's templates cannot stall the async workers. A panic there
 /// continues here, where the worker catches it and fails the Run.
 pub(super) async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(v) => v,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => panic!("engine work did not finish: {e}"),
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ENGINE_THREADS.spawn(move || {
+        // The waiting worker may be gone (its reconcile dropped); then so is the answer.
+        let _ = tx.send(std::panic::catch_unwind(AssertUnwindSafe(work)));
+    });
+    match rx.await {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("engine work did not finish"),
     }
 }
 
@@ -83,4 +106,30 @@ pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub(super) fn instant_at(t: Timestamp) -> Instant {
     let left = t.duration_since(Timestamp::now());
     Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn engine_work_answers_even_when_more_is_asked_than_there_are_threads() {
+        let works = (0..MIN_ENGINE_THREADS * 8).map(|i| off_worker(move || i * 2));
+        let answers = futures::future::join_all(works).await;
+        assert_eq!(
+            answers,
+            (0..MIN_ENGINE_THREADS * 8)
+                .map(|i| i * 2)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_engine_work_continues_in_the_caller_and_the_threads_go_on() {
+        let failed = tokio::spawn(off_worker(|| -> u8 { panic!("a template blew up") }))
+            .await
+            .unwrap_err();
+        assert_eq!(panic_message(&*failed.into_panic()), "a template blew up");
+        assert_eq!(off_worker(|| 7).await, 7);
+    }
 }
