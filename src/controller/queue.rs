@@ -1,5 +1,11 @@
 //! A work queue of Run keys: deduplicated, delayed, never handing one key to two workers, and
 //! never handing one namespace more than its share of the workers.
+//!
+//! Every operation costs a few map and ordered-set steps, whatever the number of keys queued:
+//! each namespace keeps its own line in due order, and only the lines that may hand out a key
+//! now (not at their share) are ranked by their first key. A single queue in due order had to
+//! step over every due key of a namespace at its share on each wake-up, so a backlog of
+//! thousands of Runs in one namespace made the workers spend their time scanning it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
@@ -26,11 +32,80 @@ impl Default for Queue {
 
 #[derive(Default)]
 struct State {
-    due: BTreeSet<(Instant, Key)>,
+    /// When each key in a line is due.
     when: HashMap<Key, Instant>,
+    /// Per namespace, its keys in due order (none of them held by a worker).
+    lines: HashMap<String, BTreeSet<(Instant, Key)>>,
+    /// The first key's time of every line that may hand out a key (below its share).
+    heads: BTreeSet<(Instant, String)>,
+    /// Where each namespace stands in `heads`.
+    head_of: HashMap<String, Instant>,
+    /// Keys held by workers.
     active: HashSet<Key>,
+    /// Keys added again while held: they join their line when released.
+    again: HashMap<Key, Instant>,
     /// Held keys per namespace.
     busy: HashMap<String, usize>,
+}
+
+impl State {
+    /// Put `key` in its line at `at` unless it is there at `at` or earlier; whether it moved.
+    fn enqueue(&mut self, key: Key, at: Instant, limit: usize) -> bool {
+        if let Some(&prev) = self.when.get(&key) {
+            if prev <= at {
+                return false;
+            }
+            if let Some(line) = self.lines.get_mut(&key.namespace) {
+                line.remove(&(prev, key.clone()));
+            }
+        }
+        self.when.insert(key.clone(), at);
+        let ns = key.namespace.clone();
+        self.lines.entry(ns.clone()).or_default().insert((at, key));
+        self.rank(&ns, limit);
+        true
+    }
+
+    /// Move namespace `ns` to where its line now stands among the lines that may hand out a
+    /// key, or take it out.
+    fn rank(&mut self, ns: &str, limit: usize) {
+        let first = self.lines.get(ns).and_then(|l| l.first()).map(|(t, _)| *t);
+        let open = self.busy.get(ns).copied().unwrap_or(0) < limit;
+        let want = first.filter(|_| open);
+        if self.head_of.get(ns).copied() == want {
+            return;
+        }
+        if let Some(old) = self.head_of.remove(ns) {
+            self.heads.remove(&(old, ns.to_owned()));
+        }
+        if let Some(t) = want {
+            self.heads.insert((t, ns.to_owned()));
+            self.head_of.insert(ns.to_owned(), t);
+        }
+        if first.is_none() {
+            self.lines.remove(ns);
+        }
+    }
+
+    /// Hand out the first due key, if one is due at `now`; otherwise when the next one is.
+    fn take(&mut self, now: Instant, limit: usize) -> Result<Key, Option<Instant>> {
+        let Some((t, ns)) = self.heads.first().cloned() else {
+            return Err(None);
+        };
+        if t > now {
+            return Err(Some(t));
+        }
+        let (_, key) = self
+            .lines
+            .get_mut(&ns)
+            .and_then(BTreeSet::pop_first)
+            .expect("a ranked line has a first key");
+        self.when.remove(&key);
+        self.active.insert(key.clone());
+        *self.busy.entry(ns.clone()).or_default() += 1;
+        self.rank(&ns, limit);
+        Ok(key)
+    }
 }
 
 impl Queue {
@@ -52,21 +127,24 @@ impl Queue {
     /// Process `key` at `at`, or earlier if it is already due earlier.
     pub(crate) fn add_at(&self, key: Key, at: Instant) {
         let mut s = self.state.lock().expect("queue lock");
-        if let Some(&prev) = s.when.get(&key) {
-            if prev <= at {
-                return;
-            }
-            s.due.remove(&(prev, key.clone()));
+        if s.active.contains(&key) {
+            let due = s.again.entry(key).or_insert(at);
+            *due = (*due).min(at);
+            return;
         }
-        s.when.insert(key.clone(), at);
-        s.due.insert((at, key));
+        let moved = s.enqueue(key, at, self.per_namespace);
         drop(s);
-        self.notify.notify_waiters();
+        if moved {
+            // One idle worker is enough: it takes the key or, if it is not due yet, sleeps
+            // until it is. Any worker that finds nothing simply waits again.
+            self.notify.notify_one();
+        }
     }
 
-    /// Keys waiting (due now or later).
+    /// Keys waiting (due now or later), those added again while held included.
     pub fn len(&self) -> usize {
-        self.state.lock().expect("queue lock").due.len()
+        let s = self.state.lock().expect("queue lock");
+        s.when.len() + s.again.len()
     }
 
     /// Wait for a due key that no other worker holds, and hold it until [`Queue::done`].
@@ -77,28 +155,19 @@ impl Queue {
             notified.as_mut().enable();
             let next_wake = {
                 let mut s = self.state.lock().expect("queue lock");
-                let now = Instant::now();
-                let limit = self.per_namespace;
-                let found = s
-                    .due
-                    .iter()
-                    .take_while(|(t, _)| *t <= now)
-                    .find(|(_, k)| {
-                        !s.active.contains(k)
-                            && s.busy.get(&k.namespace).copied().unwrap_or(0) < limit
-                    })
-                    .cloned();
-                if let Some((t, k)) = found {
-                    s.due.remove(&(t, k.clone()));
-                    s.when.remove(&k);
-                    s.active.insert(k.clone());
-                    *s.busy.entry(k.namespace.clone()).or_default() += 1;
-                    return k;
+                match s.take(Instant::now(), self.per_namespace) {
+                    Ok(key) => {
+                        let now = Instant::now();
+                        let more = s.heads.first().is_some_and(|(t, _)| *t <= now);
+                        drop(s);
+                        // Pass the turn on: another key is due for another idle worker.
+                        if more {
+                            self.notify.notify_one();
+                        }
+                        return key;
+                    }
+                    Err(next) => next,
                 }
-                s.due
-                    .iter()
-                    .find(|(t, k)| *t > now && !s.active.contains(k))
-                    .map(|(t, _)| *t)
             };
             match next_wake {
                 Some(t) => {
@@ -123,8 +192,12 @@ impl Queue {
                 s.busy.remove(&key.namespace);
             }
         }
+        s.rank(&key.namespace, self.per_namespace);
+        if let Some(at) = s.again.remove(key) {
+            s.enqueue(key.clone(), at, self.per_namespace);
+        }
         drop(s);
-        self.notify.notify_waiters();
+        self.notify.notify_one();
     }
 }
 
@@ -176,6 +249,50 @@ mod tests {
         let before = Instant::now();
         q.pop().await;
         assert_eq!(Instant::now() - before, Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_namespace_at_its_share_holds_back_only_its_own_line() {
+        let q = Queue::with_namespace_limit(2);
+        let later = Instant::now() + Duration::from_secs(1);
+        for i in 0..1_000 {
+            q.add(Key::new("busy", format!("{i:04}")));
+        }
+        q.add_at(Key::new("quiet", "1"), later);
+        let (a, b) = (q.pop().await, q.pop().await);
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("0000", "0001"));
+        // busy is at its share: the next key is quiet's, once it is due.
+        let before = Instant::now();
+        assert_eq!(q.pop().await, Key::new("quiet", "1"));
+        assert_eq!(Instant::now() - before, Duration::from_secs(1));
+        assert_eq!(q.len(), 998);
+        // Released, busy hands out its next keys in due order again.
+        q.add(a.clone());
+        q.done(&a);
+        assert_eq!(q.pop().await.name, "0002");
+        q.done(&b);
+        assert_eq!(q.pop().await.name, "0003");
+        assert_eq!(q.len(), 997, "the key added again while held is in its line");
+    }
+
+    #[tokio::test]
+    async fn every_due_key_reaches_an_idle_worker() {
+        let q = std::sync::Arc::new(Queue::default());
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let q = q.clone();
+            workers.spawn(async move { q.pop().await });
+        }
+        tokio::task::yield_now().await;
+        for i in 0..8 {
+            q.add(k(&i.to_string()));
+        }
+        let mut got = Vec::new();
+        while let Some(key) = workers.join_next().await {
+            got.push(key.unwrap().name);
+        }
+        got.sort();
+        assert_eq!(got, ["0", "1", "2", "3", "4", "5", "6", "7"]);
     }
 
     #[tokio::test(start_paused = true)]
