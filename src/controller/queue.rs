@@ -272,7 +272,11 @@ mod tests {
         assert_eq!(q.pop().await.name, "0002");
         q.done(&b);
         assert_eq!(q.pop().await.name, "0003");
-        assert_eq!(q.len(), 997, "the key added again while held is in its line");
+        assert_eq!(
+            q.len(),
+            997,
+            "the key added again while held is in its line"
+        );
     }
 
     #[tokio::test]
