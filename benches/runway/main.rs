@@ -16,6 +16,7 @@ mod kube;
 mod load;
 mod procs;
 mod tracing;
+mod usage;
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -155,11 +156,13 @@ fn main() {
             rt.block_on(drive(addr(1), what, clients, Duration::from_secs(secs)));
         }
         Some("kube") if benching => {
-            let plan = if args.iter().any(|a| a == "--quick") {
+            let mut plan = if args.iter().any(|a| a == "--quick") {
                 kube::KubePlan::quick()
             } else {
                 kube::KubePlan::full()
             };
+            plan.only_e2e = args.iter().any(|a| a == "--e2e-only");
+            plan.hold = args.iter().any(|a| a == "--hold");
             runway::install_crypto_provider();
             let report = rt.block_on(kube::bench(plan));
             let out = bench_dir().join("kube-report.json");
@@ -211,15 +214,25 @@ fn main() {
 }
 
 /// Load an already running server (one with the benchmark's `trivial` workflow, or the rmcp
-/// peer) with one scenario, for profiling it: `drive ADDR get|create|e2e CLIENTS SECONDS`.
+/// peer) with one scenario, for profiling it: `drive ADDR get|create|e2e|post CLIENTS SECONDS`
+/// (`post` sends a `tasks/get` of no task and reads whatever comes back: the HTTP limit's load).
+/// `RUNWAY_BENCH_PATH` and `RUNWAY_BENCH_TOKEN` address a replica of the Kubernetes benchmark
+/// held with `--hold`.
 async fn drive(addr: SocketAddr, what: &str, clients: usize, measure: Duration) {
+    // A replica of the Kubernetes benchmark: its tenant path and a tenant's token.
+    let to = Target {
+        addr,
+        path: std::env::var("RUNWAY_BENCH_PATH").unwrap_or_else(|_| "/mcp".into()),
+        token: std::env::var("RUNWAY_BENCH_TOKEN").ok(),
+    };
     let op = match what {
-        "get" => load::get_op(&one_run(addr, "trivial", json!({})).await.0),
+        "get" => load::get_op(&one_run(to.clone(), "trivial", json!({})).await.0),
         "create" => load::create_op("trivial"),
         "e2e" => load::run_op("trivial", POLL),
-        other => panic!("drive: unknown scenario {other} (get, create, e2e)"),
+        "post" => load::post_op(load::get("any")),
+        other => panic!("drive: unknown scenario {other} (get, create, e2e, post)"),
     };
-    let stats = closed_loop(addr, clients, Duration::ZERO, measure, op).await;
+    let stats = closed_loop(to, clients, Duration::ZERO, measure, op).await;
     println!(
         "{what}: {clients} clients, {}/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
         rate(stats.per_sec),

@@ -702,6 +702,21 @@ impl Cluster {
         self.with(identity, |op| op.mcp)
     }
 
+    /// Every process of the cluster by name and id: etcd, kube-apiserver,
+    /// kube-controller-manager and the running replicas (for what each of them costs).
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        let names = ["etcd", "kube-apiserver", "kube-controller-manager"];
+        let mut out: Vec<(String, u32)> = names
+            .iter()
+            .zip(self.control_plane.lock().unwrap().iter())
+            .map(|(n, c)| (n.to_string(), c.id()))
+            .collect();
+        for op in self.operators.lock().unwrap().iter() {
+            out.push((op.identity.clone(), op.child.id()));
+        }
+        out
+    }
+
     /// Process id of a replica.
     pub fn pid(&self, identity: &str) -> u32 {
         self.with(identity, |op| op.child.id())
