@@ -3,6 +3,7 @@
 //! by a hash of the token, and by user, groups, verb, resource and namespace.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +29,9 @@ const MAX_ENTRIES: usize = 10_000;
 struct Cache<K, V> {
     ttl: Duration,
     entries: Mutex<HashMap<K, (Instant, V)>>,
+    /// Reviews in progress: callers that miss the same key at once (every caller of a token
+    /// when its entry expires) wait for one review instead of each sending their own.
+    pending: Mutex<HashMap<K, Arc<tokio::sync::OnceCell<V>>>>,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
@@ -35,7 +39,45 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
         Self {
             ttl,
             entries: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The answer for `k`: cached, or given by `fetch` (and cached). Callers that miss the same
+    /// key at the same time share one fetch; one whose fetch fails leaves the next waiter to
+    /// try its own. `true` when this caller's fetch gave the answer.
+    async fn get_or_fetch<E, Fut>(&self, k: K, fetch: impl FnOnce() -> Fut) -> Result<(V, bool), E>
+    where
+        Fut: Future<Output = Result<V, E>>,
+    {
+        if let Some(v) = self.get(&k) {
+            return Ok((v, false));
+        }
+        let cell = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .entry(k.clone())
+            .or_default()
+            .clone();
+        let mut fetched = false;
+        let got = cell
+            .get_or_try_init(|| {
+                fetched = true;
+                async {
+                    let v = fetch().await?;
+                    // Cached before the waiters are told, so that no caller finds neither.
+                    self.put(k.clone(), v.clone());
+                    Ok(v)
+                }
+            })
+            .await
+            .cloned();
+        let mut pending = self.pending.lock().expect("pending lock");
+        if pending.get(&k).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+            pending.remove(&k);
+        }
+        got.map(|v| (v, fetched))
     }
 
     fn get(&self, k: &K) -> Option<V> {
@@ -138,54 +180,57 @@ impl Authenticator for KubeAuth {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let cached = self.tokens.get(&key);
-        self.metrics.auth_cache("token", cached.is_some());
-        let identity = match cached {
-            Some(i) => i,
-            None => {
-                let review = TokenReview {
-                    spec: TokenReviewSpec {
-                        token: token.to_owned(),
-                        audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
-                    },
-                    ..Default::default()
-                };
-                let api: Api<TokenReview> = Api::all(self.client.clone());
-                let out = api
-                    .create(&PostParams::default(), &review)
-                    .await
-                    .map_err(|e| AuthError::Backend(format!("TokenReview: {e}")))?;
-                let status = out.status.unwrap_or_default();
-                // A token for another audience is no token for us, whatever else it proves.
-                let audience_ok = self.audiences.is_empty()
-                    || status
-                        .audiences
-                        .as_ref()
-                        .is_some_and(|a| a.iter().any(|x| self.audiences.contains(x)));
-                let identity = match (status.authenticated, status.user) {
-                    (Some(true), Some(user))
-                        if audience_ok
-                            && user.username.as_deref().is_some_and(|u| !u.is_empty()) =>
-                    {
-                        let username = user.username.unwrap_or_default();
-                        let namespace = service_account_namespace(&username).map(str::to_owned);
-                        Some(Arc::new(Identity {
-                            principal: Principal {
-                                username,
-                                uid: user.uid,
-                                groups: user.groups.unwrap_or_default(),
-                            },
-                            namespace,
-                            extra: user.extra.unwrap_or_default().into_iter().collect(),
-                        }))
-                    }
-                    _ => None,
-                };
-                self.tokens.put(key, identity.clone());
-                identity
-            }
-        };
+        let (identity, reviewed) = self
+            .tokens
+            .get_or_fetch(key, || self.review_token(token))
+            .await?;
+        self.metrics.auth_cache("token", !reviewed);
         identity.ok_or_else(|| AuthError::Unauthenticated("token rejected".into()))
+    }
+}
+
+impl KubeAuth {
+    /// Who `token` is, by TokenReview; `None` when the API server does not vouch for it for
+    /// one of our audiences.
+    async fn review_token(&self, token: &str) -> Result<Option<Arc<Identity>>, AuthError> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
+            },
+            ..Default::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let out = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| AuthError::Backend(format!("TokenReview: {e}")))?;
+        let status = out.status.unwrap_or_default();
+        // A token for another audience is no token for us, whatever else it proves.
+        let audience_ok = self.audiences.is_empty()
+            || status
+                .audiences
+                .as_ref()
+                .is_some_and(|a| a.iter().any(|x| self.audiences.contains(x)));
+        let identity = match (status.authenticated, status.user) {
+            (Some(true), Some(user))
+                if audience_ok && user.username.as_deref().is_some_and(|u| !u.is_empty()) =>
+            {
+                let username = user.username.unwrap_or_default();
+                let namespace = service_account_namespace(&username).map(str::to_owned);
+                Some(Arc::new(Identity {
+                    principal: Principal {
+                        username,
+                        uid: user.uid,
+                        groups: user.groups.unwrap_or_default(),
+                    },
+                    namespace,
+                    extra: user.extra.unwrap_or_default().into_iter().collect(),
+                }))
+            }
+            _ => None,
+        };
+        Ok(identity)
     }
 }
 
@@ -198,13 +243,26 @@ impl Authorizer for KubeAuth {
         resource: Resource,
         namespace: &str,
     ) -> Result<bool, AuthError> {
-        let p = &who.principal;
         let key = question(who, verb, resource, namespace);
-        let cached = self.decisions.get(&key);
-        self.metrics.auth_cache("access", cached.is_some());
-        if let Some(d) = cached {
-            return Ok(d);
-        }
+        let (allowed, reviewed) = self
+            .decisions
+            .get_or_fetch(key, || self.review_access(who, verb, resource, namespace))
+            .await?;
+        self.metrics.auth_cache("access", !reviewed);
+        Ok(allowed)
+    }
+}
+
+impl KubeAuth {
+    /// Whether `who` may `verb` `resource` in `namespace`, by SubjectAccessReview.
+    async fn review_access(
+        &self,
+        who: &Identity,
+        verb: Verb,
+        resource: Resource,
+        namespace: &str,
+    ) -> Result<bool, AuthError> {
+        let p = &who.principal;
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(p.username.clone()),
@@ -227,9 +285,7 @@ impl Authorizer for KubeAuth {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| AuthError::Backend(format!("SubjectAccessReview: {e}")))?;
-        let allowed = out.status.map(|s| s.allowed).unwrap_or(false);
-        self.decisions.put(key, allowed);
-        Ok(allowed)
+        Ok(out.status.map(|s| s.allowed).unwrap_or(false))
     }
 }
 
@@ -284,6 +340,67 @@ mod tests {
         assert_eq!(c.get(&0), None, "the oldest made room");
         assert_eq!(c.get(&(MAX_ENTRIES - 1)), Some(true), "the newest stayed");
         assert_eq!(c.get(&MAX_ENTRIES), Some(true));
+    }
+
+    #[tokio::test]
+    async fn callers_that_miss_together_share_one_review() {
+        let c: Arc<Cache<&str, u32>> = Arc::new(Cache::new(Duration::from_secs(60)));
+        let reviews = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let answer = Arc::new(tokio::sync::Notify::new());
+        let asking: Vec<_> = (0..16)
+            .map(|_| {
+                let (c, reviews, answer) = (c.clone(), reviews.clone(), answer.clone());
+                tokio::spawn(async move {
+                    c.get_or_fetch("alice", || async move {
+                        reviews.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        answer.notified().await;
+                        Ok::<_, ()>(7)
+                    })
+                    .await
+                })
+            })
+            .collect();
+        // Every caller missed and waits on the one review (the map holds its cell too).
+        let waiting = || {
+            c.pending
+                .lock()
+                .unwrap()
+                .get("alice")
+                .map_or(0, Arc::strong_count)
+        };
+        while waiting() < 17 {
+            tokio::task::yield_now().await;
+        }
+        answer.notify_one();
+        let mut fetched = 0;
+        for a in asking {
+            let (v, by_me) = a.await.unwrap().unwrap();
+            assert_eq!(v, 7);
+            fetched += usize::from(by_me);
+        }
+        assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(fetched, 1);
+        assert_eq!(c.get(&"alice"), Some(7), "the answer is cached");
+        assert!(c.pending.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_review_is_not_cached_and_the_next_caller_asks_again() {
+        let c: Cache<&str, u32> = Cache::new(Duration::from_secs(60));
+        assert_eq!(
+            c.get_or_fetch("bob", || async { Err("down") }).await,
+            Err("down")
+        );
+        assert_eq!(c.get(&"bob"), None);
+        assert_eq!(
+            c.get_or_fetch("bob", || async { Ok::<_, &str>(3) }).await,
+            Ok((3, true))
+        );
+        assert_eq!(
+            c.get_or_fetch("bob", || async { Ok::<_, &str>(4) }).await,
+            Ok((3, false)),
+            "answered from the cache"
+        );
     }
 
     #[test]

@@ -1,40 +1,98 @@
-//! Engine events as Kubernetes Events on the Run, and the Event log the MCP endpoint reads
-//! them back from.
+//! Engine events as Kubernetes Events on the Run, written by a bounded queue so that they never
+//! compete with the Runs for the API server, and the Event log the MCP endpoint reads them back
+//! from.
 
-use k8s_openapi::api::core::v1::Event as CoreEvent;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
 use kube::api::ListParams;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::api::Run;
 use crate::controller::{self, EventSink};
 use crate::engine::Event;
 use crate::store::events::{EventLog, EventLogError, RecordedEvent};
 use crate::store::kube::CONTROLLER_MANAGER;
+use crate::telemetry::Metrics;
 
-/// Kubernetes Events for engine transitions, through kube's `Recorder`.
+/// Events waiting to be written at most; past it new ones are dropped and counted, as
+/// Kubernetes' own controllers do (client-go keeps 1,000): Events are best effort, the Run's
+/// status is the record.
+pub(crate) const EVENT_QUEUE: usize = 1024;
+/// Events written at once. Every Event is an API write, and a Run's transitions come a few at
+/// a time: written as they came (a task each), they took most of a saturated API server from
+/// the Runs' own creates and status writes.
+pub(crate) const EVENT_WRITERS: usize = 4;
+
+/// Items written by `write` at most `writers` at a time, from a queue of at most `capacity`;
+/// an item that finds the queue full is dropped. Dropping the queue ends it once what it
+/// holds has been written.
+pub(crate) struct WriteQueue<T> {
+    tx: mpsc::Sender<T>,
+    dropped: AtomicU64,
+}
+
+impl<T: Send + 'static> WriteQueue<T> {
+    /// A queue whose items `write` writes, on a task of its own.
+    pub(crate) fn start<F, Fut>(capacity: usize, writers: usize, write: F) -> Self
+    where
+        F: Fn(T) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(capacity);
+        tokio::spawn(ReceiverStream::new(rx).for_each_concurrent(writers, write));
+        Self {
+            tx,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Queue `item`; `Err` with how many items this queue has dropped, this one included, when
+    /// it is full.
+    pub(crate) fn push(&self, item: T) -> Result<(), u64> {
+        match self.tx.try_send(item) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.dropped.fetch_add(1, Ordering::Relaxed) + 1),
+        }
+    }
+}
+
+/// Kubernetes Events for engine transitions, through kube's `Recorder`, from a [`WriteQueue`].
 pub(crate) struct KubeEvents {
-    recorder: Recorder,
+    queue: WriteQueue<(KubeEvent, ObjectReference)>,
+    metrics: Metrics,
 }
 
 impl KubeEvents {
-    /// Events reported as `runway-controller` by `instance`.
-    pub fn new(client: Client, instance: String) -> Self {
+    /// Events reported as `runway-controller` by `instance`; the ones dropped are counted in
+    /// `metrics`.
+    pub fn new(client: Client, instance: String, metrics: Metrics) -> Self {
         let reporter = Reporter {
             controller: CONTROLLER_MANAGER.into(),
             instance: Some(instance),
         };
-        Self {
-            recorder: Recorder::new(client, reporter),
-        }
+        let recorder = Arc::new(Recorder::new(client, reporter));
+        let queue = WriteQueue::start(EVENT_QUEUE, EVENT_WRITERS, move |(ev, reference)| {
+            let recorder = recorder.clone();
+            async move {
+                if let Err(e) = recorder.publish(&ev, &reference).await {
+                    tracing::warn!(error = %e, "cannot record event");
+                }
+            }
+        });
+        Self { queue, metrics }
     }
 }
 
 impl EventSink for KubeEvents {
     fn record(&self, run: &Run, event: &Event) {
         controller::LogEvents.record(run, event);
-        let recorder = self.recorder.clone();
-        let reference = run.object_ref(&());
         let ev = KubeEvent {
             type_: if event.warning {
                 EventType::Warning
@@ -46,11 +104,17 @@ impl EventSink for KubeEvents {
             action: event.reason.into(),
             secondary: None,
         };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::warn!(error = %e, "cannot record event");
+        if let Err(dropped) = self.queue.push((ev, run.object_ref(&()))) {
+            self.metrics.event_dropped();
+            // Once, then every thousandth: a saturated API server must not also flood the log.
+            if dropped == 1 || dropped % 1000 == 0 {
+                tracing::warn!(
+                    dropped,
+                    queue = EVENT_QUEUE,
+                    "the API server falls behind: Kubernetes Events are dropped (the Runs' status is complete)"
+                );
             }
-        });
+        }
     }
 }
 
@@ -95,5 +159,93 @@ impl EventLog for KubeEventLog {
             .collect();
         events.sort_by(|a, b| a.time.cmp(&b.time));
         Ok(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn every_item_is_written_when_the_writers_keep_up() {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let (w, (done_tx, mut done_rx)) = (written.clone(), mpsc::unbounded_channel());
+        let queue = WriteQueue::start(8, 2, move |i: u32| {
+            let (w, done) = (w.clone(), done_tx.clone());
+            async move {
+                w.lock().unwrap().push(i);
+                let _ = done.send(());
+            }
+        });
+        for i in 0..100 {
+            while queue.push(i).is_err() {
+                tokio::task::yield_now().await;
+            }
+        }
+        for _ in 0..100 {
+            done_rx.recv().await.unwrap();
+        }
+        let mut got = written.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, (0..100).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_and_never_writes_more_than_its_writers_at_once() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (busy, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (started_tx, mut started) = mpsc::unbounded_channel();
+        let (g, b, m) = (gate.clone(), busy.clone(), most.clone());
+        let queue = WriteQueue::start(4, 2, move |_: u32| {
+            let (g, b, m, started) = (g.clone(), b.clone(), m.clone(), started_tx.clone());
+            async move {
+                let now = b.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now, Ordering::SeqCst);
+                let _ = started.send(());
+                g.acquire().await.unwrap().forget();
+                b.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        // Two in the writers' hands (both seen started), four waiting; the rest is dropped.
+        queue.push(0).unwrap();
+        queue.push(1).unwrap();
+        started.recv().await.unwrap();
+        started.recv().await.unwrap();
+        for i in 2..6 {
+            queue.push(i).unwrap();
+        }
+        assert_eq!(queue.push(6), Err(1));
+        assert_eq!(queue.push(7), Err(2));
+        // Let everything through: the six accepted are written, two at a time at most.
+        gate.add_permits(6);
+        for _ in 2..6 {
+            started.recv().await.unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        // Ended: the writers finish, and no dropped item was ever started.
+        drop(queue);
+        assert!(started.recv().await.is_none(), "a dropped item was written");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_queue_still_writes_what_it_holds() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let queue = WriteQueue::start(16, 1, move |i: u32| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(i);
+            }
+        });
+        for i in 0..10 {
+            queue.push(i).unwrap();
+        }
+        drop(queue);
+        let mut got = Vec::new();
+        while let Some(i) = rx.recv().await {
+            got.push(i);
+        }
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
     }
 }

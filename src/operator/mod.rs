@@ -168,7 +168,11 @@ async fn lead(
             changes,
             marks.clone(),
         )));
-    let events = Arc::new(KubeEvents::new(client.clone(), opts.lease.identity.clone()));
+    let events = Arc::new(KubeEvents::new(
+        client.clone(),
+        opts.lease.identity.clone(),
+        metrics.clone(),
+    ));
     // Schedules are started where Workflows are validated (the first shard): one scheduler.
     let scheduler = Scheduler::new(
         Arc::new(store.clone()),

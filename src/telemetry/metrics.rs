@@ -120,6 +120,7 @@ struct Inner {
     queue_wait: Histogram,
     shards: Gauge,
     shards_held: Gauge,
+    events_dropped: Counter,
 }
 
 impl Inner {
@@ -286,6 +287,12 @@ impl Metrics {
                 "Shards the Runs are split into (one Lease each)",
                 Gauge::default(),
             ),
+            events_dropped: registered(
+                &mut r,
+                "events_dropped",
+                "Kubernetes Events not written because the API server fell behind (their queue was full)",
+                Counter::default(),
+            ),
             shards_held: registered(
                 &mut r,
                 "shards_held",
@@ -397,6 +404,11 @@ impl Metrics {
     pub(crate) fn set_shards(&self, total: u32, held: usize) {
         self.inner.shards.set(i64::from(total));
         self.inner.shards_held.set(held as i64);
+    }
+
+    /// Count one Kubernetes Event dropped because its queue was full.
+    pub(crate) fn event_dropped(&self) {
+        self.inner.events_dropped.inc();
     }
 
     /// Set the controller queue depth.
