@@ -16,9 +16,8 @@ use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
 use rmcp::model::{
-    ClientCapabilities, CreateTaskResult, ErrorData, GetTaskResult, InputRequests, JsonObject,
-    JsonRpcError, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId,
-    ResultType, ServerJsonRpcMessage, ServerResult, Task, TaskPayload,
+    ClientCapabilities, CreateTaskResult, ErrorData, JsonRpcError, JsonRpcMessage, JsonRpcResponse,
+    JsonRpcVersion2_0, MetaObject, RequestId, ResultType, ServerJsonRpcMessage, ServerResult,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -31,8 +30,10 @@ use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
 use super::headers::check_param_headers;
 use super::own_tools::is_builtin;
+use super::projection::{Payload, Shown, TaskView};
 use super::state::{McpState, Tenant};
 use super::{projection, tasks};
+use crate::api::Run;
 use crate::auth::{Resource, Verb};
 use crate::protocol::{
     HEADER_METHOD, HEADER_NAME, HEADER_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES,
@@ -170,15 +171,21 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
 /// Answer an eligible `tasks/get`.
 pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) -> Response {
     let FastGet { id, task_id } = get;
-    match tasks::get_task(state, tenant, &task_id).await {
-        Ok(found) => match TaskWire::of(&found) {
-            Some(task) => answer(&Answer {
+    match tasks::find_task(state, tenant, &task_id).await {
+        Ok(found) => {
+            let view = projection::view(&found.run, found.live.as_ref());
+            let payload = projection::payload(&found.run, &view.status);
+            answer(&Answer {
                 jsonrpc: JsonRpcVersion2_0,
                 id: &id,
-                result: task,
-            }),
-            None => reply(id, Ok(found), ServerResult::GetTaskResult),
-        },
+                result: TaskWire {
+                    view: &view,
+                    payload: &payload,
+                    meta: found.meta.as_ref(),
+                    run: &found.run,
+                },
+            })
+        }
         // Every error `tasks/get` gives (unknown task, forbidden, internal) is an in-band
         // JSON-RPC error, HTTP 200, as rmcp answers them.
         Err(e) => reply(id, Err(e), ServerResult::GetTaskResult),
@@ -193,43 +200,51 @@ struct Answer<'a, T> {
     result: T,
 }
 
-/// `GetTaskResult` as rmcp puts it on the wire, borrowed: rmcp serializes a `DetailedTask` by
-/// cloning it into its wire shape first, which showed in profiles of this, the hottest answer.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
+/// `GetTaskResult` in rmcp's wire shape, written from the Run's borrowed parts: rmcp's types
+/// own copies of the task's strings and result, and rmcp serializes a `DetailedTask` by cloning
+/// it into its wire shape first — which showed in profiles of this, the hottest answer.
+/// `tests/integration/mcp_tasks.rs` compares it with rmcp's answer for every task status.
 struct TaskWire<'a> {
-    result_type: &'a ResultType,
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    view: &'a TaskView<'a>,
+    payload: &'a Payload<'a>,
     meta: Option<&'a MetaObject>,
-    #[serde(flatten)]
-    task: &'a Task,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_requests: Option<&'a InputRequests>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    result: Option<&'a JsonObject>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a JsonObject>,
+    run: &'a Run,
 }
 
-impl<'a> TaskWire<'a> {
-    /// The wire shape of `found`; `None` for a payload this shape does not know (rmcp's own
-    /// serialization answers then).
-    fn of(found: &'a GetTaskResult) -> Option<Self> {
-        let (input_requests, result, error) = match &found.task.payload {
-            TaskPayload::Working | TaskPayload::Cancelled => (None, None, None),
-            TaskPayload::InputRequired { input_requests } => (Some(input_requests), None, None),
-            TaskPayload::Completed { result } => (None, Some(result), None),
-            TaskPayload::Failed { error } => (None, None, Some(error)),
-            _ => return None,
-        };
-        Some(Self {
-            result_type: &found.result_type,
-            meta: found.meta.as_ref(),
-            task: &found.task.task,
-            input_requests,
-            result,
-            error,
-        })
+impl Serialize for TaskWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let v = self.view;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("resultType", &ResultType::COMPLETE)?;
+        if let Some(meta) = self.meta {
+            m.serialize_entry("_meta", meta)?;
+        }
+        m.serialize_entry("taskId", v.task_id)?;
+        m.serialize_entry("status", &v.status)?;
+        if let Some(message) = v.status_message {
+            m.serialize_entry("statusMessage", message)?;
+        }
+        m.serialize_entry("createdAt", &Shown(v.created_at))?;
+        m.serialize_entry("lastUpdatedAt", &Shown(v.last_updated_at))?;
+        m.serialize_entry("ttlMs", &v.ttl_ms)?;
+        m.serialize_entry("pollIntervalMs", &v.poll_interval_ms)?;
+        match self.payload {
+            Payload::Working | Payload::Cancelled => {}
+            Payload::InputRequired(requests) => m.serialize_entry("inputRequests", requests)?,
+            Payload::Completed(Some(result)) => m.serialize_entry("result", result)?,
+            Payload::Completed(None) => {
+                m.serialize_entry("result", &projection::empty_result(self.run))?
+            }
+            Payload::CompletedOther(value) => {
+                m.serialize_entry("result", &serde_json::json!({ "value": value }))?
+            }
+            Payload::Failed(Some(error)) => m.serialize_entry("error", error)?,
+            Payload::Failed(None) => {
+                m.serialize_entry("error", &serde_json::json!({ "value": null }))?
+            }
+        }
+        m.end()
     }
 }
 

@@ -310,7 +310,7 @@ async fn admitted(
         tracing::Span::current().record("namespace", tenant.namespace.as_str());
     }
     if let Some(tenant) = &tenant
-        && let Some(resp) = fast_path(&state, tenant, &parts.headers, &bytes).await
+        && let Some(resp) = fast_path(&state, tenant, &parts, &bytes).await
     {
         return resp;
     }
@@ -405,14 +405,20 @@ async fn serve(
     resp
 }
 
-/// The shortcuts for the two hot requests (`tasks/get`, a plain `tools/call`), when the
-/// request has their shape; `None` sends it the general way.
+/// The shortcuts for the hot requests (`tasks/get` of both eras, a plain `tools/call`), when
+/// the request has their shape; `None` sends it the general way.
 async fn fast_path(
     state: &Arc<McpState>,
     tenant: &Tenant,
-    headers: &HeaderMap,
+    parts: &http::request::Parts,
     bytes: &bytes::Bytes,
 ) -> Option<Response> {
+    let headers = &parts.headers;
+    if let Some(resp) =
+        era2025::fast_get_task(state, tenant, parts.uri.path(), headers, bytes).await
+    {
+        return Some(resp);
+    }
     if let Some(get) = fast::eligible(headers, bytes) {
         if crate::telemetry::enabled() {
             describe_request(&get.as_message(), headers);
@@ -440,8 +446,16 @@ async fn fast_path(
 async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Response> {
     let refuse =
         |status, message: &str| rpc_error(status, Value::Null, codes::INVALID_REQUEST, message);
-    let collect = http_body_util::Limited::new(body, MAX_BODY_BYTES).collect();
-    match tokio::time::timeout(state.config.body_read_timeout, collect).await {
+    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, MAX_BODY_BYTES).collect());
+    // A small request's body has nearly always arrived with its headers: read it at once, and
+    // arm the read timeout (a timer for every request) only when it has not.
+    let read = match futures::poll!(collect.as_mut()) {
+        std::task::Poll::Ready(done) => Ok(done),
+        std::task::Poll::Pending => {
+            tokio::time::timeout(state.config.body_read_timeout, collect).await
+        }
+    };
+    match read {
         Ok(Ok(c)) => Ok(c.to_bytes()),
         Ok(Err(_)) => Err(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,

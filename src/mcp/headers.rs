@@ -30,6 +30,34 @@ impl AllowedHost {
     }
 }
 
+/// A `Host` header's name and port as `http::uri::Authority` reads them. Every request has
+/// one, and nearly always a plain `name[:port]`, which is split in place; anything else is
+/// read by `Authority` itself (which copies it).
+fn split_host(host: &str) -> Option<(std::borrow::Cow<'_, str>, Option<u16>)> {
+    let plain = |name: &str| {
+        !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+    };
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) => (name, Some(port)),
+        None => (host, None),
+    };
+    let digits = |p: &str| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+    match port {
+        None if plain(name) => return Some((name.into(), None)),
+        Some(p) if plain(name) && digits(p) => {
+            if let Ok(p) = p.parse::<u16>() {
+                return Some((name.into(), Some(p)));
+            }
+        }
+        _ => {}
+    }
+    let a = host.parse::<http::uri::Authority>().ok()?;
+    Some((a.host().to_owned().into(), a.port_u16()))
+}
+
 /// Whether `Host` and `Origin` are allowed (the DNS-rebinding and cross-origin checks). The
 /// gate applies them to every request, also those it answers itself (`subscriptions/listen`).
 pub(super) fn host_and_origin_allowed(
@@ -40,12 +68,11 @@ pub(super) fn host_and_origin_allowed(
     let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
         return false;
     };
-    let Ok(host_authority) = host.parse::<http::uri::Authority>() else {
+    let Some((host_name, port)) = split_host(host) else {
         return false;
     };
-    let port = host_authority.port_u16();
     let host_ok = hosts.iter().any(|allowed| {
-        host_authority.host().eq_ignore_ascii_case(&allowed.name)
+        host_name.eq_ignore_ascii_case(&allowed.name)
             && (allowed.port.is_none() || allowed.port == port)
     });
     if !host_ok {
@@ -69,8 +96,8 @@ pub(super) fn host_and_origin_allowed(
     let o_port = authority.port_u16().unwrap_or(default_port);
     // The server's own pages (the console): the Origin names the very Host the request was
     // sent to, which is an allowed one, so neither a foreign page nor a rebound name gets in.
-    let own_port = host_authority.port_u16().unwrap_or(default_port);
-    if host_authority.host().eq_ignore_ascii_case(&o_host) && own_port == o_port {
+    let own_port = port.unwrap_or(default_port);
+    if host_name.eq_ignore_ascii_case(&o_host) && own_port == o_port {
         return true;
     }
     origins.iter().any(|allowed| {
@@ -231,4 +258,38 @@ pub(super) fn task_headers_agree(headers: &HeaderMap, params: Option<&Value>) ->
         _ => true,
     };
     declares_tasks_in(params) && names_agree
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::split_host;
+
+    #[test]
+    fn a_host_is_split_as_an_authority_reads_it() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LocalHost:80",
+            "127.0.0.1:9",
+            "[::1]:8080",
+            "[::1]",
+            "runway.runway-system.svc",
+            "a.b:65535",
+            "a.b:65536",
+            "a.b:",
+            "a.b:0080",
+            "user@host:1",
+            "under_score:1",
+            "",
+            ":80",
+            "a b",
+        ] {
+            let ours = split_host(host).map(|(h, p)| (h.into_owned(), p));
+            let theirs = host
+                .parse::<http::uri::Authority>()
+                .ok()
+                .map(|a| (a.host().to_owned(), a.port_u16()));
+            assert_eq!(ours, theirs, "{host:?}");
+        }
+    }
 }

@@ -4,10 +4,9 @@ use jiff::{SignedDuration, Timestamp};
 use rmcp::model::{
     DetailedTask, InputRequest, InputRequests, JsonObject, Task, TaskPayload, TaskStatus,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{ExecutionSpec, Run, RunPhase, WorkflowSpec};
+use crate::api::{Run, RunPhase, WorkflowSpec};
 use crate::engine::duration;
 
 /// `pollIntervalMs` when a Workflow gives none.
@@ -21,15 +20,6 @@ pub(crate) fn new_task_id(workflow: &str) -> String {
 
 fn ms(d: SignedDuration) -> u64 {
     d.as_millis().max(0) as u64
-}
-
-/// Poll interval of a Workflow's execution settings in milliseconds.
-pub(crate) fn poll_interval_ms(execution: Option<&ExecutionSpec>) -> u64 {
-    execution
-        .and_then(|e| e.poll_interval.as_deref())
-        .and_then(|s| duration::parse(s).ok())
-        .map(ms)
-        .unwrap_or(DEFAULT_POLL_INTERVAL_MS)
 }
 
 fn created(run: &Run) -> Timestamp {
@@ -111,75 +101,183 @@ pub(crate) fn status(run: &Run) -> TaskStatus {
     }
 }
 
-/// The base task fields of a Run. `live` is the Workflow to read settings from while the Run
-/// has no snapshot yet (it was just created).
-pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
-    // Only two settings are needed: read `execution` alone, not the whole snapshot.
-    let execution: Option<ExecutionSpec> = run
-        .status
-        .as_ref()
-        .and_then(|s| s.workflow.as_ref())
-        .and_then(|w| w.get("execution"))
-        .and_then(|e| ExecutionSpec::deserialize(e).ok())
-        .or_else(|| live.map(|w| w.execution.clone()));
-    let mut t = Task::new(
-        run.metadata.name.clone().unwrap_or_default(),
-        status(run),
-        created(run).to_string(),
-        last_updated(run).to_string(),
-    )
-    .with_poll_interval_ms(poll_interval_ms(execution.as_ref()));
-    if let Some(m) = run.status.as_ref().and_then(|s| s.status_message.clone()) {
-        t = t.with_status_message(m);
+/// A Run as the MCP task it is, borrowed from the Run: every task answer is built from this
+/// one view — rmcp's types by copying it ([`TaskView::to_task`]), the hot `tasks/get` and the
+/// older era's task by writing it directly.
+pub(crate) struct TaskView<'a> {
+    /// The Run's name.
+    pub task_id: &'a str,
+    /// The task status ([`status`]).
+    pub status: TaskStatus,
+    /// The Run's status message (its current step).
+    pub status_message: Option<&'a str>,
+    /// When the Run was created.
+    pub created_at: Timestamp,
+    /// The latest time anything in the Run's status changed.
+    pub last_updated_at: Timestamp,
+    /// Time from creation to garbage collection, once the Run has finished.
+    pub ttl_ms: Option<u64>,
+    /// How often the Workflow asks clients to poll.
+    pub poll_interval_ms: u64,
+}
+
+impl TaskView<'_> {
+    /// The view as rmcp's `Task`.
+    pub(crate) fn to_task(&self) -> Task {
+        let mut t = Task::new(
+            self.task_id,
+            self.status.clone(),
+            self.created_at.to_string(),
+            self.last_updated_at.to_string(),
+        )
+        .with_poll_interval_ms(self.poll_interval_ms);
+        if let Some(m) = self.status_message {
+            t = t.with_status_message(m);
+        }
+        t.ttl_ms = self.ttl_ms;
+        t
     }
+}
+
+/// One of the Workflow's two task settings (`pollInterval`, `ttlAfterFinished`): from the
+/// Run's snapshot, read in place (a task answer needs two strings of it, not the snapshot), or
+/// from `live` while the Run has none.
+fn execution_setting<'a>(
+    run: &'a Run,
+    live: Option<&'a WorkflowSpec>,
+    field: &str,
+) -> Option<&'a str> {
+    match run.status.as_ref().and_then(|s| s.workflow.as_ref()) {
+        Some(w) => w.get("execution")?.get(field)?.as_str(),
+        None => {
+            let e = &live?.execution;
+            match field {
+                "pollInterval" => e.poll_interval.as_deref(),
+                _ => e.ttl_after_finished.as_deref(),
+            }
+        }
+    }
+}
+
+/// A value written as its `Display` text (a timestamp, without a `String` in between).
+pub(crate) struct Shown<T>(pub T);
+
+impl<T: std::fmt::Display> serde::Serialize for Shown<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// The task a Run is. `live` is the Workflow to read settings from while the Run has no
+/// snapshot yet (it was just created).
+pub(crate) fn view<'a>(run: &'a Run, live: Option<&'a WorkflowSpec>) -> TaskView<'a> {
+    let poll = execution_setting(run, live, "pollInterval").and_then(|s| duration::parse(s).ok());
     // Runs a schedule started are kept by its history limits, not by a TTL.
     let scheduled = run
         .metadata
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(crate::api::labels::SCHEDULE));
-    if run.phase().is_terminal() && !scheduled {
-        let ttl = execution
-            .as_ref()
-            .and_then(|e| e.ttl_after_finished.as_deref())
-            .and_then(|s| duration::parse(s).ok());
-        let finished = run
+    let ttl_ms = (run.phase().is_terminal() && !scheduled)
+        .then(|| {
+            let ttl = execution_setting(run, live, "ttlAfterFinished")
+                .and_then(|s| duration::parse(s).ok())?;
+            let finished = run
+                .status
+                .as_ref()
+                .and_then(|s| s.finished_at.as_deref())
+                .and_then(|s| s.parse::<Timestamp>().ok())?;
+            Some(ms(finished.duration_since(created(run)) + ttl))
+        })
+        .flatten();
+    TaskView {
+        task_id: run.metadata.name.as_deref().unwrap_or_default(),
+        status: status(run),
+        status_message: run
             .status
             .as_ref()
-            .and_then(|s| s.finished_at.as_deref())
-            .and_then(|s| s.parse::<Timestamp>().ok());
-        if let (Some(ttl), Some(finished)) = (ttl, finished) {
-            t = t.with_ttl_ms(ms(finished.duration_since(created(run)) + ttl));
+            .and_then(|s| s.status_message.as_deref()),
+        created_at: created(run),
+        last_updated_at: last_updated(run),
+        ttl_ms,
+        poll_interval_ms: poll.map(ms).unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+    }
+}
+
+/// The base task fields of a Run, as rmcp's `Task`.
+pub fn task(run: &Run, live: Option<&WorkflowSpec>) -> Task {
+    view(run, live).to_task()
+}
+
+/// What a task carries beside its base fields, borrowed from the Run where it can be: a status
+/// may hold a thousand step records and a large result, and a task needs one field of it.
+pub(crate) enum Payload<'a> {
+    /// `working`.
+    Working,
+    /// `input_required`: the open requests.
+    InputRequired(InputRequests),
+    /// `completed`: the stored result (an object), or none stored.
+    Completed(Option<&'a JsonObject>),
+    /// `completed` with a stored result that is not an object (kept under `value`).
+    CompletedOther(&'a Value),
+    /// `failed`: the protocol-level error.
+    Failed(Option<&'a crate::api::RunError>),
+    /// `cancelled`.
+    Cancelled,
+}
+
+/// The payload of `run`, whose task status is `status`.
+pub(crate) fn payload<'a>(run: &'a Run, status: &TaskStatus) -> Payload<'a> {
+    let st = run.status.as_ref();
+    match status {
+        TaskStatus::InputRequired => Payload::InputRequired(open_requests(run)),
+        TaskStatus::Completed => match st.and_then(|s| s.result.as_ref()) {
+            Some(Value::Object(m)) => Payload::Completed(Some(m)),
+            Some(other) => Payload::CompletedOther(other),
+            None => Payload::Completed(None),
+        },
+        TaskStatus::Failed => Payload::Failed(st.and_then(|s| s.error.as_deref())),
+        TaskStatus::Cancelled => Payload::Cancelled,
+        _ => Payload::Working,
+    }
+}
+
+/// The result a completed task without a stored one carries: no content, an error when the
+/// Run failed.
+pub(crate) fn empty_result(run: &Run) -> Value {
+    json!({"content": [], "isError": run.phase() == RunPhase::Failed})
+}
+
+impl Payload<'_> {
+    /// The payload as rmcp's type (copied).
+    fn to_owned(&self, run: &Run) -> TaskPayload {
+        match self {
+            Self::Working => TaskPayload::Working,
+            Self::InputRequired(r) => TaskPayload::InputRequired {
+                input_requests: r.clone(),
+            },
+            Self::Completed(r) => TaskPayload::Completed {
+                result: object(r.map_or_else(|| empty_result(run), |m| Value::Object(m.clone()))),
+            },
+            Self::CompletedOther(v) => TaskPayload::Completed {
+                result: object((*v).clone()),
+            },
+            Self::Failed(e) => TaskPayload::Failed {
+                error: object(
+                    e.and_then(|e| serde_json::to_value(e).ok())
+                        .unwrap_or(Value::Null),
+                ),
+            },
+            Self::Cancelled => TaskPayload::Cancelled,
         }
     }
-    t
 }
 
 /// Project a Run onto the MCP task it is.
 pub(crate) fn project(run: &Run, live: Option<&WorkflowSpec>) -> DetailedTask {
-    let base = task(run, live);
-    // Borrowed: a status may hold a thousand step records, and a task needs two fields of it.
-    let st = run.status.as_ref();
-    let payload = match base.status {
-        TaskStatus::InputRequired => TaskPayload::InputRequired {
-            input_requests: open_requests(run),
-        },
-        TaskStatus::Completed => TaskPayload::Completed {
-            result: object(st.and_then(|s| s.result.clone()).unwrap_or_else(
-                || json!({"content": [], "isError": run.phase() == RunPhase::Failed}),
-            )),
-        },
-        TaskStatus::Failed => TaskPayload::Failed {
-            error: object(
-                st.and_then(|s| s.error.as_ref())
-                    .and_then(|e| serde_json::to_value(e).ok())
-                    .unwrap_or(Value::Null),
-            ),
-        },
-        TaskStatus::Cancelled => TaskPayload::Cancelled,
-        _ => TaskPayload::Working,
-    };
-    DetailedTask::new(base, payload)
+    let v = view(run, live);
+    let payload = payload(run, &v.status).to_owned(run);
+    DetailedTask::new(v.to_task(), payload)
 }
 
 #[cfg(test)]

@@ -23,14 +23,52 @@ const ADDRESSES_REMEMBERED: usize = 10_000;
 /// Requests in progress, by principal and by namespace.
 #[derive(Default)]
 pub(crate) struct Shares {
-    taken: Mutex<HashMap<String, usize>>,
+    taken: Mutex<Taken>,
+}
+
+/// Requests in progress of each principal and each namespace that has any. Keys are shared
+/// with the [`Share`]s that hold them: a request in a busy namespace copies no name.
+#[derive(Default)]
+struct Taken {
+    principals: HashMap<Arc<str>, usize>,
+    namespaces: HashMap<Arc<str>, usize>,
+}
+
+impl Taken {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.principals.is_empty() && self.namespaces.is_empty()
+    }
 }
 
 /// What one request holds of [`Shares`]; given back when dropped (with the response body, so
 /// a held call's stream keeps it to its end).
 pub(crate) struct Share {
     of: Arc<Shares>,
-    keys: [String; 2],
+    principal: Arc<str>,
+    namespace: Arc<str>,
+}
+
+/// Count one more request of `name` in `counts` (which must be below its cap); the key held.
+fn hold(counts: &mut HashMap<Arc<str>, usize>, name: &str) -> Arc<str> {
+    if let Some((k, n)) = counts.get_key_value(name) {
+        let k = k.clone();
+        *counts.get_mut(name).expect("just found") = n + 1;
+        return k;
+    }
+    let k: Arc<str> = Arc::from(name);
+    counts.insert(k.clone(), 1);
+    k
+}
+
+/// Count one request of `name` less in `counts`, forgetting it at zero.
+fn give_back(counts: &mut HashMap<Arc<str>, usize>, name: &str) {
+    if let Some(n) = counts.get_mut(name) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(name);
+        }
+    }
 }
 
 impl Shares {
@@ -42,28 +80,21 @@ impl Shares {
         namespace: &str,
         slots: usize,
     ) -> Option<Share> {
-        let keys = [
-            format!("principal\0{principal}"),
-            format!("namespace\0{namespace}"),
-        ];
-        let caps = [
-            (slots / PRINCIPAL_SHARE).max(1),
-            (slots / NAMESPACE_SHARE).max(1),
-        ];
         let mut taken = self.taken.lock().expect("shares lock");
-        if keys
-            .iter()
-            .zip(caps)
-            .any(|(k, cap)| taken.get(k).copied().unwrap_or(0) >= cap)
+        let full = |counts: &HashMap<Arc<str>, usize>, name: &str, cap: usize| {
+            counts.get(name).copied().unwrap_or(0) >= cap.max(1)
+        };
+        if full(&taken.principals, principal, slots / PRINCIPAL_SHARE)
+            || full(&taken.namespaces, namespace, slots / NAMESPACE_SHARE)
         {
             return None;
         }
-        for k in &keys {
-            *taken.entry(k.clone()).or_default() += 1;
-        }
+        let principal = hold(&mut taken.principals, principal);
+        let namespace = hold(&mut taken.namespaces, namespace);
         Some(Share {
             of: self.clone(),
-            keys,
+            principal,
+            namespace,
         })
     }
 }
@@ -71,14 +102,8 @@ impl Shares {
 impl Drop for Share {
     fn drop(&mut self) {
         let mut taken = self.of.taken.lock().expect("shares lock");
-        for k in &self.keys {
-            if let Some(n) = taken.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
-                    taken.remove(k);
-                }
-            }
-        }
+        give_back(&mut taken.principals, &self.principal);
+        give_back(&mut taken.namespaces, &self.namespace);
     }
 }
 
@@ -156,6 +181,9 @@ mod tests {
             shares.taken.lock().unwrap().is_empty(),
             "every share given back"
         );
+        // A principal and a namespace of the same name are told apart.
+        let same: Vec<Share> = (0..4).filter_map(|_| shares.take("x", "x", 16)).collect();
+        assert_eq!(same.len(), 4);
         // A tiny endpoint still lets everyone in once.
         assert!(shares.take("dave", "c", 1).is_some());
     }

@@ -164,25 +164,48 @@ impl RunwayMcp {
     }
 }
 
+/// What a `tasks/get` found: the Run, the Workflow it starts from while it has no snapshot,
+/// and the `_meta` of the answer.
+pub(super) struct FoundTask {
+    /// The Run the task is.
+    pub run: std::sync::Arc<Run>,
+    /// Its Workflow, while the Run has no snapshot of its own.
+    pub live: Option<crate::api::WorkflowSpec>,
+    /// Which open questions wait for the caller, when any are open.
+    pub meta: Option<rmcp::model::MetaObject>,
+}
+
 /// `tasks/get`: the task, and which open questions wait for the caller. One function for both
-/// ways a request arrives (rmcp, or the fast path in front of it).
+/// ways a request arrives (rmcp, or the fast path in front of it, which writes the task from
+/// it without copying).
+pub(super) async fn find_task(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+) -> Result<FoundTask, ErrorData> {
+    let run = readable_run(state, t, task_id)
+        .await
+        .ok_or_else(unknown_task)?;
+    let live = live_spec(state, &run).await;
+    // Present (possibly empty) whenever questions are open, so a client can tell "none of
+    // them is yours" from a server that does not say.
+    let meta = awaiting_answer_from(state, t, &run).await.map(|awaiting| {
+        let mut meta = rmcp::model::MetaObject::default();
+        meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
+        meta
+    });
+    Ok(FoundTask { run, live, meta })
+}
+
+/// [`find_task`] as rmcp's result.
 pub(super) async fn get_task(
     state: &McpState,
     t: &Tenant,
     task_id: &str,
 ) -> Result<GetTaskResult, ErrorData> {
-    let run = readable_run(state, t, task_id)
-        .await
-        .ok_or_else(unknown_task)?;
-    let live = live_spec(state, &run).await;
-    let mut result = GetTaskResult::new(projection::project(&run, live.as_ref()));
-    // Present (possibly empty) whenever questions are open, so a client can tell "none of
-    // them is yours" from a server that does not say.
-    if let Some(awaiting) = awaiting_answer_from(state, t, &run).await {
-        let mut meta = rmcp::model::MetaObject::default();
-        meta.0.insert(META_AWAITING_YOU.into(), json!(awaiting));
-        result.meta = Some(meta);
-    }
+    let found = find_task(state, t, task_id).await?;
+    let mut result = GetTaskResult::new(projection::project(&found.run, found.live.as_ref()));
+    result.meta = found.meta;
     Ok(result)
 }
 

@@ -3,12 +3,15 @@
 //! server-side sessions: what spans requests travels sealed in `Mcp-Session-Id`, and the
 //! questions a held call asks carry sealed ids, so any replica serves any request.
 //!
-//! `session` and `wire` are leaves; `tasks` and `held` serve the methods `serve` dispatches.
+//! `session` and `wire` are leaves; `tasks` and `held` serve the methods `serve` dispatches;
+//! `fast` answers the hot `tasks/get` before the general path reads the message.
 
+mod fast;
 mod held;
 mod serve;
 mod session;
 mod tasks;
 mod wire;
 
+pub(crate) use fast::get_task as fast_get_task;
 pub(crate) use serve::{Caller, recognise, serve};

@@ -5,12 +5,13 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::ErrorData;
+use jiff::Timestamp;
+use rmcp::model::{ErrorData, TaskStatus};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::api::{Run, WorkflowSpec};
-use crate::mcp::projection;
+use crate::mcp::projection::{self, Shown};
 use crate::protocol::HEADER_SESSION_ID;
 
 /// Fields that 2026-07-28 added to results and older revisions do not have.
@@ -80,24 +81,40 @@ pub(crate) fn with_session(mut resp: Response, session_id: &str) -> Response {
 }
 
 /// A Run as this revision's task: the 2026 projection's status, message and times, with
-/// `ttl` and `pollInterval` under their older names.
+/// `ttl` (always there: null while there is no expiry) and `pollInterval` under their older
+/// names. Borrowed from the Run, for the hot `tasks/get` to write it without copies.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct OldTask<'a> {
+    task_id: &'a str,
+    status: &'a TaskStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_message: Option<&'a str>,
+    created_at: Shown<Timestamp>,
+    last_updated_at: Shown<Timestamp>,
+    ttl: Option<u64>,
+    poll_interval: u64,
+}
+
+impl<'a> OldTask<'a> {
+    /// The task `view` shows.
+    pub(crate) fn of(view: &'a projection::TaskView<'a>) -> Self {
+        Self {
+            task_id: view.task_id,
+            status: &view.status,
+            status_message: view.status_message,
+            created_at: Shown(view.created_at),
+            last_updated_at: Shown(view.last_updated_at),
+            ttl: view.ttl_ms,
+            poll_interval: view.poll_interval_ms,
+        }
+    }
+}
+
+/// [`OldTask`] of `run`, as a value.
 pub(crate) fn task(run: &Run, live: Option<&WorkflowSpec>) -> Value {
-    let t = projection::task(run, live);
-    // `ttl` is always there (null: no expiry yet); the optional fields only when known.
-    let mut task = json!({
-        "taskId": t.task_id,
-        "status": t.status,
-        "createdAt": t.created_at,
-        "lastUpdatedAt": t.last_updated_at,
-        "ttl": t.ttl_ms,
-    });
-    if let Some(m) = t.status_message {
-        task["statusMessage"] = json!(m);
-    }
-    if let Some(p) = t.poll_interval_ms {
-        task["pollInterval"] = json!(p);
-    }
-    task
+    let view = projection::view(run, live);
+    serde_json::to_value(OldTask::of(&view)).unwrap_or_else(|_| json!({}))
 }
 
 /// The `CreateTaskResult` of a task-augmented `tools/call`.

@@ -673,3 +673,84 @@ async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
         }
     }
 }
+
+/// A 2025-era `tasks/get` twice: in the plain shape the fast path answers, and with an empty
+/// `_meta` beside the task id, which only the general path takes.
+async fn get_both_ways(c: &Old, id: Value, task: &str) -> [(StatusCode, Value); 2] {
+    let mut out = vec![];
+    for params in [
+        json!({"taskId": task}),
+        json!({"taskId": task, "_meta": {}}),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": params});
+        let resp = c.post(&body).send().await.unwrap();
+        let status = resp.status();
+        assert_eq!(resp.headers()["content-type"], "application/json", "{task}");
+        out.push((status, resp.json::<Value>().await.unwrap()));
+    }
+    out.try_into().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_answers_alike_on_the_fast_path_and_the_general_one() {
+    let s = server().await;
+    let alice = Old::connect(&s.url(), "alice-token", json!({"tasks": {}})).await;
+    let dave = Old::connect(&s.url(), "dave-token", json!({"tasks": {}})).await;
+    let start = |tool: &'static str| {
+        let alice = &alice;
+        async move {
+            let created = alice
+                .result(
+                    "tools/call",
+                    json!({"name": tool, "arguments": {}, "task": {}}),
+                )
+                .await;
+            created["task"]["taskId"].as_str().unwrap().to_owned()
+        }
+    };
+    let done = start("quick").await;
+    let failed = start("proto-error").await;
+    let working = start("nap").await;
+    let waiting = start("form").await;
+    let cancelled = start("nap").await;
+    alice
+        .result("tasks/cancel", json!({"taskId": cancelled}))
+        .await;
+    for (task, phase) in [
+        (&done, RunPhase::Succeeded),
+        (&failed, RunPhase::Failed),
+        (&waiting, RunPhase::Waiting),
+        (&cancelled, RunPhase::Cancelled),
+    ] {
+        s.wait(task, "its phase", |r| r.phase() == phase).await;
+    }
+    let cases = [
+        (&alice, json!(7), done.as_str(), "completed"),
+        (&alice, json!("a string id"), done.as_str(), "completed"),
+        (&alice, json!(8), failed.as_str(), "failed"),
+        (&alice, json!(9), working.as_str(), "working"),
+        (&alice, json!(10), waiting.as_str(), "input_required"),
+        (&alice, json!(11), cancelled.as_str(), "cancelled"),
+        // Someone else's task and no task at all: the same error either way.
+        (&dave, json!(12), done.as_str(), "error"),
+        (&alice, json!(13), "quick-no-such-task", "error"),
+    ];
+    for (who, id, task, want) in cases {
+        let [fast, general] = get_both_ways(who, id.clone(), task).await;
+        assert_eq!(fast, general, "{task}");
+        assert_eq!(fast.0, StatusCode::OK);
+        assert_eq!(fast.1["id"], id);
+        match want {
+            "error" => assert_eq!(fast.1["error"]["code"], -32602, "{}", fast.1),
+            status => assert_eq!(fast.1["result"]["status"], status, "{}", fast.1),
+        }
+    }
+    // The session is checked before anything is read: a forged one is refused either way.
+    let forged = Old {
+        session: format!("{}x", alice.session),
+        ..alice
+    };
+    let [fast, general] = get_both_ways(&forged, json!(14), &done).await;
+    assert_eq!(fast, general);
+    assert_eq!(fast.0, StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,116 @@
+//! The 2025 era's `tasks/get`, answered before the message is parsed into a `Value`: clients
+//! of that era poll it as much as 2026 clients poll theirs, and the general path reads the
+//! whole message as a `Value` and builds the answer as one. Only a request of exactly this
+//! shape is answered here — `{jsonrpc, id, method: "tasks/get", params: {taskId}}` with a
+//! string or integer id, from a session this server issued to the caller on this path, that
+//! negotiated the revision's tasks, for a task the caller may read; anything else (an unknown
+//! task among them) goes the general way. `tests/integration/mcp_endpoint/era2025.rs` compares
+//! both answers.
+
+use std::borrow::Cow;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::session::{Session, binding};
+use super::wire::OldTask;
+use crate::mcp::access::readable_run;
+use crate::mcp::projection;
+use crate::mcp::state::{McpState, Tenant};
+use crate::mcp::tasks::live_spec;
+use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_GET_TASK};
+
+/// The request, field for field (serde refuses unknown and repeated fields).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    method: Cow<'a, str>,
+    #[serde(borrow)]
+    params: Params<'a>,
+}
+
+/// `tasks/get`'s params in this revision: the task id alone.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params<'a> {
+    #[serde(rename = "taskId", borrow)]
+    task_id: Cow<'a, str>,
+}
+
+/// A JSON-RPC response around a borrowed result.
+#[derive(Serialize)]
+struct Answer<'a> {
+    jsonrpc: &'static str,
+    id: &'a Value,
+    result: OldTask<'a>,
+}
+
+/// The one value of a header, as text.
+fn only<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
+}
+
+/// Answer the 2025-era `tasks/get` in `body` of `tenant` on `path`, if it has this path's
+/// shape; `None` sends it the general way.
+pub(crate) async fn get_task(
+    state: &McpState,
+    tenant: &Tenant,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    // With traces exported, the general path names the request's span.
+    if crate::telemetry::enabled() {
+        return None;
+    }
+    let sealed = only(headers, HEADER_SESSION_ID)?;
+    let get: Envelope = serde_json::from_slice(body).ok()?;
+    if get.jsonrpc != "2.0" || get.method != METHOD_GET_TASK {
+        return None;
+    }
+    // Echoed as the general path echoes it: a string or an integer only.
+    let id: Value = match get.id.get().as_bytes().first()? {
+        b'"' => Value::String(serde_json::from_str(get.id.get()).ok()?),
+        _ => Value::from(serde_json::from_str::<i64>(get.id.get()).ok()?),
+    };
+    let bound = binding(&tenant.identity.principal.username, path);
+    let session = Session::open(state, sealed, &bound)?;
+    let version_agrees = match headers.get(HEADER_PROTOCOL_VERSION) {
+        None => true,
+        Some(v) => v.to_str().is_ok_and(|v| v.trim() == session.version),
+    };
+    if !version_agrees || !session.has_tasks() {
+        return None;
+    }
+    let run = readable_run(state, tenant, &get.params.task_id).await?;
+    let live = live_spec(state, &run).await;
+    let view = projection::view(&run, live.as_ref());
+    let answer = Answer {
+        jsonrpc: "2.0",
+        id: &id,
+        result: OldTask::of(&view),
+    };
+    let body = serde_json::to_vec(&answer).ok()?;
+    state.config.metrics.request(METHOD_GET_TASK, 200);
+    Some(
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+    )
+}
