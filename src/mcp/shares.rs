@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 /// Of the endpoint's request slots, what one principal may hold: a quarter.
@@ -20,104 +21,97 @@ pub(super) const AUTH_FAILURE_WINDOW_SECS: u64 = 10;
 /// Addresses remembered at most; past it the oldest windows are forgotten.
 const ADDRESSES_REMEMBERED: usize = 10_000;
 
-/// Requests in progress, by principal and by namespace.
+/// Requests in progress, by principal and by namespace. Every request takes a share and gives
+/// it back, so the counters are atomics behind a lock taken only to add a name: a request in a
+/// busy namespace neither copies a name nor waits for another request's lock (on a small
+/// machine a preempted lock holder stalled the others).
 #[derive(Default)]
 pub(crate) struct Shares {
-    taken: Mutex<Taken>,
+    principals: Counters,
+    namespaces: Counters,
 }
 
-/// Requests in progress of each principal and each namespace that has any. Keys are shared
-/// with the [`Share`]s that hold them: a request in a busy namespace copies no name.
+/// Requests in progress by name; names stay once counted (up to [`NAMES_KEPT`]).
 #[derive(Default)]
-struct Taken {
-    principals: HashMap<Arc<str>, usize>,
-    namespaces: HashMap<Arc<str>, usize>,
-}
+struct Counters(RwLock<HashMap<Arc<str>, Arc<AtomicUsize>>>);
 
-impl Taken {
+/// Names whose counters are kept; past it, the ones at zero are forgotten.
+const NAMES_KEPT: usize = 10_000;
+
+impl Counters {
+    /// The counter of `name`.
+    fn of(&self, name: &str) -> Arc<AtomicUsize> {
+        if let Some(c) = self.0.read().expect("shares lock").get(name) {
+            return c.clone();
+        }
+        let mut all = self.0.write().expect("shares lock");
+        if all.len() >= NAMES_KEPT {
+            all.retain(|_, c| c.load(Ordering::Acquire) > 0);
+        }
+        all.entry(Arc::from(name)).or_default().clone()
+    }
+
+    /// Count one more on `c` unless it is at `cap` already.
+    fn take(c: &AtomicUsize, cap: usize) -> bool {
+        c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < cap).then_some(n + 1)
+        })
+        .is_ok()
+    }
+
     #[cfg(test)]
-    fn is_empty(&self) -> bool {
-        self.principals.is_empty() && self.namespaces.is_empty()
+    fn busy(&self) -> usize {
+        let all = self.0.read().expect("shares lock");
+        all.values().map(|c| c.load(Ordering::Acquire)).sum()
     }
 }
 
 /// What one request holds of [`Shares`]; given back when dropped (with the response body, so
 /// a held call's stream keeps it to its end).
 pub(crate) struct Share {
-    of: Arc<Shares>,
-    principal: Arc<str>,
-    namespace: Arc<str>,
-}
-
-/// Count one more request of `name` in `counts` (which must be below its cap); the key held.
-fn hold(counts: &mut HashMap<Arc<str>, usize>, name: &str) -> Arc<str> {
-    if let Some((k, n)) = counts.get_key_value(name) {
-        let k = k.clone();
-        *counts.get_mut(name).expect("just found") = n + 1;
-        return k;
-    }
-    let k: Arc<str> = Arc::from(name);
-    counts.insert(k.clone(), 1);
-    k
-}
-
-/// Count one request of `name` less in `counts`, forgetting it at zero.
-fn give_back(counts: &mut HashMap<Arc<str>, usize>, name: &str) {
-    if let Some(n) = counts.get_mut(name) {
-        *n -= 1;
-        if *n == 0 {
-            counts.remove(name);
-        }
-    }
+    principal: Arc<AtomicUsize>,
+    namespace: Arc<AtomicUsize>,
 }
 
 impl Shares {
     /// A share for a request of `principal` in `namespace`, out of `slots` in all; `None`
     /// when either already holds its part.
-    pub(super) fn take(
-        self: &Arc<Self>,
-        principal: &str,
-        namespace: &str,
-        slots: usize,
-    ) -> Option<Share> {
-        let mut taken = self.taken.lock().expect("shares lock");
-        let full = |counts: &HashMap<Arc<str>, usize>, name: &str, cap: usize| {
-            counts.get(name).copied().unwrap_or(0) >= cap.max(1)
-        };
-        if full(&taken.principals, principal, slots / PRINCIPAL_SHARE)
-            || full(&taken.namespaces, namespace, slots / NAMESPACE_SHARE)
-        {
+    pub(super) fn take(&self, principal: &str, namespace: &str, slots: usize) -> Option<Share> {
+        let p = self.principals.of(principal);
+        if !Counters::take(&p, (slots / PRINCIPAL_SHARE).max(1)) {
             return None;
         }
-        let principal = hold(&mut taken.principals, principal);
-        let namespace = hold(&mut taken.namespaces, namespace);
+        let n = self.namespaces.of(namespace);
+        if !Counters::take(&n, (slots / NAMESPACE_SHARE).max(1)) {
+            p.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
         Some(Share {
-            of: self.clone(),
-            principal,
-            namespace,
+            principal: p,
+            namespace: n,
         })
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
-        let mut taken = self.of.taken.lock().expect("shares lock");
-        give_back(&mut taken.principals, &self.principal);
-        give_back(&mut taken.namespaces, &self.namespace);
+        self.principal.fetch_sub(1, Ordering::AcqRel);
+        self.namespace.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 /// Failed authentications by client address, in fixed windows.
 pub(crate) struct AuthFailures {
     start: Instant,
-    seen: Mutex<HashMap<IpAddr, (u64, u32)>>,
+    /// Read by every request, written only when one fails to authenticate.
+    seen: RwLock<HashMap<IpAddr, (u64, u32)>>,
 }
 
 impl Default for AuthFailures {
     fn default() -> Self {
         Self {
             start: Instant::now(),
-            seen: Mutex::default(),
+            seen: RwLock::default(),
         }
     }
 }
@@ -130,7 +124,7 @@ impl AuthFailures {
     /// Whether `ip` has used up its failures in the current window.
     pub(super) fn blocked(&self, ip: IpAddr) -> bool {
         let now = self.window();
-        let seen = self.seen.lock().expect("failures lock");
+        let seen = self.seen.read().expect("failures lock");
         seen.get(&ip)
             .is_some_and(|(w, n)| *w == now && *n >= MAX_AUTH_FAILURES)
     }
@@ -138,7 +132,7 @@ impl AuthFailures {
     /// `ip` failed to authenticate once more.
     pub(super) fn failed(&self, ip: IpAddr) {
         let now = self.window();
-        let mut seen = self.seen.lock().expect("failures lock");
+        let mut seen = self.seen.write().expect("failures lock");
         if seen.len() >= ADDRESSES_REMEMBERED {
             seen.retain(|_, (w, _)| *w == now);
         }
@@ -156,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_principal_and_a_namespace_hold_their_part_and_give_it_back() {
-        let shares = Arc::new(Shares::default());
+        let shares = Shares::default();
         // 16 slots: 4 per principal, 8 per namespace.
         let alice: Vec<Share> = (0..4)
             .filter_map(|_| shares.take("alice", "a", 16))
@@ -177,8 +171,9 @@ mod tests {
         drop(alice);
         assert!(shares.take("alice", "a", 16).is_some());
         drop(bob);
-        assert!(
-            shares.taken.lock().unwrap().is_empty(),
+        assert_eq!(
+            shares.principals.busy() + shares.namespaces.busy(),
+            0,
             "every share given back"
         );
         // A principal and a namespace of the same name are told apart.
@@ -186,6 +181,31 @@ mod tests {
         assert_eq!(same.len(), 4);
         // A tiny endpoint still lets everyone in once.
         assert!(shares.take("dave", "c", 1).is_some());
+    }
+
+    #[test]
+    fn shares_taken_at_once_never_pass_the_cap_and_all_come_back() {
+        let shares = Arc::new(Shares::default());
+        let most = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (shares, most) = (shares.clone(), most.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..2_000 {
+                        // 16 slots: 4 for the principal.
+                        if let Some(share) = shares.take("alice", "a", 16) {
+                            most.fetch_max(shares.principals.busy(), Ordering::SeqCst);
+                            drop(share);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(most.load(Ordering::SeqCst) <= 4);
+        assert_eq!(shares.principals.busy() + shares.namespaces.busy(), 0);
     }
 
     #[test]
@@ -200,7 +220,7 @@ mod tests {
         assert!(f.blocked(ip));
         assert!(!f.blocked(other));
         // The next window starts afresh.
-        f.seen.lock().unwrap().get_mut(&ip).unwrap().0 = u64::MAX;
+        f.seen.write().unwrap().get_mut(&ip).unwrap().0 = u64::MAX;
         assert!(!f.blocked(ip));
     }
 }
