@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -28,7 +28,8 @@ const MAX_ENTRIES: usize = 10_000;
 
 struct Cache<K, V> {
     ttl: Duration,
-    entries: Mutex<HashMap<K, (Instant, V)>>,
+    /// Read by every request, written only on a miss: readers never wait for each other.
+    entries: RwLock<HashMap<K, (Instant, V)>>,
     /// Reviews in progress: callers that miss the same key at once (every caller of a token
     /// when its entry expires) wait for one review instead of each sending their own.
     pending: Mutex<HashMap<K, Arc<tokio::sync::OnceCell<V>>>>,
@@ -38,7 +39,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: RwLock::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         }
     }
@@ -81,7 +82,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     }
 
     fn get(&self, k: &K) -> Option<V> {
-        let entries = self.entries.lock().expect("cache lock");
+        let entries = self.entries.read().expect("cache lock");
         entries
             .get(k)
             .filter(|(at, _)| at.elapsed() < self.ttl)
@@ -89,7 +90,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     }
 
     fn put(&self, k: K, v: V) {
-        let mut entries = self.entries.lock().expect("cache lock");
+        let mut entries = self.entries.write().expect("cache lock");
         if entries.len() >= MAX_ENTRIES && !entries.contains_key(&k) {
             entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
             // Still full of live entries: the oldest tenth goes, not everyone's answers at once
@@ -110,7 +111,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.entries.lock().expect("cache lock").len()
+        self.entries.read().expect("cache lock").len()
     }
 }
 

@@ -4,7 +4,7 @@
 //! so a task handle resolves the moment it is returned.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -104,15 +104,15 @@ impl KubeStore {
     }
 
     /// Own writes that are still fresh.
-    fn own_writes(&self) -> Vec<Run> {
-        let mut own = self.own.lock().expect("own lock");
+    fn own_writes(&self) -> Vec<Arc<Run>> {
+        let mut own = self.own.write().expect("own lock");
         own.retain(|_, (at, _)| at.elapsed() < OWN_WRITES_TTL);
         own.values().map(|(_, r)| r.clone()).collect()
     }
 
     fn forget(&self, ns: &str, name: &str) {
         self.own
-            .lock()
+            .write()
             .expect("own lock")
             .remove(&Key::new(ns, name));
     }
@@ -124,7 +124,7 @@ impl KubeStore {
 /// back to a cache that had not seen it (a concurrency verdict made on such a read held a queued
 /// Run behind a peer that had already finished).
 fn forget_if(recent: &Recent, key: Key, stale: impl FnOnce(&Instant, &Run) -> bool) {
-    let mut recent = recent.lock().expect("own lock");
+    let mut recent = recent.write().expect("own lock");
     if recent.get(&key).is_some_and(|(at, r)| stale(at, r)) {
         recent.remove(&key);
     }
@@ -143,7 +143,9 @@ fn forget_expired(recent: &Recent, key: Key) {
     forget_if(recent, key, |at, _| at.elapsed() >= OWN_WRITES_TTL);
 }
 
-type Recent = Arc<Mutex<HashMap<Key, (Instant, Run)>>>;
+/// Read by every get, written by this process's writes and its watch: readers never wait for
+/// each other, and a remembered Run is shared, not copied, with the reads that find it.
+type Recent = Arc<RwLock<HashMap<Key, (Instant, Arc<Run>)>>>;
 
 /// What one event of the API server's watch means for the watchers of Runs.
 enum Seen {
@@ -170,7 +172,7 @@ fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent) -> Seen {
                 rv.clone_from(v);
             }
             if let Some(k) = Key::of(&r.metadata) {
-                recent.lock().expect("own lock").remove(&k);
+                recent.write().expect("own lock").remove(&k);
             }
             Seen::Event(WatchEvent::Deleted(Arc::new(r)))
         }
@@ -191,7 +193,7 @@ fn remember_newer(recent: &Recent, run: &Run) {
     let Some(key) = Key::of(&run.metadata) else {
         return;
     };
-    let mut recent = recent.lock().expect("own lock");
+    let mut recent = recent.write().expect("own lock");
     let newer = recent
         .get(&key)
         .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
@@ -201,7 +203,7 @@ fn remember_newer(recent: &Recent, run: &Run) {
     if newer {
         let mut run = run.clone();
         run.metadata.managed_fields = None;
-        recent.insert(key, (Instant::now(), run));
+        recent.insert(key, (Instant::now(), Arc::new(run)));
     }
 }
 
@@ -238,7 +240,7 @@ impl RunStore for KubeStore {
     ) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
         let own = {
-            let own = self.own.lock().expect("own lock");
+            let own = self.own.read().expect("own lock");
             // Most reads find no write of this replica waiting for the cache: no key to build.
             (!own.is_empty())
                 .then(|| own.get(&Key::new(namespace, name)))
@@ -254,7 +256,7 @@ impl RunStore for KubeStore {
                     forget_caught_up(&self.own, Key::new(namespace, name), a);
                     Ok(Some(c))
                 }
-                (Some(_), Some(_)) => Ok(Some(Arc::new(o))),
+                (Some(_), Some(_)) => Ok(Some(o)),
                 _ => Ok(self
                     .api(namespace)
                     .get_opt(name)
@@ -263,7 +265,7 @@ impl RunStore for KubeStore {
                     .map(Arc::new)),
             },
             // Written here moments ago; the reflector has not seen it yet.
-            (None, Some(o)) => Ok(Some(Arc::new(o))),
+            (None, Some(o)) => Ok(Some(o)),
             // Not in the cache (yet, or any more): ask the API server.
             (None, None) => {
                 let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
@@ -342,7 +344,7 @@ impl RunStore for KubeStore {
                 // The write may have changed the labels: it replaces the cached version either way.
                 all.remove(&k);
                 if wanted(&r) {
-                    all.insert(k, Arc::new(r));
+                    all.insert(k, r);
                 }
             }
         }
@@ -622,7 +624,7 @@ mod tests {
     }
 
     fn remembered(recent: &Recent) -> Option<u64> {
-        let recent = recent.lock().unwrap();
+        let recent = recent.read().unwrap();
         recent
             .get(&Key::new("ns", "r"))
             .and_then(|(_, r)| rv_num(r))
