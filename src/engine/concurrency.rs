@@ -162,6 +162,7 @@ pub(super) fn end(run: &Run, ending: Ending, now: Timestamp) -> Decision {
         st: run.status.clone().unwrap_or_default(),
         now,
         events: Vec::new(),
+        read: Default::default(),
     };
     m.finish_with(ending);
     let mut status = m.st;

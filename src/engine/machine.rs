@@ -41,6 +41,7 @@ pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Dec
         st: original.clone(),
         now,
         events: Vec::new(),
+        read: Default::default(),
     };
     let mut next = m.drive(workflow);
     let drove_to = m.st.phase;
@@ -80,6 +81,9 @@ pub(super) struct Machine<'a> {
     pub(super) st: RunStatus,
     pub(super) now: Timestamp,
     pub(super) events: Vec<Event>,
+    /// The snapshot as last read, with the value it was read from: a decision takes several
+    /// steps, and each step looks at the Workflow.
+    pub(super) read: std::cell::RefCell<Option<(Arc<Value>, Arc<WorkflowSpec>)>>,
 }
 
 impl Machine<'_> {
@@ -153,7 +157,7 @@ impl Machine<'_> {
         if self.st.phase.is_terminal() {
             let wf = self.snapshot();
             let delete_at = self
-                .ttl(wf.as_ref())
+                .ttl(wf.as_deref())
                 .zip(parse_ts(self.st.finished_at.as_deref()))
                 .map(|(ttl, at)| at + ttl);
             return Progress::Stop(Next::Finished { delete_at });
@@ -200,11 +204,18 @@ impl Machine<'_> {
         self.advance(&wf)
     }
 
-    pub(super) fn snapshot(&self) -> Option<WorkflowSpec> {
-        self.st
-            .workflow
-            .as_deref()
-            .and_then(|w| WorkflowSpec::deserialize(w).ok())
+    /// The Run's Workflow snapshot, read once per decision (again only if it changes).
+    pub(super) fn snapshot(&self) -> Option<Arc<WorkflowSpec>> {
+        let value = self.st.workflow.as_ref()?;
+        let mut read = self.read.borrow_mut();
+        if let Some((from, wf)) = read.as_ref()
+            && Arc::ptr_eq(from, value)
+        {
+            return Some(wf.clone());
+        }
+        let wf = Arc::new(WorkflowSpec::deserialize(&**value).ok()?);
+        *read = Some((value.clone(), wf.clone()));
+        Some(wf)
     }
 
     pub(super) fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {

@@ -126,7 +126,7 @@ impl TaskView<'_> {
     pub(crate) fn to_task(&self) -> Task {
         let mut t = Task::new(
             self.task_id,
-            self.status.clone(),
+            self.status,
             self.created_at.to_string(),
             self.last_updated_at.to_string(),
         )
