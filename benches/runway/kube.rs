@@ -299,7 +299,8 @@ pub async fn bench(plan: KubePlan) -> Value {
     let leader = c.leader();
     c.wait_ready(&ns, &["trivial", "probe", "park", "slow"]);
     let replicas: Vec<Target> = c.mcp_ports().into_iter().map(target).collect();
-    let watcher = c.metrics_port("r-0");
+    // Runs are counted in r-0's cache; Events are queued by whichever replica leads.
+    let watcher = [c.metrics_port("r-0"), c.metrics_port("r-1")];
 
     if !plan.only_e2e {
         for n in [1, 16, 64] {
@@ -332,7 +333,7 @@ pub async fn bench(plan: KubePlan) -> Value {
                 )
                 .await,
             );
-            settle(watcher).await;
+            settle(&watcher).await;
         }
     }
 
@@ -353,7 +354,7 @@ pub async fn bench(plan: KubePlan) -> Value {
             &before,
             &usage::sample(&c.processes(), &admin).await,
         ));
-        settle(watcher).await;
+        settle(&watcher).await;
     }
     if plan.hold {
         eprintln!(
@@ -394,7 +395,7 @@ pub async fn bench(plan: KubePlan) -> Value {
 
     step("kube: listen");
     out.listen = listen_latency(replicas[0].clone(), 16, plan.warmup + plan.e2e).await;
-    settle(watcher).await;
+    settle(&watcher).await;
 
     out.failover = failover(c, &leader, &runs_as_alice, &leases).await;
     out.scaling = scaling(c, &replicas_target(&ns), plan).await;
@@ -622,12 +623,13 @@ async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        settle(c.metrics_port(&names[0])).await;
+        let ports: Vec<u16> = names.iter().map(|r| c.metrics_port(r)).collect();
+        settle(&ports).await;
         let targets: Vec<Target> = names.iter().map(|r| target(c.mcp_port(r))).collect();
         let op = load::run_op("slow", POLL);
         let warmup = Duration::from_secs(1);
         let e2e = closed_loop_over(&targets, SCALE_CALLERS, warmup, plan.scale, op).await;
-        settle(c.metrics_port(&names[0])).await;
+        settle(&ports).await;
         out.push(Scale {
             replicas: n,
             shards: SCALE_SHARDS,
@@ -752,44 +754,65 @@ async fn create_finished(api: &Api<Run>, status: &Value, n: usize) {
 }
 
 /// Wait until no Run is left to drive (none Pending, Running, Waiting or Cancelling in the
-/// cache of the replica with this metrics port), so that one scenario's backlog does not slow
-/// the next.
-async fn settle(metrics_port: u16) {
-    until("the Runs of the last scenario to finish", move || {
-        Box::pin(async move { active_runs(metrics_port).await == Some(0) })
-    })
+/// cache of the replica with the first of these metrics ports) and no replica has Events left
+/// to write, so that one scenario's backlog does not slow the next: Events are written after
+/// the status that caused them, and a backlog of them keeps the API server busy for seconds.
+async fn settle(metrics_ports: &[u16]) {
+    let ports = metrics_ports.to_vec();
+    until(
+        "the Runs and Events of the last scenario to be written",
+        move || {
+            let ports = ports.clone();
+            Box::pin(async move {
+                let mut left = 0.0;
+                for (i, port) in ports.iter().enumerate() {
+                    let Some(text) = scrape(*port).await else {
+                        return false;
+                    };
+                    if i == 0 {
+                        left += gauge_sum(&text, "runway_runs", |labels| {
+                            ["Pending", "Running", "Waiting", "Cancelling"]
+                                .iter()
+                                .any(|p| labels == format!("phase=\"{p}\""))
+                        });
+                    }
+                    left += gauge_sum(&text, "runway_events_queued", |_| true);
+                }
+                left == 0.0
+            })
+        },
+    )
     .await;
 }
 
-async fn active_runs(metrics_port: u16) -> Option<usize> {
+async fn scrape(metrics_port: u16) -> Option<String> {
     let mut conn = load::Conn::open(SocketAddr::from(([127, 0, 0, 1], metrics_port)))
         .await
         .ok()?;
-    let text = conn.text("/metrics").await.ok()?;
-    let active = ["Pending", "Running", "Waiting", "Cancelling"];
-    let n = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix("runway_runs{phase=\"")
-                .and_then(|r| r.split('"').next())
-                .is_some_and(|p| active.contains(&p))
+    conn.text("/metrics").await.ok()
+}
+
+/// The sum of the samples of gauge `name` whose labels (the text between the braces, empty
+/// without any) `labels` accepts.
+fn gauge_sum(text: &str, name: &str, labels: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            let inner = match rest.strip_prefix('{') {
+                Some(r) => r.strip_suffix('}')?,
+                None if rest.is_empty() => "",
+                None => return None,
+            };
+            labels(inner).then(|| value.parse::<f64>().ok()).flatten()
         })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
-    Some(n as usize)
+        .sum()
 }
 
 /// Runs in a replica's cache, from its `/metrics` (counted in place at each scrape).
 async fn cached_runs(metrics_port: u16) -> usize {
-    let Ok(mut conn) = load::Conn::open(SocketAddr::from(([127, 0, 0, 1], metrics_port))).await
-    else {
-        return 0;
-    };
-    let text = conn.text("/metrics").await.unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with("runway_runs{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as usize
+    let text = scrape(metrics_port).await.unwrap_or_default();
+    gauge_sum(&text, "runway_runs", |labels| !labels.is_empty()) as usize
 }
 
 fn rss(pid: u32) -> u64 {

@@ -78,12 +78,14 @@ impl KubeEvents {
             instance: Some(instance),
         };
         let recorder = Arc::new(Recorder::new(client, reporter));
+        let written = metrics.clone();
         let queue = WriteQueue::start(EVENT_QUEUE, EVENT_WRITERS, move |(ev, reference)| {
-            let recorder = recorder.clone();
+            let (recorder, written) = (recorder.clone(), written.clone());
             async move {
                 if let Err(e) = recorder.publish(&ev, &reference).await {
                     tracing::warn!(error = %e, "cannot record event");
                 }
+                written.event_left_queue();
             }
         });
         Self { queue, metrics }
@@ -104,7 +106,10 @@ impl EventSink for KubeEvents {
             action: event.reason.into(),
             secondary: None,
         };
+        // Counted before the push: a writer may take the Event before `push` returns.
+        self.metrics.event_queued();
         if let Err(dropped) = self.queue.push((ev, run.object_ref(&()))) {
+            self.metrics.event_left_queue();
             self.metrics.event_dropped();
             // Once, then every thousandth: a saturated API server must not also flood the log.
             if dropped == 1 || dropped % 1000 == 0 {

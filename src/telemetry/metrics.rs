@@ -121,6 +121,7 @@ struct Inner {
     shards: Gauge,
     shards_held: Gauge,
     events_dropped: Counter,
+    events_queued: Gauge,
 }
 
 impl Inner {
@@ -293,6 +294,12 @@ impl Metrics {
                 "Kubernetes Events not written because the API server fell behind (their queue was full)",
                 Counter::default(),
             ),
+            events_queued: registered(
+                &mut r,
+                "events_queued",
+                "Kubernetes Events waiting to be written (or being written)",
+                Gauge::default(),
+            ),
             shards_held: registered(
                 &mut r,
                 "shards_held",
@@ -411,6 +418,17 @@ impl Metrics {
         self.inner.events_dropped.inc();
     }
 
+    /// Count one Kubernetes Event queued to be written.
+    pub(crate) fn event_queued(&self) {
+        self.inner.events_queued.inc();
+    }
+
+    /// Count one Kubernetes Event out of the queue: written, refused by the API server, or
+    /// dropped because the queue was full.
+    pub(crate) fn event_left_queue(&self) {
+        self.inner.events_queued.dec();
+    }
+
     /// Set the controller queue depth.
     pub(crate) fn set_queue_depth(&self, n: usize) {
         self.inner.queue_depth.set(n as i64);
@@ -466,6 +484,10 @@ mod tests {
         m.run_finished("team-a", "deploy", "Failed");
         m.run_started(std::time::Duration::from_millis(20));
         m.set_shards(4, 2);
+        m.event_queued();
+        m.event_queued();
+        m.event_left_queue();
+        m.event_dropped();
         // Latency is observed for requests served inside `timed`, and only there.
         m.request("tasks/get", 200);
         tokio::runtime::Builder::new_current_thread()
@@ -478,6 +500,8 @@ mod tests {
             "runway_run_start_delay_seconds_count 1",
             "runway_shards 4",
             "runway_shards_held 2",
+            "runway_events_queued 1",
+            "runway_events_dropped_total 1",
             "runway_mcp_request_duration_seconds_count{method=\"tasks/get\"} 1",
             "runway_build_info{version=",
             "runway_mcp_requests_total{method=\"tools/call\",status=\"200\"} 1",
