@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::budget::guard_output;
@@ -13,6 +12,7 @@ use super::effects::{Action, Decision, Effect, Event, Next};
 use super::endings::{fatal_ending, finalize};
 use super::record::{fail_step_fatal, within_budget};
 use super::render::{child_run_name, job_name, running_action};
+use super::snapshot::Snapshot;
 use super::template::{self, TemplateError};
 use super::{
     MAX_OUTPUT_BYTES, budget, context, context_for, idempotency_key, parse_ts, result, ts,
@@ -81,9 +81,8 @@ pub(super) struct Machine<'a> {
     pub(super) st: RunStatus,
     pub(super) now: Timestamp,
     pub(super) events: Vec<Event>,
-    /// The snapshot as last read, with the value it was read from: a decision takes several
-    /// steps, and each step looks at the Workflow.
-    pub(super) read: std::cell::RefCell<Option<(Arc<Value>, Arc<WorkflowSpec>)>>,
+    /// A decision takes several steps, and each looks at the Workflow.
+    pub(super) read: Snapshot,
 }
 
 impl Machine<'_> {
@@ -204,18 +203,9 @@ impl Machine<'_> {
         self.advance(&wf)
     }
 
-    /// The Run's Workflow snapshot, read once per decision (again only if it changes).
+    /// The Run's Workflow snapshot, parsed once per decision.
     pub(super) fn snapshot(&self) -> Option<Arc<WorkflowSpec>> {
-        let value = self.st.workflow.as_ref()?;
-        let mut read = self.read.borrow_mut();
-        if let Some((from, wf)) = read.as_ref()
-            && Arc::ptr_eq(from, value)
-        {
-            return Some(wf.clone());
-        }
-        let wf = Arc::new(WorkflowSpec::deserialize(&**value).ok()?);
-        *read = Some((value.clone(), wf.clone()));
-        Some(wf)
+        self.read.read(self.st.workflow.as_ref())
     }
 
     pub(super) fn start(&mut self, live: Option<&WorkflowSpec>) -> Progress {

@@ -30,6 +30,7 @@ mod record;
 mod render;
 pub mod retry;
 mod sample;
+mod snapshot;
 mod told;
 
 pub use branches::DEFAULT_PARALLELISM;

@@ -143,8 +143,7 @@ fn forget_expired(recent: &Recent, key: Key) {
     forget_if(recent, key, |at, _| at.elapsed() >= OWN_WRITES_TTL);
 }
 
-/// Read by every get, written by this process's writes and its watch: readers never wait for
-/// each other, and a remembered Run is shared, not copied, with the reads that find it.
+/// Read by every get (under a read lock), written by own writes and the watch; Runs shared.
 type Recent = Arc<RwLock<HashMap<Key, (Instant, Arc<Run>)>>>;
 
 /// What one event of the API server's watch means for the watchers of Runs.

@@ -118,10 +118,47 @@ struct Inner {
     request_seconds_of: Vec<std::sync::OnceLock<Histogram>>,
     finished: Family<FinishedLabels, Counter>,
     queue_wait: Histogram,
+    replica: Replica,
+}
+
+/// What only an operator replica reports: its shards and its Kubernetes Events.
+struct Replica {
     shards: Gauge,
     shards_held: Gauge,
     events_dropped: Counter,
     events_queued: Gauge,
+}
+
+impl Replica {
+    /// The replica's metrics, registered in `r`.
+    fn new(r: &mut Registry) -> Self {
+        Self {
+            shards: registered(
+                r,
+                "shards",
+                "Shards the Runs are split into (one Lease each)",
+                Gauge::default(),
+            ),
+            events_dropped: registered(
+                r,
+                "events_dropped",
+                "Kubernetes Events not written because the API server fell behind (their queue was full)",
+                Counter::default(),
+            ),
+            events_queued: registered(
+                r,
+                "events_queued",
+                "Kubernetes Events waiting to be written (or being written)",
+                Gauge::default(),
+            ),
+            shards_held: registered(
+                r,
+                "shards_held",
+                "Shards whose Runs this replica drives now (the Leases it holds)",
+                Gauge::default(),
+            ),
+        }
+    }
 }
 
 impl Inner {
@@ -282,30 +319,7 @@ impl Metrics {
                 "Time from a Run's request to its start (queued behind a concurrency limit, or waiting for a worker)",
                 Histogram::new(exponential_buckets(0.01, 2.0, 20)),
             ),
-            shards: registered(
-                &mut r,
-                "shards",
-                "Shards the Runs are split into (one Lease each)",
-                Gauge::default(),
-            ),
-            events_dropped: registered(
-                &mut r,
-                "events_dropped",
-                "Kubernetes Events not written because the API server fell behind (their queue was full)",
-                Counter::default(),
-            ),
-            events_queued: registered(
-                &mut r,
-                "events_queued",
-                "Kubernetes Events waiting to be written (or being written)",
-                Gauge::default(),
-            ),
-            shards_held: registered(
-                &mut r,
-                "shards_held",
-                "Shards whose Runs this replica drives now (the Leases it holds)",
-                Gauge::default(),
-            ),
+            replica: Replica::new(&mut r),
             // Last: every field above registers in it.
             registry: Mutex::new(r),
         };
@@ -409,24 +423,24 @@ impl Metrics {
 
     /// Set how many shards there are and how many this replica drives.
     pub(crate) fn set_shards(&self, total: u32, held: usize) {
-        self.inner.shards.set(i64::from(total));
-        self.inner.shards_held.set(held as i64);
+        self.inner.replica.shards.set(i64::from(total));
+        self.inner.replica.shards_held.set(held as i64);
     }
 
     /// Count one Kubernetes Event dropped because its queue was full.
     pub(crate) fn event_dropped(&self) {
-        self.inner.events_dropped.inc();
+        self.inner.replica.events_dropped.inc();
     }
 
     /// Count one Kubernetes Event queued to be written.
     pub(crate) fn event_queued(&self) {
-        self.inner.events_queued.inc();
+        self.inner.replica.events_queued.inc();
     }
 
     /// Count one Kubernetes Event out of the queue: written, refused by the API server, or
     /// dropped because the queue was full.
     pub(crate) fn event_left_queue(&self) {
-        self.inner.events_queued.dec();
+        self.inner.replica.events_queued.dec();
     }
 
     /// Set the controller queue depth.
