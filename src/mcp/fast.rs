@@ -28,7 +28,7 @@ use super::calls::answer_mode;
 use super::caps::typed_declares_tasks;
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
-use super::headers::check_param_headers;
+use super::headers::{check_param_headers, only};
 use super::own_tools::is_builtin;
 use super::projection::{Payload, Shown, TaskView};
 use super::state::{McpState, Tenant};
@@ -133,16 +133,6 @@ fn standard_headers(headers: &HeaderMap, name: &str) -> bool {
         && only(headers, &header::CONTENT_TYPE)
             .is_some_and(|v| essence(v).eq_ignore_ascii_case(JSON))
         && accepts_json_and_sse(headers)
-}
-
-/// The one value of a header, as text.
-fn only<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    first.to_str().ok()
 }
 
 /// A media type without its parameters.

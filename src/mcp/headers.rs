@@ -117,6 +117,17 @@ pub(super) fn host_and_origin_allowed(
     })
 }
 
+/// The value of a header sent exactly once, as text; `None` when it is missing, repeated or
+/// not visible ASCII.
+pub(super) fn only(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
+}
+
 /// Why a header value in the `=?base64?…?=` form cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum HeaderValueError {

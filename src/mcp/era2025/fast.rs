@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::session::{Session, binding};
 use super::wire::OldTask;
 use crate::mcp::access::readable_run;
+use crate::mcp::headers::only;
 use crate::mcp::projection;
 use crate::mcp::state::{McpState, Tenant};
 use crate::mcp::tasks::live_spec;
@@ -51,16 +52,6 @@ struct Answer<'a> {
     jsonrpc: &'static str,
     id: &'a Value,
     result: OldTask<'a>,
-}
-
-/// The one value of a header, as text.
-fn only<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next()?;
-    if values.next().is_some() {
-        return None;
-    }
-    first.to_str().ok()
 }
 
 /// Answer the 2025-era `tasks/get` in `body` of `tenant` on `path`, if it has this path's
