@@ -48,17 +48,17 @@ static METHOD_HEADER: HeaderName = HeaderName::from_static(HEADER_METHOD);
 static NAME_HEADER: HeaderName = HeaderName::from_static(HEADER_NAME);
 
 /// A JSON-RPC request with exactly these fields (serde refuses unknown and repeated ones), its
-/// `params` as shaped by the method: what makes it safe to answer without rmcp.
+/// `params` as shaped by the method: what makes it safe to answer without rmcp (in either era).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Envelope<'a, P> {
+pub(super) struct Envelope<'a, P> {
     #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
+    pub(super) jsonrpc: Cow<'a, str>,
     #[serde(borrow)]
-    id: &'a RawValue,
+    pub(super) id: &'a RawValue,
     #[serde(borrow)]
-    method: Cow<'a, str>,
-    params: P,
+    pub(super) method: Cow<'a, str>,
+    pub(super) params: P,
 }
 
 /// The params of a `tasks/get` exactly as the protocol shapes them.

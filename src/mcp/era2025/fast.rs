@@ -13,30 +13,16 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::session::{Session, binding};
 use super::wire::OldTask;
 use crate::mcp::access::readable_run;
+use crate::mcp::fast::Envelope;
 use crate::mcp::headers::only;
 use crate::mcp::projection;
 use crate::mcp::state::{McpState, Tenant};
 use crate::mcp::tasks::live_spec;
 use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_GET_TASK};
-
-/// The request, field for field (serde refuses unknown and repeated fields).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
-    #[serde(borrow)]
-    id: &'a RawValue,
-    #[serde(borrow)]
-    method: Cow<'a, str>,
-    #[serde(borrow)]
-    params: Params<'a>,
-}
 
 /// `tasks/get`'s params in this revision: the task id alone.
 #[derive(Deserialize)]
@@ -68,7 +54,7 @@ pub(crate) async fn get_task(
         return None;
     }
     let sealed = only(headers, HEADER_SESSION_ID)?;
-    let get: Envelope = serde_json::from_slice(body).ok()?;
+    let get: Envelope<Params> = serde_json::from_slice(body).ok()?;
     if get.jsonrpc != "2.0" || get.method != METHOD_GET_TASK {
         return None;
     }
