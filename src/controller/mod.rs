@@ -69,8 +69,8 @@ enum OnRefusal {
 
 /// What writing the pending outcomes of a Run left to do.
 enum Written {
-    /// Go on with the Run as it now is.
-    Run(Arc<Run>),
+    /// Go on with the Run as it now is, and with what follows when that was decided already.
+    Run(Arc<Run>, Option<Next>),
     /// The Run changed meanwhile: read it again.
     Again,
     /// Nothing more now (gone, refused, or retried later).
@@ -287,45 +287,17 @@ impl Controller {
                 Ok(None) => return,
                 Err(e) => return self.retry_later(k, e),
             };
-            let run = match self.write_outcomes(k, run).await {
-                Written::Run(run) => run,
+            let (run, next) = match self.write_outcomes(k, run).await {
+                Written::Run(run, Some(next)) => (run, next),
+                Written::Run(run, None) => match self.decide_and_write(k, run).await {
+                    Written::Run(run, Some(next)) => (run, next),
+                    Written::Again => continue,
+                    Written::Run(_, None) | Written::Stop => return,
+                },
                 Written::Again => continue,
                 Written::Stop => return,
             };
-            let live = match self.live_workflow(k, &run).await {
-                Live::Ready(w) => Some(*w),
-                Live::Absent => None,
-                Live::Validating if waited_for_validation(&run) => None,
-                Live::Validating => {
-                    tracing::debug!(workflow = %run.spec.workflow_ref.name, "waiting for the run's workflow to be validated");
-                    return self
-                        .queue
-                        .add_at(k.clone(), Instant::now() + VALIDATION_POLL);
-                }
-            };
-            if self
-                .hold(k, &run, live.as_ref().map(|w| &w.spec))
-                .await
-                .is_some()
-            {
-                return;
-            }
-            let Some(run) = self.before_start(k, run, live.as_ref()).await else {
-                return;
-            };
-            let decision = decide_off_worker(&run, live.as_ref().map(|w| &w.spec)).await;
-            let run = match decision.status {
-                Some(status) => match self
-                    .write_status(k, &run, status, &decision.events, OnRefusal::FailRun)
-                    .await
-                {
-                    Wrote::Run(written) => written,
-                    Wrote::Conflict => continue,
-                    Wrote::Gone | Wrote::Refused | Wrote::Later => return,
-                },
-                None => run,
-            };
-            match decision.next {
+            match next {
                 Next::Execute(effect) if waits_long(&effect) => {
                     return self.execute_detached(k, &run, *effect);
                 }
@@ -355,6 +327,41 @@ impl Controller {
             }
         }
         self.queue.add(k.clone());
+    }
+
+    /// Decide what follows for `run` (starting it from its Workflow when it has not started)
+    /// and write the status that decision gives.
+    async fn decide_and_write(self: &Arc<Self>, k: &Key, run: Arc<Run>) -> Written {
+        let live = match self.live_workflow(k, &run).await {
+            Live::Ready(w) => Some(*w),
+            Live::Absent => None,
+            Live::Validating if waited_for_validation(&run) => None,
+            Live::Validating => {
+                tracing::debug!(workflow = %run.spec.workflow_ref.name, "waiting for the run's workflow to be validated");
+                self.queue
+                    .add_at(k.clone(), Instant::now() + VALIDATION_POLL);
+                return Written::Stop;
+            }
+        };
+        let spec = live.as_ref().map(|w| &w.spec);
+        if self.hold(k, &run, spec).await.is_some() {
+            return Written::Stop;
+        }
+        let Some(run) = self.before_start(k, run, live.as_ref()).await else {
+            return Written::Stop;
+        };
+        let decision = decide_off_worker(&run, spec).await;
+        let Some(status) = decision.status else {
+            return Written::Run(run, Some(decision.next));
+        };
+        match self
+            .write_status(k, &run, status, &decision.events, OnRefusal::FailRun)
+            .await
+        {
+            Wrote::Run(written) => Written::Run(written, Some(decision.next)),
+            Wrote::Conflict => Written::Again,
+            Wrote::Gone | Wrote::Refused | Wrote::Later => Written::Stop,
+        }
     }
 
     /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.
@@ -431,32 +438,32 @@ impl Controller {
             .remove(k)
             .unwrap_or_default();
         if pending.is_empty() {
-            return Written::Run(run);
+            return Written::Run(run, None);
         }
         let end_all = |pending: &[(Effect, Outcome)]| {
             for (effect, _) in pending {
                 self.inflight.end(k, effect);
             }
         };
-        let (status, events, pending) = {
+        let (recorded, pending) = {
             let run = run.clone();
             off_worker(move || {
-                let (status, events) = engine::record_and_decide(&run, &pending, Timestamp::now());
-                (status, events, pending)
+                let recorded = engine::record_and_decide(&run, &pending, Timestamp::now());
+                (recorded, pending)
             })
             .await
         };
-        if Some(&status) == run.status.as_ref() {
+        let Some(status) = recorded.status else {
             end_all(&pending);
-            return Written::Run(run);
-        }
+            return Written::Run(run, recorded.next);
+        };
         let wrote = self
-            .write_status(k, &run, status, &events, OnRefusal::FailRun)
+            .write_status(k, &run, status, &recorded.events, OnRefusal::FailRun)
             .await;
         match wrote {
             Wrote::Run(written) => {
                 end_all(&pending);
-                Written::Run(written)
+                Written::Run(written, recorded.next)
             }
             Wrote::Gone | Wrote::Refused => {
                 end_all(&pending);
@@ -537,17 +544,17 @@ impl Controller {
                     return false;
                 }
             };
-            let (status, events) = {
+            let recorded = {
                 let (run, done) = (latest.clone(), [(effect.clone(), outcome.clone())]);
                 off_worker(move || engine::record_and_decide(&run, &done, Timestamp::now())).await
             };
-            if Some(&status) == latest.status.as_ref() {
+            let Some(status) = recorded.status else {
                 return true;
-            }
+            };
             // On a transient error the outcome is lost; the step is still Running and will be
             // attempted again under the same idempotency key.
             match self
-                .write_status(k, &latest, status, &events, OnRefusal::FailRun)
+                .write_status(k, &latest, status, &recorded.events, OnRefusal::FailRun)
                 .await
             {
                 Wrote::Run(_) => return true,

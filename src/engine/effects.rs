@@ -42,6 +42,18 @@ pub struct Decision {
     pub next: Next,
 }
 
+/// The outcome of [`record_and_decide`](super::record_and_decide).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// Status to write first, when it changed.
+    pub status: Option<RunStatus>,
+    /// The Events of the outcomes recorded, then those of the decision, in order.
+    pub events: Vec<Event>,
+    /// What to do after the write; `None` when nothing could be decided (a Run without its
+    /// Workflow snapshot), so that a decision of its own follows.
+    pub next: Option<Next>,
+}
+
 /// A transition worth telling people about (a Kubernetes Event, a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {

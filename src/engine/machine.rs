@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 
 use super::budget::guard_output;
 use super::duration::{self, DurationError};
-use super::effects::{Action, Decision, Effect, Event, Next};
+use super::effects::{Action, Effect, Event, Next};
 use super::endings::{fatal_ending, finalize};
-use super::record::{fail_step_fatal, within_budget};
+use super::record::fail_step_fatal;
 use super::render::{child_run_name, job_name, running_action};
 use super::snapshot::Snapshot;
 use super::template::{self, TemplateError};
@@ -29,36 +29,6 @@ pub(super) const CLEANUP_TIMEOUT: SignedDuration = SignedDuration::from_secs(30)
 /// Upper bound on pure transitions chained in one decision (a Workflow has at most 128 steps;
 /// a `forEach` step starts up to its parallelism of items at once).
 pub(super) const MAX_TRANSITIONS: usize = 1024;
-
-/// Decide the next action for a Run.
-///
-/// `workflow` is the live Workflow; it is read only when the Run has no snapshot yet.
-pub fn decide(run: &Run, workflow: Option<&WorkflowSpec>, now: Timestamp) -> Decision {
-    let empty = RunStatus::default();
-    let original = run.status.as_ref().unwrap_or(&empty);
-    let mut m = Machine {
-        run,
-        st: original.clone(),
-        now,
-        events: Vec::new(),
-        read: Default::default(),
-    };
-    let mut next = m.drive(workflow);
-    let drove_to = m.st.phase;
-    let mut status = within_budget(run, m.st, now);
-    if status.phase != drove_to {
-        // Failed for its size: decide again once that is written (finally, garbage collection).
-        next = Next::WaitUntil(Some(now));
-    }
-    if status != *original {
-        status.observed_generation = run.metadata.generation;
-    }
-    Decision {
-        status: (status != *original).then_some(status),
-        events: m.events,
-        next,
-    }
-}
 
 /// Why a step's `timeout` gives no deadline.
 #[derive(Debug, thiserror::Error)]

@@ -36,10 +36,12 @@ mod told;
 pub use branches::DEFAULT_PARALLELISM;
 pub(crate) use branches::dependencies;
 pub use budget::guard_output;
-pub use effects::{Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome};
+pub use effects::{
+    Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome, Recorded,
+};
 pub use endings::fail_internal;
+pub use follow::decide;
 pub use follow::record_and_decide;
-pub use machine::decide;
 pub use record::{record, record_all, recorded_events};
 pub use render::{HeaderError, RenderError, child_run_name, job_name, upstream_server};
 pub use sample::sampling_answer_error;

@@ -69,6 +69,16 @@ pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Eve
 /// Record several outcomes at once (steps running at the same time), in order, as [`record`]
 /// would one after another; the status budget is checked once, on the result.
 pub fn record_all(run: &Run, outcomes: &[(Effect, Outcome)], now: Timestamp) -> RunStatus {
+    within_budget(run, record_unchecked(run, outcomes, now), now)
+}
+
+/// [`record_all`] without the budget check, for a caller that decides on the result and
+/// checks once, at the end.
+pub(super) fn record_unchecked(
+    run: &Run,
+    outcomes: &[(Effect, Outcome)],
+    now: Timestamp,
+) -> RunStatus {
     // One copy of the status for all of them: a copy per outcome made recording a batch cost
     // the number of outcomes times the number of records (a fan-out's hundreds of items).
     let mut st = run.status.clone().unwrap_or_default();
@@ -76,7 +86,7 @@ pub fn record_all(run: &Run, outcomes: &[(Effect, Outcome)], now: Timestamp) -> 
     for (effect, outcome) in outcomes {
         apply_outcome(run, wf.as_ref(), &mut st, effect, outcome.clone(), now);
     }
-    within_budget(run, st, now)
+    st
 }
 
 /// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the

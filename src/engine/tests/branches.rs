@@ -817,14 +817,21 @@ fn recording_and_deciding_together_gives_what_recording_then_deciding_gives() {
             (e, out)
         })
         .collect();
-    let (together, events) = record_and_decide(&run, &done, at(1));
+    let Recorded {
+        status: together,
+        events,
+        next,
+    } = record_and_decide(&run, &done, at(1));
 
     let mut apart = run.clone();
     apart.status = Some(record_all(&apart, &done, at(1)));
     let recorded = recorded_events(run.status.as_ref(), status(&apart));
     let decided = decide(&apart, None, at(1));
-    assert_eq!(Some(&together), decided.status.as_ref());
+    assert_eq!(together, decided.status);
     assert_eq!(events, [recorded, decided.events].concat());
+    // What follows the write is decided with it: the next step's effect.
+    assert_eq!(next, Some(decided.next));
+    let together = together.expect("the outcomes changed the status");
     // The items' outputs are collected and the next step has started, in one status.
     assert_eq!(
         together
@@ -836,4 +843,50 @@ fn recording_and_deciding_together_gives_what_recording_then_deciding_gives() {
         Some(json!(["deploy[0]", "deploy[1]"]))
     );
     assert!(together.steps.iter().any(|r| r.name == "report"));
+}
+
+#[test]
+fn recording_outcomes_that_change_nothing_asks_for_no_write() {
+    let w = regions();
+    let mut run = new_run(json!({"regions": ["eu", "us"]}));
+    let next = settle(&mut run, &w, at(0));
+    // A report of an attempt that is not the one running: stale, recorded as nothing.
+    let mut e = effect_of(&next, "deploy[0]");
+    e.attempt = 9;
+    let stale = record_and_decide(&run, &[(e, ok(json!("eu")))], at(1));
+    assert_eq!(stale.status, None);
+    assert!(stale.events.is_empty(), "{:?}", stale.events);
+    // What follows is what deciding on the Run as it is gives: both items still run.
+    assert_eq!(stale.next, Some(decide(&run, None, at(1)).next));
+}
+
+#[test]
+fn outcomes_recorded_and_decided_past_the_status_budget_fail_the_run_without_outputs() {
+    let steps: Vec<Value> = (0..20)
+        .map(|i| json!({"name": format!("s{i}"), "http": {"url": "http://svc/"}}))
+        .collect();
+    let w = wf(json!({ "steps": steps }));
+    let mut run = new_run(json!({}));
+    let mut next = settle(&mut run, &w, at(0));
+    // Each output just under the cap of one output; twenty are more than a status may keep.
+    let big = "x".repeat(60 * 1024);
+    let mut last = 0;
+    for i in 1..=20 {
+        let Next::Execute(e) = next else {
+            break;
+        };
+        let recorded = record_and_decide(&run, &[(*e, ok(json!(big)))], at(i));
+        run.status = Some(recorded.status.expect("every outcome changes the status"));
+        next = recorded.next.expect("a started Run is decided on");
+        last = i;
+    }
+    assert!(last < 20, "the budget ends the Run before its last step");
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    let error = st.error.as_ref().expect("an error");
+    assert!(error.message.contains("status would be"), "{error:?}");
+    assert!(st.steps.iter().all(|r| r.output.is_none()));
+    assert!(budget::encoded_len(st) <= budget::MAX_STATUS_BYTES);
+    // Failed for its size, the Run is decided on again at once (then kept as finished).
+    assert_eq!(next, Next::WaitUntil(Some(at(last))));
 }
