@@ -864,6 +864,9 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
     )
     .await;
     await_all(addr, &more, 16, completed).await;
+    // The same pause as before the page at 11,000 Runs: both pages are read from a server
+    // at rest, not from one still settling after the burst that stored the Runs.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let list_large = closed_loop(addr, 1, plan.warmup, plan.measure, op).await;
     p.kill();
     let db: u64 = ["runs.db", "runs.db-wal"]

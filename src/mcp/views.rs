@@ -1,26 +1,52 @@
 //! How Runs read in Runway's own tools: a line of the list, the whole Run for whoever may act
 //! on all of it, and the narrower view of an approver, who sees what `tasks/get` shows her.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::api::{Run, Step, StepKind, WorkflowSpec, labels};
 use crate::engine::dependencies;
 use crate::protocol::METHOD_ELICITATION;
 
+/// One Run as the list shows it: borrowed from the Run, and made a JSON value in one pass
+/// whose objects are allocated at their size (the console reads a page of these every two
+/// seconds per viewer).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Summary<'a> {
+    task_id: Option<&'a str>,
+    workflow: &'a str,
+    phase: &'a str,
+    status_message: Option<&'a str>,
+    requested_by: Option<&'a str>,
+    created_at: Option<String>,
+    finished_at: Option<&'a str>,
+    waiting_for: Vec<&'a str>,
+    awaiting_you: &'a [String],
+}
+
 /// One Run as the list shows it.
 pub(super) fn summary(run: &Run, awaiting: &[String]) -> Value {
     let st = run.status.as_ref();
-    json!({
-        "taskId": run.metadata.name,
-        "workflow": run.spec.workflow_ref.name,
-        "phase": run.phase().as_str(),
-        "statusMessage": st.and_then(|s| s.status_message.clone()),
-        "requestedBy": run.spec.requested_by.as_ref().map(|p| p.username.clone()),
-        "createdAt": run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
-        "finishedAt": st.and_then(|s| s.finished_at.clone()),
-        "waitingFor": st.map(|s| s.input_requests.keys().cloned().collect::<Vec<_>>()).unwrap_or_default(),
-        "awaitingYou": awaiting,
-    })
+    let line = Summary {
+        task_id: run.metadata.name.as_deref(),
+        workflow: &run.spec.workflow_ref.name,
+        phase: run.phase().as_str(),
+        status_message: st.and_then(|s| s.status_message.as_deref()),
+        requested_by: run.spec.requested_by.as_ref().map(|p| p.username.as_str()),
+        created_at: run
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string()),
+        finished_at: st.and_then(|s| s.finished_at.as_deref()),
+        waiting_for: st.map_or_else(Vec::new, |s| {
+            s.input_requests.keys().map(String::as_str).collect()
+        }),
+        awaiting_you: awaiting,
+    };
+    // Strings and lists of strings only: serializing them cannot fail.
+    serde_json::to_value(line).unwrap_or_default()
 }
 
 /// The questions of a Run still open, as a person reads them.
