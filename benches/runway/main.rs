@@ -315,6 +315,11 @@ struct Memory {
     list: Stats,
     /// Runs stored for the second measurement.
     large: usize,
+    /// Resident memory with `large` Runs stored, and (rss − idle) / `large`: the cost of a
+    /// Run once what the server holds whatever the number of Runs (the watch history, the
+    /// allocator's free pages) is spread over many.
+    large_rss_mib: f64,
+    large_bytes_per_run: f64,
     /// The same with `large` Runs stored.
     list_large: Stats,
 }
@@ -867,6 +872,7 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
     // The same pause as before the page at 11,000 Runs: both pages are read from a server
     // at rest, not from one still settling after the burst that stored the Runs.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let (large_rss, _) = p.memory();
     let list_large = closed_loop(addr, 1, plan.warmup, plan.measure, op).await;
     p.kill();
     let db: u64 = ["runs.db", "runs.db-wal"]
@@ -876,6 +882,7 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
         .sum();
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let runs = (finished.len() + active.len()) as f64;
+    let large = stored + more.len();
     Memory {
         finished: finished.len(),
         active: active.len(),
@@ -885,7 +892,9 @@ async fn memory(work: &Path, plan: Plan) -> Memory {
         bytes_per_run: rss.saturating_sub(idle) as f64 / runs,
         db_mib: mib(db),
         list,
-        large: stored + more.len(),
+        large,
+        large_rss_mib: mib(large_rss),
+        large_bytes_per_run: large_rss.saturating_sub(idle) as f64 / large as f64,
         list_large,
     }
 }
@@ -1068,6 +1077,18 @@ impl Report {
                 m.idle_rss_mib,
                 m.bytes_per_run / 1024.0,
                 m.db_mib
+            ),
+        );
+        row(
+            "resident memory",
+            "—".into(),
+            format!("{:.1} MiB", m.large_rss_mib),
+            "—".into(),
+            "—".into(),
+            format!(
+                "{} Runs stored; {:.1} KiB/Run",
+                m.large,
+                m.large_bytes_per_run / 1024.0
             ),
         );
         row(
