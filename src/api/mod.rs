@@ -8,6 +8,7 @@ pub mod retry;
 pub mod run;
 pub mod schema;
 pub mod steps;
+pub mod text;
 pub mod workflow;
 
 pub use notify::*;
@@ -16,6 +17,7 @@ pub use records::*;
 pub use retry::*;
 pub use run::*;
 pub use steps::*;
+pub use text::JsonText;
 pub use workflow::*;
 
 /// API group of every Runway resource.

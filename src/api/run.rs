@@ -290,7 +290,7 @@ pub struct RunStatus {
     /// The final `CallToolResult` (also set for tool errors, with `isError: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
-    pub result: Option<Value>,
+    pub result: Option<super::JsonText>,
     /// A protocol-level failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<RunError>>,
@@ -317,13 +317,14 @@ pub struct RunStatus {
 pub struct Ending {
     /// `Succeeded`, `Failed` or `Cancelled`.
     pub phase: RunPhase,
+    // Boxed, as the error: every finished Run keeps its ending, which by then holds neither.
     /// Result to publish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_object")]
-    pub result: Option<Value>,
+    pub result: Option<Box<Value>>,
     /// Error to publish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<RunError>,
+    pub error: Option<Box<RunError>>,
     /// Why, for `statusMessage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

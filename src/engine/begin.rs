@@ -161,11 +161,11 @@ impl Machine<'_> {
                 Ok(message) => Ending {
                     phase: RunPhase::Failed,
                     result: None,
-                    error: Some(RunError {
+                    error: Some(Box::new(RunError {
                         code: err.code,
                         message: message.clone(),
                         data: None,
-                    }),
+                    })),
                     message: Some(message),
                 },
                 Err(e) => fatal_ending(format!("step {name}: error.message: {e}")),

@@ -3,6 +3,7 @@
 //! attempts kept. A Run that would exceed one fails (or is truncated) cleanly; nothing retries
 //! a write the store would refuse.
 
+use crate::api::JsonText;
 use jiff::SignedDuration;
 use serde_json::Value;
 
@@ -135,6 +136,15 @@ pub fn guard_output(v: Value, limit: usize) -> (Value, bool) {
         cut -= 1;
     }
     (Value::String(text[..cut].to_owned()), true)
+}
+
+/// [`guard_output`] for a value kept as its text: the text measured is the text kept.
+pub fn guard_text(v: Value, limit: usize) -> JsonText {
+    let text = v.to_string();
+    if text.len() <= limit && depth(&v) <= MAX_DEPTH {
+        return JsonText::parse(text).expect("a value's own JSON is one value");
+    }
+    JsonText::of(&guard_output(v, limit).0)
 }
 
 #[cfg(test)]

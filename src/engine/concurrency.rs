@@ -354,7 +354,7 @@ mod tests {
             expired.conditions[0].message,
             "run deadline exceeded while queued (execution.timeout 60s)"
         );
-        assert_eq!(expired.result.unwrap()["isError"], true);
+        assert_eq!(expired.result.unwrap().to_value()["isError"], true);
         // Cancelled while queued: it ends Cancelled, never started. A Run cancelled before it
         // was ever queued goes to the engine, which handles cancels of unstarted Runs.
         let mut cancelled = queued.clone();
@@ -478,7 +478,7 @@ mod tests {
         let ended = hold(&b, Some(&s), &peers, at).unwrap().status.unwrap();
         assert_eq!(ended.phase, RunPhase::Failed);
         assert!(ended.workflow.is_none() && ended.steps.is_empty());
-        let text = ended.result.unwrap()["content"][0]["text"].clone();
+        let text = ended.result.unwrap().to_value()["content"][0]["text"].clone();
         assert!(
             text.as_str().unwrap().contains("queueTimeout 30s"),
             "{text}"

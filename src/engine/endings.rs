@@ -4,7 +4,7 @@ use serde_json::json;
 
 use jiff::Timestamp;
 
-use super::budget::guard_output;
+use super::budget::guard_text;
 use super::effects::Event;
 use super::{MAX_RESULT_BYTES, ts};
 use crate::api::{Ending, Run, RunError, RunPhase, RunStatus, conditions, event_reasons, reasons};
@@ -16,14 +16,14 @@ pub(super) fn upstream_error_ending(step: &str, upstream: RunError) -> Ending {
     Ending {
         phase: RunPhase::Failed,
         result: None,
-        error: Some(RunError {
+        error: Some(Box::new(RunError {
             code: upstream.code,
             message: message.clone(),
             data: Some(json!({
                 "step": step,
                 "upstream": upstream,
             })),
-        }),
+        })),
         message: Some(message),
     }
 }
@@ -31,10 +31,10 @@ pub(super) fn upstream_error_ending(step: &str, upstream: RunError) -> Ending {
 pub(super) fn tool_error_ending(message: String) -> Ending {
     Ending {
         phase: RunPhase::Failed,
-        result: Some(json!({
+        result: Some(Box::new(json!({
             "content": [{"type": "text", "text": message}],
             "isError": true,
-        })),
+        }))),
         error: None,
         message: Some(message),
     }
@@ -44,11 +44,11 @@ pub(super) fn fatal_ending(message: String) -> Ending {
     Ending {
         phase: RunPhase::Failed,
         result: None,
-        error: Some(RunError {
+        error: Some(Box::new(RunError {
             code: codes::INTERNAL_ERROR,
             message: message.clone(),
             data: None,
-        }),
+        })),
         message: Some(message),
     }
 }
@@ -68,8 +68,8 @@ pub(super) fn finalize(st: &mut RunStatus, run: &Run, now: Timestamp, events: &m
     st.input_requests.clear();
     st.waiting_for = None;
     st.current_step = None;
-    st.result = result.map(|r| guard_output(r, MAX_RESULT_BYTES).0);
-    st.error = error.map(Box::new);
+    st.result = result.map(|r| guard_text(*r, MAX_RESULT_BYTES));
+    st.error = error;
     let (reason, message) = match ending.phase {
         RunPhase::Succeeded => (reasons::SUCCEEDED, "run succeeded".to_string()),
         RunPhase::Cancelled => (

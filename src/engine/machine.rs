@@ -223,11 +223,11 @@ impl Machine<'_> {
             Some(Ending {
                 phase: RunPhase::Failed,
                 result: None,
-                error: Some(RunError {
+                error: Some(Box::new(RunError {
                     code: codes::INVALID_PARAMS,
                     message: message.clone(),
                     data,
-                }),
+                })),
                 message: Some(message),
             })
         };
@@ -321,7 +321,7 @@ impl Machine<'_> {
             match result::render(wf.result.as_ref(), &self.st, &ctx) {
                 Ok(result) => Ending {
                     phase: RunPhase::Succeeded,
-                    result: Some(result),
+                    result: Some(Box::new(result)),
                     error: None,
                     message: None,
                 },

@@ -282,7 +282,7 @@ fn fail_step(st: &mut RunStatus, idx: usize, message: String, error: RunError, n
             phase: RunPhase::Failed,
             result: None,
             message: Some(error.message.clone()),
-            error: Some(error),
+            error: Some(Box::new(error)),
         }));
     }
 }

@@ -31,8 +31,10 @@ pub(super) fn run_result(run: &Run) -> Result<CallToolResponse, ErrorData> {
         let msg = st.status_message.unwrap_or_else(|| "cancelled".into());
         return Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text(msg)]).into());
     }
-    let result = st.result.unwrap_or_else(|| json!({"content": []}));
-    let mut parsed: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+    let mut parsed: CallToolResult = match &st.result {
+        Some(text) => serde_json::from_str(text.get()).map_err(internal)?,
+        None => serde_json::from_value(json!({"content": []})).map_err(internal)?,
+    };
     parsed.result_type = Some(rmcp::model::ResultType::COMPLETE);
     Ok(parsed.into())
 }

@@ -6,7 +6,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::api::{Run, RunPhase, WorkflowSpec};
+use crate::api::{JsonText, Run, RunPhase, WorkflowSpec};
 use crate::engine::duration;
 
 /// `pollIntervalMs` when a Workflow gives none.
@@ -217,9 +217,9 @@ pub(crate) enum Payload<'a> {
     /// `input_required`: the open requests.
     InputRequired(InputRequests),
     /// `completed`: the stored result (an object), or none stored.
-    Completed(Option<&'a JsonObject>),
+    Completed(Option<&'a JsonText>),
     /// `completed` with a stored result that is not an object (kept under `value`).
-    CompletedOther(&'a Value),
+    CompletedOther(&'a JsonText),
     /// `failed`: the protocol-level error.
     Failed(Option<&'a crate::api::RunError>),
     /// `cancelled`.
@@ -232,7 +232,7 @@ pub(crate) fn payload<'a>(run: &'a Run, status: &TaskStatus) -> Payload<'a> {
     match status {
         TaskStatus::InputRequired => Payload::InputRequired(open_requests(run)),
         TaskStatus::Completed => match st.and_then(|s| s.result.as_ref()) {
-            Some(Value::Object(m)) => Payload::Completed(Some(m)),
+            Some(text) if text.is_object() => Payload::Completed(Some(text)),
             Some(other) => Payload::CompletedOther(other),
             None => Payload::Completed(None),
         },
@@ -257,10 +257,10 @@ impl Payload<'_> {
                 input_requests: r.clone(),
             },
             Self::Completed(r) => TaskPayload::Completed {
-                result: object(r.map_or_else(|| empty_result(run), |m| Value::Object(m.clone()))),
+                result: object(r.map_or_else(|| empty_result(run), JsonText::to_value)),
             },
             Self::CompletedOther(v) => TaskPayload::Completed {
-                result: object((*v).clone()),
+                result: object(v.to_value()),
             },
             Self::Failed(e) => TaskPayload::Failed {
                 error: object(

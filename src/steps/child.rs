@@ -13,10 +13,10 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::{Executor, within_deadline};
-use crate::api::ErrorClass;
 use crate::api::{
     CancelRequest, Cleanup, Run, RunError, RunPhase, annotations, conditions, labels, reasons,
 };
+use crate::api::{ErrorClass, JsonText};
 use crate::engine::marks::{Marks, Sealed};
 use crate::engine::{Action, Effect, Outcome, budget};
 use crate::protocol::codes;
@@ -394,7 +394,7 @@ fn ended(child: &Run) -> Option<Outcome> {
         .unwrap_or_default();
     match st.phase {
         RunPhase::Succeeded => {
-            let result = st.result.clone().unwrap_or(Value::Null);
+            let result = st.result.as_ref().map_or(Value::Null, JsonText::to_value);
             let output = result.get("structuredContent").cloned().unwrap_or(result);
             Some(Outcome::Succeeded(output))
         }

@@ -148,7 +148,7 @@ async fn a_multi_step_run_retries_waits_and_takes_answers_one_key_at_a_time() {
     assert_eq!(done.metadata.name.as_deref(), Some(name.as_str()));
     assert_eq!(st.phase, RunPhase::Succeeded, "{:?}", st.result);
     assert_eq!(
-        st.result.unwrap()["content"][0]["text"],
+        st.result.unwrap().to_value()["content"][0]["text"],
         "deployed=true lead=true"
     );
     assert_eq!(
@@ -192,7 +192,10 @@ async fn a_fail_step_ends_the_run_as_a_tool_error() {
         .await;
     let st = done.status.unwrap();
     assert_eq!(st.phase, RunPhase::Failed);
-    assert_eq!(st.result.unwrap()["content"][0]["text"], "lead said no");
+    assert_eq!(
+        st.result.unwrap().to_value()["content"][0]["text"],
+        "lead said no"
+    );
     assert!(st.error.is_none());
 }
 
@@ -279,7 +282,7 @@ async fn the_deadline_expires_while_waiting_for_input() {
     assert_eq!(st.phase, RunPhase::Failed);
     assert!(st.input_requests.is_empty());
     assert!(
-        st.result.unwrap()["content"][0]["text"]
+        st.result.unwrap().to_value()["content"][0]["text"]
             .as_str()
             .unwrap()
             .contains("deadline")

@@ -275,7 +275,7 @@ async fn forged(
         run.status = Some(RunStatus {
             phase: RunPhase::Succeeded,
             finished_at: Some(jiff::Timestamp::now().to_string()),
-            result: Some(result.clone()),
+            result: Some(result.clone().into()),
             ..Default::default()
         });
         match mcp.store().update_status(run).await {

@@ -299,7 +299,7 @@ async fn a_retry_written_directly_is_checked_by_the_controller() {
         let st = run.status.unwrap();
         assert_eq!(st.phase, RunPhase::Failed);
         assert!(st.steps.is_empty() && st.started_at.is_none(), "{st:?}");
-        let text = st.result.unwrap()["content"][0]["text"].clone();
+        let text = st.result.unwrap().to_value()["content"][0]["text"].clone();
         assert!(text.as_str().unwrap().contains(why), "{text}");
     }
 }

@@ -86,7 +86,10 @@ fn two_different_approvers_take_the_question_and_the_first_answer_is_its_content
     settle(&mut run, &w, at(5));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Succeeded);
-    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "tonight");
+    assert_eq!(
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"],
+        "tonight"
+    );
 }
 
 #[test]

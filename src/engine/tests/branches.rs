@@ -533,7 +533,7 @@ fn a_workflow_step_starts_one_named_child_per_attempt_and_takes_its_result() {
     settle(&mut run, &w, at(70));
     assert_eq!(status(&run).phase, RunPhase::Succeeded);
     assert_eq!(
-        status(&run).result.as_ref().unwrap()["content"][0]["text"],
+        status(&run).result.as_ref().unwrap().to_value()["content"][0]["text"],
         "https://x"
     );
 }

@@ -140,7 +140,7 @@ fn terminal_runs_are_collected_after_their_ttl() {
         }
     );
     assert_eq!(
-        status(&run).result.as_ref().unwrap()["content"][0]["text"],
+        status(&run).result.as_ref().unwrap().to_value()["content"][0]["text"],
         "done"
     );
 }

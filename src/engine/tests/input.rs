@@ -40,7 +40,10 @@ fn multi_key_input_is_answered_one_key_at_a_time() {
     settle(&mut run, &w, at(2));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Succeeded, "{st:#?}");
-    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "x-y");
+    assert_eq!(
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"],
+        "x-y"
+    );
     assert!(st.input_requests.is_empty());
     assert_eq!(st.steps[1].name, "cleanup");
 }
@@ -187,7 +190,7 @@ fn cancel_action_reasks_and_decline_fails_unless_allowed() {
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
     assert!(
-        st.result.as_ref().unwrap()["content"][0]["text"]
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"]
             .as_str()
             .unwrap()
             .contains("declined by bob")
@@ -261,7 +264,7 @@ fn the_run_deadline_expires_while_waiting_for_input() {
     assert_eq!(st.phase, RunPhase::Failed);
     assert!(st.input_requests.is_empty());
     assert!(
-        st.result.as_ref().unwrap()["content"][0]["text"]
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"]
             .as_str()
             .unwrap()
             .contains("deadline")

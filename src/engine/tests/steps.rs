@@ -74,7 +74,10 @@ fn a_successful_http_step_renders_the_result() {
     assert_eq!(next, Next::Finished { delete_at: None });
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Succeeded);
-    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "got 200");
+    assert_eq!(
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"],
+        "got 200"
+    );
     assert_eq!(st.conditions[0].type_, "Finished");
     assert_eq!(st.conditions[0].reason, "Succeeded");
 }
@@ -105,7 +108,7 @@ fn retries_back_off_exponentially_then_fail_as_a_tool_error() {
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
     assert_eq!(st.steps[0].attempts.len(), 3);
-    let result = st.result.as_ref().unwrap();
+    let result = st.result.as_ref().unwrap().to_value();
     assert_eq!(result["isError"], true);
     assert!(
         result["content"][0]["text"]
@@ -213,9 +216,8 @@ fn an_upstream_body_stays_in_the_step_record_not_in_the_task_message() {
     assert!(st.steps[0].attempts[0].message.contains("sk-live-123"));
     // The task's statusMessage names the step, never what the server answered.
     assert_eq!(st.status_message.as_deref(), Some("step call failed"));
-    let text = st.result.as_ref().unwrap()["content"][0]["text"]
-        .as_str()
-        .unwrap();
+    let result = st.result.as_ref().unwrap().to_value();
+    let text = result["content"][0]["text"].as_str().unwrap();
     assert!(!text.contains("sk-live"), "{text}");
     assert!(!st.conditions[0].message.contains("sk-live"));
 }
@@ -284,8 +286,11 @@ fn fail_steps_end_as_tool_error_or_protocol_error() {
     settle(&mut run, &tool, at(0));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
-    assert_eq!(st.result.as_ref().unwrap()["content"][0]["text"], "no luck");
-    assert_eq!(st.result.as_ref().unwrap()["isError"], true);
+    assert_eq!(
+        st.result.as_ref().unwrap().to_value()["content"][0]["text"],
+        "no luck"
+    );
+    assert_eq!(st.result.as_ref().unwrap().to_value()["isError"], true);
     assert!(st.error.is_none());
 
     let proto = wf(
@@ -317,7 +322,10 @@ fn structured_content_keeps_json_types_and_large_outputs_are_truncated() {
     let st = status(&run);
     assert!(st.steps[0].output_truncated);
     assert!(st.steps[0].output.as_ref().unwrap().as_str().unwrap().len() <= MAX_OUTPUT_BYTES);
-    assert_eq!(st.result.as_ref().unwrap()["structuredContent"]["n"], 3);
+    assert_eq!(
+        st.result.as_ref().unwrap().to_value()["structuredContent"]["n"],
+        3
+    );
 }
 
 #[test]

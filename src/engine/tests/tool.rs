@@ -397,7 +397,7 @@ fn an_upstream_tool_error_ends_the_run_as_a_tool_error() {
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Failed);
     assert!(st.error.is_none());
-    assert_eq!(st.result.as_ref().unwrap()["isError"], true);
+    assert_eq!(st.result.as_ref().unwrap().to_value()["isError"], true);
 }
 
 #[test]
