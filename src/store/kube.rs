@@ -4,8 +4,8 @@
 //! so a task handle resolves the moment it is returned.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -21,6 +21,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::compact::Compactor;
+use super::recent::{Recent, rv_num};
 use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labels_match};
 use crate::api::{Run, Workflow};
 
@@ -46,17 +47,15 @@ fn map_err(e: kube::Error) -> StoreError {
     }
 }
 
-fn rv_num(run: &Run) -> Option<u64> {
-    run.metadata.resource_version.as_deref()?.parse().ok()
-}
-
 /// Runs as custom resources.
 #[derive(Clone)]
 pub struct KubeStore {
     client: Client,
     runs: Store<Run>,
-    /// This process's latest writes, until the reflector has caught up with them.
-    own: Recent,
+    /// This process's latest writes and what its watches saw, until the reflector has them.
+    own: Arc<Recent>,
+    /// Shrinks every Run kept: the reflector's, the remembered versions, the watch's.
+    compactor: Arc<Compactor>,
 }
 
 /// How long this process trusts its own write over a reflector that has not seen it yet.
@@ -67,8 +66,9 @@ impl KubeStore {
     pub async fn start(client: Client) -> Result<Self, StoreError> {
         let (reader, writer) = reflector::store();
         let api: Api<Run> = Api::all(client.clone());
-        let compactor = Compactor::default();
-        let events = watcher(api, watcher::Config::default()).modify(move |r| compactor.compact(r));
+        let compactor = Arc::new(Compactor::default());
+        let shrink = Arc::clone(&compactor);
+        let events = watcher(api, watcher::Config::default()).modify(move |r| shrink.compact(r));
         let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();
@@ -91,7 +91,8 @@ impl KubeStore {
         Ok(Self {
             client,
             runs: reader,
-            own: Arc::default(),
+            own: Arc::new(Recent::new(OWN_WRITES_TTL)),
+            compactor,
         })
     }
 
@@ -99,52 +100,19 @@ impl KubeStore {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    fn remember(&self, run: &Run) {
-        remember_newer(&self.own, run);
+    /// Remember the answer to one of this process's writes, compacted as the cache keeps it.
+    fn remember(&self, mut run: Run) -> Arc<Run> {
+        self.compactor.compact(&mut run);
+        let run = Arc::new(run);
+        self.own.remember(&run);
+        run
     }
 
     /// Own writes that are still fresh.
     fn own_writes(&self) -> Vec<Arc<Run>> {
-        let mut own = self.own.write().expect("own lock");
-        own.retain(|_, (at, _)| at.elapsed() < OWN_WRITES_TTL);
-        own.values().map(|(_, r)| r.clone()).collect()
-    }
-
-    fn forget(&self, ns: &str, name: &str) {
-        self.own
-            .write()
-            .expect("own lock")
-            .remove(&Key::new(ns, name));
+        self.own.fresh()
     }
 }
-
-/// Drop the remembered version of a Run if `stale` says so of what is remembered *now*. A reader
-/// decides to forget after looking, and between its look and the forget a watch event or a
-/// write's answer may have remembered a newer version; removing that one unchecked sent reads
-/// back to a cache that had not seen it (a concurrency verdict made on such a read held a queued
-/// Run behind a peer that had already finished).
-fn forget_if(recent: &Recent, key: Key, stale: impl FnOnce(&Instant, &Run) -> bool) {
-    let mut recent = recent.write().expect("own lock");
-    if recent.get(&key).is_some_and(|(at, r)| stale(at, r)) {
-        recent.remove(&key);
-    }
-}
-
-/// The cache holds version `cached` of the Run: forget a remembered version no newer than that.
-fn forget_caught_up(recent: &Recent, key: Key, cached: u64) {
-    forget_if(recent, key, |_, r| {
-        rv_num(r).is_none_or(|now| now <= cached)
-    });
-}
-
-/// Neither the cache nor the API server has the Run: forget a remembered version only if it had
-/// expired (one remembered since the read looked is a create the cache has not seen yet).
-fn forget_expired(recent: &Recent, key: Key) {
-    forget_if(recent, key, |at, _| at.elapsed() >= OWN_WRITES_TTL);
-}
-
-/// Read by every get (under a read lock), written by own writes and the watch; Runs shared.
-type Recent = Arc<RwLock<HashMap<Key, (Instant, Arc<Run>)>>>;
 
 /// What one event of the API server's watch means for the watchers of Runs.
 enum Seen {
@@ -156,22 +124,25 @@ enum Seen {
     End(StoreError),
 }
 
-/// Read one watch event, moving `rv` to the version it carries and `recent` past it.
-fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent) -> Seen {
+/// Read one watch event, moving `rv` to the version it carries and `recent` past it. The Run
+/// is compacted as the cache keeps it, and shared by the event and `recent`.
+fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent, shrink: &Compactor) -> Seen {
     match ev {
-        KubeWatchEvent::Added(r) | KubeWatchEvent::Modified(r) => {
+        KubeWatchEvent::Added(mut r) | KubeWatchEvent::Modified(mut r) => {
             if let Some(v) = &r.metadata.resource_version {
                 rv.clone_from(v);
             }
-            remember_newer(recent, &r);
-            Seen::Event(WatchEvent::Applied(Arc::new(r)))
+            shrink.compact(&mut r);
+            let r = Arc::new(r);
+            recent.remember(&r);
+            Seen::Event(WatchEvent::Applied(r))
         }
         KubeWatchEvent::Deleted(r) => {
             if let Some(v) = &r.metadata.resource_version {
                 rv.clone_from(v);
             }
             if let Some(k) = Key::of(&r.metadata) {
-                recent.write().expect("own lock").remove(&k);
+                recent.forget(&k);
             }
             Seen::Event(WatchEvent::Deleted(Arc::new(r)))
         }
@@ -181,28 +152,6 @@ fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent) -> Seen {
         }
         KubeWatchEvent::Error(s) if s.code == 410 => Seen::End(StoreError::Gone),
         KubeWatchEvent::Error(s) => Seen::End(StoreError::Backend(s.message)),
-    }
-}
-
-/// Keep `run` as the newest known version of its object unless a newer one is known already.
-/// Both this process's writes and what its watch delivers go here: the reflector's cache is fed
-/// by another watch and may lag behind either, and a reconcile triggered by a watch event must
-/// not read an older version than the one that triggered it.
-fn remember_newer(recent: &Recent, run: &Run) {
-    let Some(key) = Key::of(&run.metadata) else {
-        return;
-    };
-    let mut recent = recent.write().expect("own lock");
-    let newer = recent
-        .get(&key)
-        .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
-            (Some(a), Some(b)) => b >= a,
-            _ => true,
-        });
-    if newer {
-        let mut run = run.clone();
-        run.metadata.managed_fields = None;
-        recent.insert(key, (Instant::now(), Arc::new(run)));
     }
 }
 
@@ -221,8 +170,7 @@ impl RunStore for KubeStore {
             )
             .await
             .map_err(map_err)?;
-        self.remember(&created);
-        Ok(created)
+        Ok(Arc::unwrap_or_clone(self.remember(created)))
     }
 
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
@@ -238,21 +186,13 @@ impl RunStore for KubeStore {
         name: &str,
     ) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
-        let own = {
-            let own = self.own.read().expect("own lock");
-            // Most reads find no write of this replica waiting for the cache: no key to build.
-            (!own.is_empty())
-                .then(|| own.get(&Key::new(namespace, name)))
-                .flatten()
-                .filter(|(at, _)| at.elapsed() < OWN_WRITES_TTL)
-                .map(|(_, r)| r.clone())
-        };
+        let own = self.own.get(namespace, name);
         match (cached, own) {
             (Some(c), None) => Ok(Some(c)),
             (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
                 (Some(a), Some(b)) if a >= b => {
                     // The cache has caught up with what was remembered when this read looked.
-                    forget_caught_up(&self.own, Key::new(namespace, name), a);
+                    self.own.forget_caught_up(Key::new(namespace, name), a);
                     Ok(Some(c))
                 }
                 (Some(_), Some(_)) => Ok(Some(o)),
@@ -269,7 +209,7 @@ impl RunStore for KubeStore {
             (None, None) => {
                 let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
                 if got.is_none() {
-                    forget_expired(&self.own, Key::new(namespace, name));
+                    self.own.forget_expired(Key::new(namespace, name));
                 }
                 Ok(got.map(Arc::new))
             }
@@ -373,8 +313,7 @@ impl RunStore for KubeStore {
             .patch(&name, &pp, &Patch::Merge(&patch))
             .await
             .map_err(map_err)?;
-        self.remember(&updated);
-        Ok(updated)
+        Ok(Arc::unwrap_or_clone(self.remember(updated)))
     }
 
     async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
@@ -397,8 +336,7 @@ impl RunStore for KubeStore {
             .patch_status(&name, &pp, &Patch::Apply(&patch))
             .await
             .map_err(map_err)?;
-        self.remember(&updated);
-        Ok(Arc::new(updated))
+        Ok(self.remember(updated))
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
@@ -406,7 +344,7 @@ impl RunStore for KubeStore {
             .delete(name, &DeleteParams::background())
             .await
             .map_err(map_err)?;
-        self.forget(namespace, name);
+        self.own.forget(&Key::new(namespace, name));
         Ok(())
     }
 
@@ -415,13 +353,14 @@ impl RunStore for KubeStore {
         resource_version: Option<String>,
     ) -> BoxStream<'static, Result<WatchEvent, StoreError>> {
         let api: Api<Run> = Api::all(self.client.clone());
-        let recent = self.own.clone();
+        let recent = Arc::clone(&self.own);
+        let shrink = Arc::clone(&self.compactor);
         // Follow the watch across server-side timeouts, resuming from the last version seen
         // (bookmarks included), until the API server says that version is gone.
         futures::stream::unfold(
             (api, resource_version, None::<BoxStream<'static, _>>, false),
             move |(api, rv, stream, done)| {
-                let recent = recent.clone();
+                let (recent, shrink) = (Arc::clone(&recent), Arc::clone(&shrink));
                 async move {
                     if done {
                         return None;
@@ -454,7 +393,7 @@ impl RunStore for KubeStore {
                                 }
                             }
                             Some(Err(e)) => return Some((Err(e), (api, Some(rv), None, true))),
-                            Some(Ok(ev)) => match seen(ev, &mut rv, &recent) {
+                            Some(Ok(ev)) => match seen(ev, &mut rv, &recent, &shrink) {
                                 Seen::Nothing => {}
                                 Seen::Event(out) => {
                                     return Some((Ok(out), (api, Some(rv), Some(stream), false)));
@@ -595,63 +534,5 @@ impl SecretSource for KubeSecrets {
             .ok_or(StoreError::NotFound)?;
         String::from_utf8(bytes.0)
             .map_err(|_| StoreError::Invalid(format!("secret {name}/{key} is not UTF-8")))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{RunSpec, WorkflowRef};
-
-    fn version(rv: u64) -> Run {
-        let mut r = Run::new(
-            "r",
-            RunSpec {
-                workflow_ref: WorkflowRef { name: "w".into() },
-                arguments: None,
-                requested_by: None,
-                cancel: None,
-                pause: None,
-                retry_of: None,
-                priority: None,
-                input_responses: BTreeMap::new(),
-            },
-        );
-        r.metadata.namespace = Some("ns".into());
-        r.metadata.resource_version = Some(rv.to_string());
-        r
-    }
-
-    fn remembered(recent: &Recent) -> Option<u64> {
-        let recent = recent.read().unwrap();
-        recent
-            .get(&Key::new("ns", "r"))
-            .and_then(|(_, r)| rv_num(r))
-    }
-
-    #[test]
-    fn a_reader_forgets_only_what_the_cache_has_caught_up_with() {
-        let recent = Recent::default();
-        remember_newer(&recent, &version(717));
-        // A reader saw 717 remembered and 717 cached; before it forgets, the watch delivers 718.
-        remember_newer(&recent, &version(718));
-        forget_caught_up(&recent, Key::new("ns", "r"), 717);
-        assert_eq!(remembered(&recent), Some(718), "the newer version stays");
-        // Once the cache holds 718 it is forgotten.
-        forget_caught_up(&recent, Key::new("ns", "r"), 718);
-        assert_eq!(remembered(&recent), None);
-        // An older version never replaces a newer one.
-        remember_newer(&recent, &version(720));
-        remember_newer(&recent, &version(719));
-        assert_eq!(remembered(&recent), Some(720));
-    }
-
-    #[test]
-    fn a_missing_run_forgets_only_an_expired_entry() {
-        let recent = Recent::default();
-        // Created and remembered after the read that found nothing asked the API server.
-        remember_newer(&recent, &version(5));
-        forget_expired(&recent, Key::new("ns", "r"));
-        assert_eq!(remembered(&recent), Some(5));
     }
 }

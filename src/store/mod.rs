@@ -13,6 +13,7 @@ mod manifest_files;
 pub mod manifests;
 
 mod ordered;
+mod recent;
 pub mod sqlite;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,209 @@
+//! The newest versions of Runs a replica knows of before its reflector does: the answers to its
+//! own writes and what its watches delivered, each trusted for a short while.
+//!
+//! A watch delivers every write of every Run, and a replica that nobody lists or scrapes would
+//! keep each one until the Run is deleted if only reads forgot them: the versions are shared
+//! with whoever else holds them (the watch's consumers, the writer's caller), and the expired
+//! ones are swept out as new ones come, at a cost that does not grow with the Runs held.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::api::ObjectKey as Key;
+use crate::api::Run;
+
+/// Fewest entries held before the expired ones are swept out.
+const SWEEP_FLOOR: usize = 256;
+
+/// A Run's resource version as a number (the API server's are decimal).
+pub(super) fn rv_num(run: &Run) -> Option<u64> {
+    run.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// Recently written or watched versions, by key; read by every get under a read lock.
+pub(super) struct Recent {
+    ttl: Duration,
+    held: RwLock<Held>,
+}
+
+struct Held {
+    by_key: HashMap<Key, (Instant, Arc<Run>)>,
+    /// Size at which the next sweep runs: twice what the last one left.
+    sweep_at: usize,
+}
+
+impl Recent {
+    /// Versions trusted for `ttl` after they were remembered.
+    pub(super) fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            held: RwLock::new(Held {
+                by_key: HashMap::new(),
+                sweep_at: SWEEP_FLOOR,
+            }),
+        }
+    }
+
+    /// Keep `run` as the newest known version of its object unless a newer one is known already.
+    pub(super) fn remember(&self, run: &Arc<Run>) {
+        let Some(key) = Key::of(&run.metadata) else {
+            return;
+        };
+        let mut held = self.held.write().expect("recent lock");
+        let newer =
+            held.by_key
+                .get(&key)
+                .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
+                    (Some(a), Some(b)) => b >= a,
+                    _ => true,
+                });
+        if newer {
+            held.by_key.insert(key, (Instant::now(), Arc::clone(run)));
+        }
+        if held.by_key.len() >= held.sweep_at {
+            let ttl = self.ttl;
+            held.by_key.retain(|_, (at, _)| at.elapsed() < ttl);
+            held.sweep_at = (held.by_key.len() * 2).max(SWEEP_FLOOR);
+        }
+    }
+
+    /// The version of `namespace`/`name` remembered and not yet expired.
+    pub(super) fn get(&self, namespace: &str, name: &str) -> Option<Arc<Run>> {
+        let held = self.held.read().expect("recent lock");
+        // Most reads find nothing remembered: no key to build.
+        if held.by_key.is_empty() {
+            return None;
+        }
+        held.by_key
+            .get(&Key::new(namespace, name))
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, r)| Arc::clone(r))
+    }
+
+    /// Every version not yet expired (the expired ones are dropped).
+    pub(super) fn fresh(&self) -> Vec<Arc<Run>> {
+        let mut held = self.held.write().expect("recent lock");
+        let ttl = self.ttl;
+        held.by_key.retain(|_, (at, _)| at.elapsed() < ttl);
+        held.by_key.values().map(|(_, r)| Arc::clone(r)).collect()
+    }
+
+    /// Forget `key` (deleted).
+    pub(super) fn forget(&self, key: &Key) {
+        self.held.write().expect("recent lock").by_key.remove(key);
+    }
+
+    /// The cache holds version `cached` of the Run: forget a remembered version no newer.
+    pub(super) fn forget_caught_up(&self, key: Key, cached: u64) {
+        self.forget_if(key, |_, r| rv_num(r).is_none_or(|now| now <= cached));
+    }
+
+    /// Neither the cache nor the API server has the Run: forget a remembered version only if it
+    /// had expired (one remembered since the read looked is a create the cache has not seen yet).
+    pub(super) fn forget_expired(&self, key: Key) {
+        let ttl = self.ttl;
+        self.forget_if(key, |at, _| at.elapsed() >= ttl);
+    }
+
+    /// Drop the remembered version if `stale` says so of what is remembered *now*. A reader
+    /// decides to forget after looking, and between its look and the forget a watch event or a
+    /// write's answer may have remembered a newer version; removing that one unchecked sent
+    /// reads back to a cache that had not seen it (a concurrency verdict made on such a read
+    /// held a queued Run behind a peer that had already finished).
+    fn forget_if(&self, key: Key, stale: impl FnOnce(&Instant, &Run) -> bool) {
+        let mut held = self.held.write().expect("recent lock");
+        if held.by_key.get(&key).is_some_and(|(at, r)| stale(at, r)) {
+            held.by_key.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::{RunSpec, WorkflowRef};
+
+    fn version(name: &str, rv: u64) -> Arc<Run> {
+        let mut r = Run::new(
+            name,
+            RunSpec {
+                workflow_ref: WorkflowRef { name: "w".into() },
+                arguments: None,
+                requested_by: None,
+                cancel: None,
+                pause: None,
+                retry_of: None,
+                priority: None,
+                input_responses: BTreeMap::new(),
+            },
+        );
+        r.metadata.namespace = Some("ns".into());
+        r.metadata.resource_version = Some(rv.to_string());
+        Arc::new(r)
+    }
+
+    fn remembered(recent: &Recent) -> Option<u64> {
+        recent.get("ns", "r").and_then(|r| rv_num(&r))
+    }
+
+    const LONG: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_reader_forgets_only_what_the_cache_has_caught_up_with() {
+        let recent = Recent::new(LONG);
+        recent.remember(&version("r", 717));
+        // A reader saw 717 remembered and 717 cached; before it forgets, the watch delivers 718.
+        recent.remember(&version("r", 718));
+        recent.forget_caught_up(Key::new("ns", "r"), 717);
+        assert_eq!(remembered(&recent), Some(718), "the newer version stays");
+        // Once the cache holds 718 it is forgotten.
+        recent.forget_caught_up(Key::new("ns", "r"), 718);
+        assert_eq!(remembered(&recent), None);
+        // An older version never replaces a newer one.
+        recent.remember(&version("r", 720));
+        recent.remember(&version("r", 719));
+        assert_eq!(remembered(&recent), Some(720));
+    }
+
+    #[test]
+    fn a_missing_run_forgets_only_an_expired_entry() {
+        let recent = Recent::new(LONG);
+        // Created and remembered after the read that found nothing asked the API server.
+        recent.remember(&version("r", 5));
+        recent.forget_expired(Key::new("ns", "r"));
+        assert_eq!(remembered(&recent), Some(5));
+        let expired = Recent::new(Duration::ZERO);
+        expired.remember(&version("r", 5));
+        expired.forget_expired(Key::new("ns", "r"));
+        assert!(expired.held.read().unwrap().by_key.is_empty());
+    }
+
+    #[test]
+    fn expired_versions_are_swept_out_without_a_reader() {
+        // A watch delivering a thousand Runs to a replica that nobody reads from.
+        let expired = Recent::new(Duration::ZERO);
+        for i in 0..1000 {
+            expired.remember(&version(&format!("r{i}"), i));
+        }
+        assert!(expired.held.read().unwrap().by_key.len() < SWEEP_FLOOR);
+        assert!(expired.fresh().is_empty());
+        // Fresh versions are all kept, however many.
+        let fresh = Recent::new(LONG);
+        for i in 0..1000 {
+            fresh.remember(&version(&format!("r{i}"), i));
+        }
+        assert_eq!(fresh.fresh().len(), 1000);
+        assert_eq!(fresh.get("ns", "r999").and_then(|r| rv_num(&r)), Some(999));
+    }
+
+    #[test]
+    fn a_remembered_version_is_shared_not_copied() {
+        let recent = Recent::new(LONG);
+        let run = version("r", 1);
+        recent.remember(&run);
+        assert!(Arc::ptr_eq(&recent.get("ns", "r").unwrap(), &run));
+    }
+}
