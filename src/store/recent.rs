@@ -121,26 +121,13 @@ impl Recent {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use jiff::Timestamp;
+    use serde_json::Value;
 
     use super::*;
-    use crate::api::{RunSpec, WorkflowRef};
 
     fn version(name: &str, rv: u64) -> Arc<Run> {
-        let mut r = Run::new(
-            name,
-            RunSpec {
-                workflow_ref: WorkflowRef { name: "w".into() },
-                arguments: None,
-                requested_by: None,
-                cancel: None,
-                pause: None,
-                retry_of: None,
-                priority: None,
-                input_responses: BTreeMap::new(),
-            },
-        );
-        r.metadata.namespace = Some("ns".into());
+        let mut r = Run::requested("ns", name, "w", Value::Null, None, Timestamp::UNIX_EPOCH);
         r.metadata.resource_version = Some(rv.to_string());
         Arc::new(r)
     }
