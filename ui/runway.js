@@ -1465,8 +1465,17 @@
       var cursor = state.cursors[state.page];
       if (cursor) args.cursor = cursor;
       var ns = state.namespace;
+      // Filters change faster than the server answers: only the newest ask may draw the list,
+      // and the list says it is busy until that answer came.
+      var seq = state.listSeq = (state.listSeq || 0) + 1;
+      listEl.setAttribute("aria-busy", "true");
+      function newest() {
+        if (seq !== state.listSeq) return false;
+        listEl.removeAttribute("aria-busy");
+        return true;
+      }
       client.callTool(TOOLS.list, args).then(function (page) {
-        if (ns !== state.namespace || state.view !== "runs") return;
+        if (!newest() || ns !== state.namespace || state.view !== "runs") return;
         notice.textContent = "";
         if (filterError) filterError.textContent = "";
         renderList(listEl, page, function (task) { go(state.namespace, "runs", task); },
@@ -1478,7 +1487,7 @@
           h("button", { type: "button", disabled: !page.nextCursor, onclick: function () { state.page++; loadList(); } }, state.order === "oldest" ? "Newer" : "Older"));
         followList(page.runs);
       }, function (e) {
-        if (e.code === OFFLINE) return;
+        if (!newest() || e.code === OFFLINE) return;
         // A filter the server refused says why beside the filters.
         if (e.code === -32602 && filterError) filterError.textContent = e.message;
         else notice.textContent = e.message;
