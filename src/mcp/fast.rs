@@ -76,8 +76,10 @@ struct GetParams<'a> {
 struct GetMeta<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
     protocol_version: Cow<'a, str>,
+    /// Boxed: rmcp's type is large, and an unboxed one was copied at each level of the
+    /// envelope's deserialization (a few per cent of a `tasks/get`'s CPU).
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
-    client_capabilities: ClientCapabilities,
+    client_capabilities: Box<ClientCapabilities>,
 }
 
 /// A `tasks/get` this path answers.

@@ -35,12 +35,16 @@ struct Gate {
 }
 
 impl Gate {
-    /// Hand a request on to rmcp.
-    async fn rmcp(&self, req: Request) -> Response {
-        match self.rmcp.clone().oneshot(req).await {
-            Ok(resp) => resp.into_response(),
-            Err(never) => match never {},
-        }
+    /// Hand a request on to rmcp. Boxed, as are the other large branches of a request's future
+    /// (see [`admitted`]).
+    fn rmcp(&self, req: Request) -> futures::future::BoxFuture<'static, Response> {
+        let rmcp = self.rmcp.clone();
+        Box::pin(async move {
+            match rmcp.oneshot(req).await {
+                Ok(resp) => resp.into_response(),
+                Err(never) => match never {},
+            }
+        })
     }
 }
 
@@ -328,9 +332,12 @@ async fn admitted(
             path: parts.uri.path().to_owned(),
             tenant,
         };
-        return era2025::serve(state, caller, &parts.headers, msg).await;
+        // A request's future is copied whole each time it moves (into its span, its timer,
+        // axum's box) and is as large as its largest branch: the general paths are boxed so
+        // that the hot `tasks/get` moves a small one.
+        return Box::pin(era2025::serve(state, caller, &parts.headers, msg)).await;
     }
-    serve(gate, parts, bytes, msg, tenant).await
+    Box::pin(serve(gate, parts, bytes, msg, tenant)).await
 }
 
 /// Serve a request of the 2026-07-28 era: its headers checked against its body, then the
@@ -434,7 +441,7 @@ async fn fast_path(
     if crate::telemetry::enabled() {
         describe_request(&call.as_message(), headers);
     }
-    let resp = fast::call_tool(state, tenant, headers, call).await?;
+    let resp = Box::pin(fast::call_tool(state, tenant, headers, call)).await?;
     state
         .config
         .metrics

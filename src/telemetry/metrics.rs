@@ -214,8 +214,8 @@ tokio::task_local! {
 }
 
 /// Serve one request inside `fut`: the latency [`Metrics::request`] records is from now.
-pub(crate) async fn timed<F: Future>(fut: F) -> F::Output {
-    REQUEST_STARTED.scope(Instant::now(), fut).await
+pub(crate) fn timed<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    REQUEST_STARTED.scope(Instant::now(), fut)
 }
 
 /// The process's metrics.
