@@ -207,6 +207,11 @@ impl Server {
         let marks = Marks::new(mcp_config.state_keys.clone());
         let archive = opts.archive.open(events.clone()).await?;
         mcp_config.archive = archive.clone();
+        mcp_config.starter = Some(Arc::new(controller::Starter::new(
+            run_store.clone(),
+            events.clone(),
+            opts.mcp.metrics.clone(),
+        )));
         let state = mcp::McpState::new(
             run_store.clone(),
             wf_source.clone(),

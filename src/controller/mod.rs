@@ -5,6 +5,7 @@
 mod collecting;
 mod config;
 mod failing;
+mod first;
 pub mod history;
 mod inflight;
 pub mod queue;
@@ -15,6 +16,7 @@ mod watch;
 mod work;
 
 pub use config::{Config, EventSink, LogEvents, Shards};
+pub use first::Starter;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,7 @@ use inflight::Inflight;
 use queue::{Key, Queue};
 use waiting::Waiting;
 use work::{
-    Live, VALIDATION_POLL, decide_off_worker, instant_at, off_worker, panic_message,
+    Live, VALIDATION_POLL, decide, instant_at, off_worker, panic_message, transitions,
     waited_for_validation, waits_long,
 };
 
@@ -179,7 +181,7 @@ impl Controller {
                 for e in events {
                     self.events.record(&written, e);
                 }
-                self.transitions(run, &written);
+                transitions(&self.config.metrics, run.status.as_ref(), &written);
                 Wrote::Run(written)
             }
             Err(StoreError::Conflict) => Wrote::Conflict,
@@ -199,28 +201,6 @@ impl Controller {
                 self.retry_later(k, e);
                 Wrote::Later
             }
-        }
-    }
-
-    /// What a status write that starts or ends a Run tells (it is made once: a conflict
-    /// writes nothing): its span, the finished count, how long it waited to start.
-    fn transitions(&self, before: &Run, after: &Run) {
-        let (was, is) = (before.phase(), after.phase());
-        if is.is_terminal() && !was.is_terminal() {
-            crate::telemetry::finish_run(after);
-            self.config.metrics.run_finished(
-                after.metadata.namespace.as_deref().unwrap_or_default(),
-                &after.spec.workflow_ref.name,
-                is.as_str(),
-            );
-        }
-        fn started(r: &Run) -> Option<&str> {
-            r.status.as_ref().and_then(|s| s.started_at.as_deref())
-        }
-        if let (None, Some(at)) = (started(before), started(after))
-            && let Some(waited) = engine::waited_to_start(after, at)
-        {
-            self.config.metrics.run_started(waited);
         }
     }
 
@@ -350,7 +330,7 @@ impl Controller {
         let Some(run) = self.before_start(k, run, live.as_ref()).await else {
             return Written::Stop;
         };
-        let decision = decide_off_worker(&run, spec).await;
+        let decision = decide(&run, spec).await;
         let Some(status) = decision.status else {
             return Written::Run(run, Some(decision.next));
         };

@@ -1,5 +1,6 @@
 //! Helpers of the reconcile: which effects run detached, engine work off the async workers,
-//! a Run's Workflow before its snapshot, and the clock of the work queue.
+//! what a status write tells, a Run's Workflow before its snapshot, and the clock of the work
+//! queue.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, LazyLock};
@@ -61,12 +62,60 @@ pub(super) async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Sen
     }
 }
 
-pub(super) async fn decide_off_worker(
+/// Most steps a Workflow may have for a Run's first decision to be taken on the async worker.
+const FIRST_DECISION_HERE_STEPS: usize = 8;
+
+/// Whether deciding on `run` costs less than the trip to the engine threads and back (two
+/// wake-ups, and a copy of the Workflow): a finished Run renders no template, and the first
+/// decision of a short Workflow without a fan-out renders those of a few steps. At one client
+/// the trip was a tenth of a `tools/call` (`docs/performance.md`).
+fn decides_here(run: &Run, live: Option<&crate::api::WorkflowSpec>) -> bool {
+    run.phase().is_terminal()
+        || (run.status.is_none()
+            && live.is_some_and(|w| {
+                w.steps.len() <= FIRST_DECISION_HERE_STEPS
+                    && w.steps.iter().all(|s| s.for_each.is_none())
+            }))
+}
+
+/// The engine's decision on `run`: here when it is cheap, on the engine threads otherwise.
+pub(super) async fn decide(
     run: &Arc<Run>,
     live: Option<&crate::api::WorkflowSpec>,
 ) -> engine::Decision {
+    if decides_here(run, live) {
+        return engine::decide(run, live, Timestamp::now());
+    }
     let (run, live) = (Arc::clone(run), live.cloned());
     off_worker(move || engine::decide(&run, live.as_ref(), Timestamp::now())).await
+}
+
+/// What a status write that starts or ends a Run tells (it is made once: a conflict writes
+/// nothing): its span, the finished count, how long it waited to start.
+/// `before` is the status replaced (none for a Run created with its first status).
+pub(super) fn transitions(
+    metrics: &crate::telemetry::Metrics,
+    before: Option<&crate::api::RunStatus>,
+    after: &Run,
+) {
+    let was_terminal = before.is_some_and(|s| s.phase.is_terminal());
+    let is = after.phase();
+    if is.is_terminal() && !was_terminal {
+        crate::telemetry::finish_run(after);
+        metrics.run_finished(
+            after.metadata.namespace.as_deref().unwrap_or_default(),
+            &after.spec.workflow_ref.name,
+            is.as_str(),
+        );
+    }
+    fn started(s: Option<&crate::api::RunStatus>) -> Option<&str> {
+        s.and_then(|s| s.started_at.as_deref())
+    }
+    if let (None, Some(at)) = (started(before), started(after.status.as_ref()))
+        && let Some(waited) = engine::waited_to_start(after, at)
+    {
+        metrics.run_started(waited);
+    }
 }
 
 /// What a Run that has not started finds of its Workflow.
@@ -122,6 +171,49 @@ mod tests {
                 .map(|i| i * 2)
                 .collect::<Vec<_>>()
         );
+    }
+
+    fn spec(steps: serde_json::Value) -> crate::api::WorkflowSpec {
+        serde_json::from_value(serde_json::json!({ "steps": steps })).unwrap()
+    }
+
+    #[test]
+    fn only_decisions_cheaper_than_the_trip_stay_on_the_async_worker() {
+        let step = |i: usize| serde_json::json!({ "name": format!("s{i}"), "delay": { "duration": "0s" } });
+        let short = spec(serde_json::json!([step(0)]));
+        let long = spec((0..=FIRST_DECISION_HERE_STEPS).map(step).collect());
+        let fan_out = spec(serde_json::json!([
+            { "name": "s", "forEach": { "items": [1, 2] }, "delay": { "duration": "0s" } }
+        ]));
+        let new = Run::requested(
+            "ns",
+            "r",
+            "wf",
+            serde_json::json!({}),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        let with_phase = |phase| {
+            let mut r = new.clone();
+            r.status = Some(crate::api::RunStatus {
+                phase,
+                ..Default::default()
+            });
+            r
+        };
+        assert!(decides_here(&new, Some(&short)));
+        assert!(!decides_here(&new, Some(&long)));
+        assert!(!decides_here(&new, Some(&fan_out)));
+        assert!(
+            !decides_here(&new, None),
+            "a Run whose Workflow is gone goes to the engine threads"
+        );
+        let running = with_phase(crate::api::RunPhase::Running);
+        assert!(!decides_here(&running, Some(&short)));
+        assert!(decides_here(
+            &with_phase(crate::api::RunPhase::Succeeded),
+            None
+        ));
     }
 
     #[tokio::test]

@@ -62,6 +62,9 @@ pub struct Config {
     /// The archive of finished Runs, read by `runway_list_runs` and `runway_get_run` with
     /// `archived` (none: those refuse it).
     pub archive: Option<std::sync::Arc<crate::store::archive::keeper::Archiver>>,
+    /// Creates the Runs calls ask for (none: the store creates them, and the controller
+    /// decides their first status when its watch brings them).
+    pub starter: Option<std::sync::Arc<dyn crate::store::StartRun>>,
 }
 
 impl Config {
@@ -84,6 +87,7 @@ impl Config {
             console: true,
             hold_limit: HOLD_LIMIT,
             archive: None,
+            starter: None,
         }
     }
 }

@@ -190,7 +190,11 @@ impl RunwayMcp {
         )
         .with_labels(labels.iter().map(|(k, v)| (k.as_str(), v.clone())))
         .with_annotations(crate::telemetry::run_annotation());
-        match self.state.store.create(run.clone()).await {
+        let created = match &self.state.config.starter {
+            Some(starter) => starter.start(run.clone(), wf).await,
+            None => self.state.store.create(run.clone()).await,
+        };
+        match created {
             Ok(r) => {
                 crate::telemetry::record_run(&r);
                 Ok(r)

@@ -92,6 +92,17 @@ pub type Visit<'a> = dyn FnMut(&Arc<Run>) -> bool + Send + 'a;
 pub trait RunStore: Send + Sync + 'static {
     /// Create; sets `uid`, `resourceVersion`, `generation` and `creationTimestamp`.
     async fn create(&self, run: Run) -> Result<Run, StoreError>;
+    /// Whether [`RunStore::create_started`] keeps the status it is given. A Kubernetes create
+    /// cannot: status is a subresource, written by a request of its own.
+    fn creates_with_status(&self) -> bool {
+        false
+    }
+    /// Create a Run that carries its first status, decided from the `uid`, `generation` and
+    /// `creationTimestamp` it carries (which are kept; `resourceVersion` is set), in one write.
+    /// Where [`RunStore::creates_with_status`] is false this is [`RunStore::create`].
+    async fn create_started(&self, run: Run) -> Result<Run, StoreError> {
+        self.create(run).await
+    }
     /// Read one Run, reflecting every write that returned before the call.
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError>;
     /// [`RunStore::get`] without a copy where the store keeps the Run shared (the hot read
@@ -165,6 +176,15 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> BoxStream<'static, Result<WatchEvent, StoreError>>;
     /// The current resource version, to start a watch after a list.
     async fn resource_version(&self) -> Result<String, StoreError>;
+}
+
+/// How the Runs that calls ask for are created: by the controller's starter, which writes a
+/// Run together with its first status where the store can (one write instead of two).
+#[async_trait]
+pub trait StartRun: std::fmt::Debug + Send + Sync + 'static {
+    /// Create `run`, asked for by a call to `workflow`'s tool, as [`RunStore::create`] does,
+    /// possibly with its first status.
+    async fn start(&self, run: Run, workflow: &Workflow) -> Result<Run, StoreError>;
 }
 
 /// Workflows, as the controller and the MCP endpoint see them (with `Ready` conditions).

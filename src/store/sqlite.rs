@@ -333,6 +333,29 @@ impl RunStore for SqliteStore {
         .await
     }
 
+    fn creates_with_status(&self) -> bool {
+        true
+    }
+
+    async fn create_started(&self, run: Run) -> Result<Run, StoreError> {
+        let key = key_of(&run)?;
+        let m = &run.metadata;
+        if m.uid.is_none() || m.generation.is_none() || m.creation_timestamp.is_none() {
+            return Err(StoreError::Invalid(
+                "a Run created with its status carries the uid, generation and \
+                 creationTimestamp that status was decided from"
+                    .into(),
+            ));
+        }
+        self.submit(move |b| {
+            if b.current(&key).is_some() {
+                return Err(StoreError::AlreadyExists);
+            }
+            Ok(Arc::unwrap_or_clone(b.put(key, run)))
+        })
+        .await
+    }
+
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Run>, StoreError> {
         let cache = self.inner.cache.read().expect("cache lock");
         Ok(cache.get(&Key::new(namespace, name)).map(|r| (**r).clone()))

@@ -15,6 +15,7 @@ mod crash;
 mod crash_retry;
 mod crd_cel;
 mod examples;
+mod first_decision;
 mod hostile;
 mod kube_wiring;
 mod layering;

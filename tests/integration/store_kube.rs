@@ -45,6 +45,12 @@ async fn watch_and_resume() {
     contract::watch_and_resume(&s).await;
 }
 
+#[tokio::test]
+async fn create_started() {
+    let (_a, s) = store().await;
+    contract::create_started(&s).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_creates_of_one_name() {
     let (_a, s) = store().await;

@@ -4,9 +4,10 @@ use crate::support;
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use runway::api::{Run, RunPhase, RunStatus};
-use runway::store::RunStore;
 use runway::store::sqlite::SqliteStore;
+use runway::store::{RunStore, StoreError, WatchEvent};
 use serde_json::json;
 use support::contract;
 use support::harness::TempDir;
@@ -45,6 +46,12 @@ async fn delete() {
 async fn watch_and_resume() {
     let (_d, s) = store();
     contract::watch_and_resume(&s).await;
+}
+
+#[tokio::test]
+async fn create_started() {
+    let (_d, s) = store();
+    contract::create_started(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,6 +98,46 @@ async fn runs_survive_reopening_the_file() {
 
 /// A store holds every Run in memory: Runs of one Workflow version share one copy of its
 /// snapshot, written or read back from the file, and the status loses nothing by it.
+/// The embedded store writes a Run and its first status as one change, durable at once, and
+/// refuses one without the metadata that status was decided from (it would not match it).
+#[tokio::test]
+async fn a_run_created_with_its_status_is_one_durable_change() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let created = {
+        let s = SqliteStore::open(&path).unwrap();
+        let mut bare = contract::run("a", "bare", "wf");
+        bare.status = Some(RunStatus {
+            phase: RunPhase::Succeeded,
+            ..Default::default()
+        });
+        assert!(
+            matches!(s.create_started(bare).await, Err(StoreError::Invalid(_))),
+            "a status without the uid, generation and creation time it was decided from"
+        );
+        assert!(s.get("a", "bare").await.unwrap().is_none());
+
+        let since = s.resource_version().await.unwrap();
+        let mut changes = s.watch(Some(since));
+        let mut decided = contract::run("a", "one", "wf");
+        decided.metadata.uid = Some(runway::store::new_uid());
+        decided.metadata.generation = Some(1);
+        decided.metadata.creation_timestamp = Some(runway::api::kube_time(jiff::Timestamp::now()));
+        decided.status = Some(RunStatus {
+            phase: RunPhase::Succeeded,
+            ..Default::default()
+        });
+        let c = s.create_started(decided).await.unwrap();
+        match changes.next().await {
+            Some(Ok(WatchEvent::Applied(r))) => assert_eq!(*r, c),
+            other => panic!("the first change is the Run with its status: {other:?}"),
+        }
+        c
+    };
+    let s = SqliteStore::open(&path).unwrap();
+    assert_eq!(s.get("a", "one").await.unwrap().unwrap(), created);
+}
+
 #[tokio::test]
 async fn runs_of_one_workflow_version_hold_one_copy_of_its_snapshot() {
     let d = TempDir::new();
@@ -140,10 +187,7 @@ async fn a_watch_from_forgotten_history_is_gone() {
     let s = SqliteStore::open(&path).unwrap();
     use futures::StreamExt;
     let mut w = s.watch(Some("1".into()));
-    assert_eq!(
-        w.next().await.unwrap().unwrap_err(),
-        runway::store::StoreError::Gone
-    );
+    assert_eq!(w.next().await.unwrap().unwrap_err(), StoreError::Gone);
 }
 
 #[test]

@@ -243,3 +243,35 @@ pub async fn concurrent_answers_first_wins<S: RunStore + Clone>(store: &S) {
     }
     assert_eq!(ok, 1);
 }
+
+/// A create that carries a Run's first status: where the store says it can write both at
+/// once, the status and the metadata it was decided from are kept; elsewhere it creates as
+/// `create` does. Either way a second create of the name is refused.
+pub async fn create_started<S: RunStore>(store: &S) {
+    let mut decided = run("a", "started", "wf");
+    decided.metadata.uid = Some("6f1c2a52-1d7e-4e0b-9a53-2b6d1c0e9f00".into());
+    decided.metadata.generation = Some(1);
+    let at: jiff::Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+    decided.metadata.creation_timestamp = Some(runway::api::kube_time(at));
+    decided.status = Some(RunStatus {
+        phase: RunPhase::Succeeded,
+        ..Default::default()
+    });
+    let created = store.create_started(decided.clone()).await.unwrap();
+    assert!(created.metadata.resource_version.is_some());
+    assert_eq!(store.get("a", "started").await.unwrap().unwrap(), created);
+    if store.creates_with_status() {
+        assert_eq!(created.status, decided.status);
+        assert_eq!(created.metadata.uid, decided.metadata.uid);
+        assert_eq!(
+            created.metadata.creation_timestamp,
+            decided.metadata.creation_timestamp
+        );
+    } else {
+        assert_eq!(created.phase(), RunPhase::Pending, "{:?}", created.status);
+    }
+    assert_eq!(
+        store.create_started(decided).await.unwrap_err(),
+        StoreError::AlreadyExists
+    );
+}
