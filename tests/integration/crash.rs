@@ -43,10 +43,6 @@ fn client(p: &Process) -> Client {
     Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp")
 }
 
-fn task_id(r: &support::mcp::Reply) -> String {
-    r.result()["taskId"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_survive_kill_9_and_finish_exactly_once() {
     let dir = setup();
@@ -55,9 +51,9 @@ async fn runs_survive_kill_9_and_finish_exactly_once() {
     let c = client(&p);
     let mut naps = Vec::new();
     for i in 0..5 {
-        naps.push(task_id(&c.call("nap", json!({"ms": 1500 + i * 100})).await));
+        naps.push(c.call("nap", json!({"ms": 1500 + i * 100})).await.task_id());
     }
-    let ask = task_id(&c.call("ask", json!({})).await);
+    let ask = c.call("ask", json!({})).await.task_id();
     // every Run has started before the crash
     for id in naps.iter().chain([&ask]) {
         c.await_task(id, "started", |t| t.get("statusMessage").is_some())
@@ -163,7 +159,7 @@ async fn idempotent_nap(c: &Client, key: &str) -> String {
             json!({"name": "nap", "arguments": {"ms": 10}, "_meta": {"dev.runway/idempotencyKey": key}}),
         )
         .await;
-    task_id(&r)
+    r.task_id()
 }
 
 /// The `requestState` of an argument question.

@@ -36,12 +36,6 @@ spec:
   steps: [ { name: s, delay: { duration: 10ms } } ]
 "#;
 
-fn task_id(r: &support::mcp::Reply) -> String {
-    let res = r.result();
-    assert_eq!(res["resultType"], "task", "{res}");
-    res["taskId"].as_str().unwrap().to_owned()
-}
-
 /// The first version of Run `id` the store tells of after `since`.
 async fn first_version(s: &Mcp, since: &str, id: &str) -> Run {
     let mut changes = s.store().watch(Some(since.to_owned()));
@@ -58,7 +52,7 @@ async fn first_version(s: &Mcp, since: &str, id: &str) -> Run {
 /// Another Run taken through the controller to its end: every Run created before it has had
 /// its reconcile queued (the watch tells creates in order).
 async fn settle(s: &Mcp, c: &Client) {
-    let id = task_id(&c.call("quick", json!({})).await);
+    let id = c.call("quick", json!({})).await.task_id();
     s.wait(&id, "finished", |r| r.phase() == RunPhase::Succeeded)
         .await;
 }
@@ -75,7 +69,7 @@ async fn a_run_that_finishes_at_once_is_created_finished_in_one_write() {
     let c = s.client("alice-token");
     let since = s.store().resource_version().await.unwrap();
     let answer = c.call("instant", json!({})).await;
-    let id = task_id(&answer);
+    let id = answer.task_id();
     assert_eq!(
         answer.result()["status"],
         "completed",
@@ -119,7 +113,7 @@ async fn a_run_under_a_concurrency_limit_is_created_bare_for_the_controller() {
     let s = Mcp::start(&[("wf.yaml", WORKFLOWS)]).await;
     let c = s.client("alice-token");
     let since = s.store().resource_version().await.unwrap();
-    let id = task_id(&c.call("limited", json!({})).await);
+    let id = c.call("limited", json!({})).await.task_id();
     // Its start reads the other Runs of its Workflow, which only the controller does.
     let created = first_version(&s, &since, &id).await;
     assert!(created.status.is_none(), "{:?}", created.status);
@@ -138,7 +132,7 @@ async fn concurrent_calls_each_get_one_run_written_once() {
     let since = s.store().resource_version().await.unwrap();
     let calls = (0..32).map(|_| {
         let c = c.clone();
-        async move { task_id(&c.call("instant", json!({})).await) }
+        async move { c.call("instant", json!({})).await.task_id() }
     });
     let mut ids = futures::future::join_all(calls).await;
     ids.sort();

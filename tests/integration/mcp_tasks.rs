@@ -12,19 +12,13 @@ async fn server() -> Mcp {
     Mcp::start(&[("wf.yaml", WORKFLOWS)]).await
 }
 
-fn task_id(r: &support::mcp::Reply) -> String {
-    let res = r.result();
-    assert_eq!(res["resultType"], "task", "{res}");
-    res["taskId"].as_str().unwrap().to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_then_get_until_completed() {
     let s = server().await;
     let c = s.client("alice-token");
     let r = c.call("quick", json!({})).await;
     let res = r.result().clone();
-    let id = task_id(&r);
+    let id = r.task_id();
     assert!(
         id.starts_with("quick-") && id.len() == "quick-".len() + 26,
         "{id}"
@@ -53,7 +47,7 @@ async fn create_then_get_until_completed() {
 async fn tasks_get_never_writes() {
     let s = server().await;
     let c = s.client("alice-token");
-    let id = task_id(&c.call("nap", json!({})).await);
+    let id = c.call("nap", json!({})).await.task_id();
     let running = s
         .wait(&id, "running", |r| r.phase() == RunPhase::Running)
         .await;
@@ -75,7 +69,7 @@ async fn input_is_answered_one_key_at_a_time_and_concurrent_answers_record_once(
     let s = server().await;
     let alice = s.client("alice-token");
     let bob = s.client("bob-token");
-    let id = task_id(&alice.call("form", json!({})).await);
+    let id = alice.call("form", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     let t = alice.get(&id).await.result().clone();
@@ -150,7 +144,7 @@ async fn input_is_answered_one_key_at_a_time_and_concurrent_answers_record_once(
 async fn ineligible_answers_are_refused_with_the_reason_and_the_question_stays_open() {
     let s = server().await;
     let alice = s.client("alice-token");
-    let id = task_id(&alice.call("gated", json!({})).await);
+    let id = alice.call("gated", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     let key = "ask.ok";
@@ -193,7 +187,7 @@ async fn answers_must_match_the_requested_schema_and_good_ones_are_kept() {
     let s = server().await;
     let alice = s.client("alice-token");
     let paula = s.client("paula-token");
-    let id = task_id(&alice.call("signoff", json!({})).await);
+    let id = alice.call("signoff", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     for (bad, why) in [
@@ -273,7 +267,7 @@ async fn named_approvers_read_and_answer_without_list_runs_but_cannot_cancel() {
     let alice = s.client("alice-token");
     let paula = s.client("paula-token");
     let dave = s.client("dave-token");
-    let id = task_id(&alice.call("signoff", json!({})).await);
+    let id = alice.call("signoff", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     // dave has the same rights as paula but is not an approver: the owner rule hides the Run.
@@ -360,7 +354,7 @@ async fn cancel_during_a_delay_and_during_an_input_wait_runs_cleanup() {
     let s = server().await;
     let c = s.client("alice-token");
     for (tool, phase) in [("nap", RunPhase::Running), ("form", RunPhase::Waiting)] {
-        let id = task_id(&c.call(tool, json!({})).await);
+        let id = c.call(tool, json!({})).await.task_id();
         s.wait(&id, "started", |r| r.phase() == phase).await;
         let ack = c.cancel(&id).await;
         assert_eq!(ack.result(), &json!({"resultType": "complete"}));
@@ -396,14 +390,14 @@ async fn cancel_during_a_delay_and_during_an_input_wait_runs_cleanup() {
 async fn tool_errors_complete_and_protocol_errors_fail() {
     let s = server().await;
     let c = s.client("alice-token");
-    let id = task_id(&c.call("tool-error", json!({})).await);
+    let id = c.call("tool-error", json!({})).await.task_id();
     s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     let t = c.get(&id).await.result().clone();
     assert_eq!(t["status"], "completed");
     assert_eq!(t["result"]["isError"], true);
     assert!(t.get("error").is_none());
 
-    let id = task_id(&c.call("proto-error", json!({})).await);
+    let id = c.call("proto-error", json!({})).await.task_id();
     s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     let t = c.get(&id).await.result().clone();
     assert_eq!(t["status"], "failed");
@@ -416,7 +410,7 @@ async fn tool_errors_complete_and_protocol_errors_fail() {
 async fn other_principals_get_the_same_answer_as_for_unknown_tasks() {
     let s = server().await;
     let alice = s.client("alice-token");
-    let id = task_id(&alice.call("form", json!({})).await);
+    let id = alice.call("form", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     // dave is a plain team-a developer, like alice
@@ -499,7 +493,7 @@ async fn names_from_callers_are_checked_before_any_lookup() {
     }
     // Someone without `get runs` in the namespace learns nothing either.
     let rita_elsewhere = s.client("carol-token").at("/namespaces/team-a/mcp");
-    let id = task_id(&alice.call("form", json!({})).await);
+    let id = alice.call("form", json!({})).await.task_id();
     assert_eq!(rita_elsewhere.get(&id).await.last()["error"], reference);
 }
 
@@ -557,11 +551,11 @@ async fn idempotency_keys_return_the_same_task() {
             json!({"name": "nap", "arguments": args, "_meta": {"dev.runway/idempotencyKey": key}}),
         )
     };
-    let a = task_id(&call(json!({}), "order-1").await);
-    let b = task_id(&call(json!({}), "order-1").await);
+    let a = call(json!({}), "order-1").await.task_id();
+    let b = call(json!({}), "order-1").await.task_id();
     assert_eq!(a, b);
     assert_eq!(a.len(), "nap-".len() + 26);
-    let other = task_id(&call(json!({}), "order-2").await);
+    let other = call(json!({}), "order-2").await.task_id();
     assert_ne!(a, other);
     let reused = call(json!({"x": 1}), "order-1").await;
     assert_eq!(reused.error_code(), -32602);
@@ -570,7 +564,7 @@ async fn idempotency_keys_return_the_same_task() {
     let r = bob
         .rpc("tools/call", Some("nap"), json!({"name": "nap", "arguments": {}, "_meta": {"dev.runway/idempotencyKey": "order-1"}}))
         .await;
-    assert_ne!(task_id(&r), a);
+    assert_ne!(r.task_id(), a);
 }
 
 /// Read SSE frames from a listen response as they arrive.
@@ -612,9 +606,13 @@ async fn listen(
 async fn listen_streams_every_transition_of_readable_tasks_in_order() {
     let s = server().await;
     let alice = s.client("alice-token");
-    let t1 = task_id(&alice.call("form", json!({})).await);
-    let t2 = task_id(&alice.call("nap", json!({})).await);
-    let bobs = task_id(&s.client("dave-token").call("nap", json!({})).await);
+    let t1 = alice.call("form", json!({})).await.task_id();
+    let t2 = alice.call("nap", json!({})).await.task_id();
+    let bobs = s
+        .client("dave-token")
+        .call("nap", json!({}))
+        .await
+        .task_id();
     s.wait(&t1, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
 
@@ -689,7 +687,7 @@ async fn each_principal_holds_a_bounded_number_of_listen_streams() {
     })
     .await;
     let alice = s.client("alice-token");
-    let id = task_id(&alice.call("form", json!({})).await);
+    let id = alice.call("form", json!({})).await.task_id();
     let (status, mut first) = listen(&alice, &[&id]).await;
     assert_eq!(status, StatusCode::OK);
     // the first frame proves the stream is open and counted
@@ -724,7 +722,7 @@ async fn each_principal_holds_a_bounded_number_of_listen_streams() {
 async fn listen_refuses_task_ids_in_the_wrong_place_instead_of_following_nothing() {
     let s = server().await;
     let alice = s.client("alice-token");
-    let id = task_id(&alice.call("nap", json!({})).await);
+    let id = alice.call("nap", json!({})).await.task_id();
     let reply = alice
         .rpc("subscriptions/listen", None, json!({"taskIds": [id]}))
         .await;
@@ -741,7 +739,7 @@ async fn listen_refuses_task_ids_in_the_wrong_place_instead_of_following_nothing
 async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
     let s = server().await;
     let alice = s.client("alice-token");
-    let id = task_id(&alice.call("sso", json!({})).await);
+    let id = alice.call("sso", json!({})).await.task_id();
     s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     let t = alice.get(&id).await.result().clone();
@@ -770,7 +768,7 @@ async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
 async fn following_tasks_needs_watch_runs_as_well_as_reading_them() {
     let s = server().await;
     let olga = s.client("olga-token");
-    let id = task_id(&olga.call("nap", json!({})).await);
+    let id = olga.call("nap", json!({})).await.task_id();
     // rita may `get runs` but not `watch` them
     let rita = s.client("reader-token");
     let body = json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
@@ -820,7 +818,7 @@ async fn a_sample_step_is_answered_by_the_callers_model_and_survives_a_restart()
     let alice = s
         .client("alice-token")
         .with_caps(json!({"extensions": {TASKS: {}}, "sampling": {}}));
-    let id = task_id(&alice.call("muse", json!({"who": "Ada"})).await);
+    let id = alice.call("muse", json!({"who": "Ada"})).await.task_id();
     let task = alice.await_status(&id, "input_required").await;
     let asked = &task["inputRequests"]["greet.sample"];
     assert_eq!(asked["method"], "sampling/createMessage");
@@ -893,15 +891,15 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
         s.client("dave-token"),
         s.client("reader-token"),
     );
-    let done = task_id(&alice.call("quick", json!({})).await);
+    let done = alice.call("quick", json!({})).await.task_id();
     alice.await_status(&done, "completed").await;
-    let waiting = task_id(&alice.call("signoff", json!({})).await);
+    let waiting = alice.call("signoff", json!({})).await.task_id();
     s.wait(&waiting, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
-    let working = task_id(&alice.call("nap", json!({})).await);
-    let failed = task_id(&alice.call("proto-error", json!({})).await);
+    let working = alice.call("nap", json!({})).await.task_id();
+    let failed = alice.call("proto-error", json!({})).await.task_id();
     alice.await_status(&failed, "failed").await;
-    let cancelled = task_id(&alice.call("nap", json!({})).await);
+    let cancelled = alice.call("nap", json!({})).await.task_id();
     alice.cancel(&cancelled).await;
     alice.await_status(&cancelled, "cancelled").await;
     let cases = [
@@ -992,9 +990,9 @@ async fn runways_own_tools_answer_alike_on_the_fast_path_and_through_rmcp() {
     let [fast, slow] = call_both_ways(&alice, "runway_list_runs", none(), none(), &[]).await;
     assert_eq!(fast, slow);
     assert_eq!(fast.1["result"]["structuredContent"]["runs"], json!([]));
-    let done = task_id(&alice.call("quick", json!({})).await);
+    let done = alice.call("quick", json!({})).await.task_id();
     alice.await_status(&done, "completed").await;
-    task_id(&alice.call("nap", json!({})).await);
+    alice.call("nap", json!({})).await.task_id();
     let page = json!({"limit": 1});
     let [fast, slow] = call_both_ways(&alice, "runway_list_runs", page, none(), &[]).await;
     assert_eq!(fast, slow);

@@ -7,7 +7,7 @@ use runway::api::{Run, RunPhase, StepPhase};
 use runway::store::RunStore;
 use serde_json::json;
 use support::harness::TempDir;
-use support::mcp::{Client, Mcp, Reply};
+use support::mcp::{Client, Mcp};
 use support::process::{Process, free_port};
 use support::upstream::{Proxy, auth_with_secrets, server_dir, write_server_dir};
 
@@ -132,13 +132,6 @@ async fn servers(relays: &[(&str, &str, &str, &str)], b_url: Option<&str>) -> (M
     (a, b)
 }
 
-fn task_id(r: &Reply) -> String {
-    r.result()["taskId"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no task in {:?}", r.messages))
-        .to_owned()
-}
-
 fn upstream_task(run: &Run) -> Option<String> {
     run.status.as_ref()?.steps.first()?.upstream_task_id.clone()
 }
@@ -158,7 +151,7 @@ async fn b_runs(b: &Mcp, workflow: &str) -> Vec<Run> {
 async fn a_plain_upstream_result_is_the_step_output() {
     let (a, b) = servers(&[("relay-echo", "echo", "", "")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-echo", json!({"msg": "hi"})).await);
+    let id = c.call("relay-echo", json!({"msg": "hi"})).await.task_id();
     let t = c.await_status(&id, "completed").await;
     assert_eq!(
         t["result"]["structuredContent"],
@@ -180,7 +173,7 @@ async fn a_plain_upstream_result_is_the_step_output() {
 async fn an_upstream_task_is_recorded_then_followed_to_its_result() {
     let (a, b) = servers(&[("relay-slow", "slow", "", "")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-slow", json!({"msg": "zz"})).await);
+    let id = c.call("relay-slow", json!({"msg": "zz"})).await.task_id();
     let t = c.await_status(&id, "completed").await;
     assert_eq!(
         t["result"]["structuredContent"],
@@ -199,7 +192,10 @@ async fn an_upstream_task_is_recorded_then_followed_to_its_result() {
 async fn upstream_input_is_answered_through_this_servers_tasks_update() {
     let (a, b) = servers(&[("relay-approve", "approve", "", "")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-approve", json!({"msg": "deploy"})).await);
+    let id = c
+        .call("relay-approve", json!({"msg": "deploy"}))
+        .await
+        .task_id();
     let t = c.await_status(&id, "input_required").await;
     let request = &t["inputRequests"]["call.approval.decision"];
     assert_eq!(request["method"], "elicitation/create");
@@ -232,7 +228,7 @@ async fn upstream_input_is_answered_through_this_servers_tasks_update() {
 async fn upstream_input_of_a_blocking_call_is_forwarded_with_its_request_state() {
     let (a, b) = servers(&[("relay-mrtr", "approve", "", "task: never")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-mrtr", json!({"msg": "ship"})).await);
+    let id = c.call("relay-mrtr", json!({"msg": "ship"})).await.task_id();
     let t = c.await_status(&id, "input_required").await;
     assert!(t["inputRequests"]["call.approval.decision"].is_object());
     let waiting = a
@@ -260,7 +256,7 @@ async fn upstream_input_of_a_blocking_call_is_forwarded_with_its_request_state()
 async fn cancelling_the_run_cancels_the_upstream_task() {
     let (a, b) = servers(&[("relay-forever", "forever", "", "")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-forever", json!({"msg": "x"})).await);
+    let id = c.call("relay-forever", json!({"msg": "x"})).await.task_id();
     let run = a
         .wait(&id, "following its upstream task", |r| {
             upstream_task(r).is_some()
@@ -297,7 +293,7 @@ async fn an_unreachable_upstream_is_retried_then_fails_clearly() {
     )
     .await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-down", json!({"msg": "x"})).await);
+    let id = c.call("relay-down", json!({"msg": "x"})).await.task_id();
     let t = c.await_status(&id, "completed").await;
     assert_eq!(t["result"]["isError"], true);
     let text = t["result"]["content"][0]["text"].as_str().unwrap();
@@ -327,7 +323,7 @@ async fn an_upstream_answering_5xx_is_retried_as_a_server_error() {
     )
     .await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-503", json!({"msg": "x"})).await);
+    let id = c.call("relay-503", json!({"msg": "x"})).await.task_id();
     let t = c.await_status(&id, "completed").await;
     assert_eq!(t["result"]["isError"], true);
     let text = t["result"]["content"][0]["text"].as_str().unwrap();
@@ -349,7 +345,7 @@ async fn an_upstream_jsonrpc_error_fails_the_run_with_the_upstream_code() {
     )
     .await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-missing", json!({"msg": "x"})).await);
+    let id = c.call("relay-missing", json!({"msg": "x"})).await.task_id();
     let t = c.await_status(&id, "failed").await;
     assert_eq!(t["error"]["code"], -32602);
     let message = t["error"]["message"].as_str().unwrap();
@@ -377,7 +373,7 @@ async fn after_kill_9_the_server_resumes_the_same_upstream_task() {
     let port = free_port();
     let p = Process::start(dir.path(), port).await;
     let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
-    let id = task_id(&c.call("relay-nap", json!({"msg": "zz"})).await);
+    let id = c.call("relay-nap", json!({"msg": "zz"})).await.task_id();
     // A polls only after the upstream task id is in its status
     proxy.wait_for("tasks/get", 1).await;
     p.kill9().await;
@@ -415,7 +411,7 @@ async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step()
     ))
     .await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-nap", json!({"msg": "zz"})).await);
+    let id = c.call("relay-nap", json!({"msg": "zz"})).await.task_id();
     proxy.wait_for("tasks/get", 1).await;
     // The upstream stumbles: three polls in a row answer 503. The step has no retry policy.
     proxy.fail_next("tasks/get", 3, 503);
@@ -434,7 +430,7 @@ async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step()
 async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_end() {
     let (a, b) = servers(&[("relay-forever", "forever", "timeout: 1s", "")], None).await;
     let c = a.client("alice-token");
-    let id = task_id(&c.call("relay-forever", json!({"msg": "x"})).await);
+    let id = c.call("relay-forever", json!({"msg": "x"})).await.task_id();
     let run = a
         .wait(&id, "following its upstream task", |r| {
             upstream_task(r).is_some()
@@ -473,10 +469,10 @@ async fn every_upstream_call_carries_its_idempotency_key_blocking_calls_and_retr
     .await;
     let c = a.client("alice-token");
     // A blocking call (task: never) that the upstream answers at once.
-    let id = task_id(&c.call("relay-block", json!({"msg": "hi"})).await);
+    let id = c.call("relay-block", json!({"msg": "hi"})).await.task_id();
     c.await_status(&id, "completed").await;
     // A blocking call whose answer is an MRTR round: the first call and its retry.
-    let asked = task_id(&c.call("relay-ask", json!({"msg": "ship"})).await);
+    let asked = c.call("relay-ask", json!({"msg": "ship"})).await.task_id();
     c.await_status(&asked, "input_required").await;
     c.update(
         &asked,

@@ -173,17 +173,16 @@ async fn server(url: &str) -> Mcp {
     Mcp::start(&[("wf.yaml", &workflows(url))]).await
 }
 
-fn task_id(r: &support::mcp::Reply) -> String {
-    r.result()["taskId"].as_str().unwrap().to_owned()
-}
-
 async fn run(mcp: &Mcp, name: &str) -> Run {
     mcp.store().get("team-a", name).await.unwrap().unwrap()
 }
 
 /// A `release` whose build is under way and whose two sign-offs are given.
 async fn signed_release(alice: &support::mcp::Client, up: &Upstream, version: &str) -> String {
-    let id = task_id(&alice.call("release", json!({"version": version})).await);
+    let id = alice
+        .call("release", json!({"version": version}))
+        .await
+        .task_id();
     up.until("the build runs", |s| s.in_progress == 1).await;
     alice
         .update(
@@ -211,7 +210,10 @@ async fn for_each_keeps_its_bound_and_returns_outputs_in_order() {
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
     let regions = ["eu", "us", "ap", "sa", "af", "me"];
-    let id = task_id(&alice.call("regions", json!({"regions": regions})).await);
+    let id = alice
+        .call("regions", json!({"regions": regions}))
+        .await
+        .task_id();
     up.until("two items at once", |s| s.in_progress == 2).await;
     let waiting = mcp
         .wait(&id, "progress shown", |r| {
@@ -250,7 +252,10 @@ async fn two_sign_offs_at_once_then_a_child_run_as_the_same_requester() {
     let (url, up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(&alice.call("release", json!({"version": "1.2"})).await);
+    let id = alice
+        .call("release", json!({"version": "1.2"}))
+        .await
+        .task_id();
     mcp.wait(&id, "both ask", |r| {
         r.status
             .as_ref()
@@ -389,7 +394,7 @@ async fn children_nest_eight_deep_at_most() {
     let (url, _up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(&alice.call("nest-0", json!({})).await);
+    let id = alice.call("nest-0", json!({})).await.task_id();
     let done = mcp.wait(&id, "failed", |r| r.phase().is_terminal()).await;
     assert_eq!(done.phase(), RunPhase::Failed);
     let all = mcp
@@ -434,11 +439,10 @@ async fn a_restart_in_the_middle_of_a_fan_out_redoes_nothing_that_ended() {
     let (url, up) = Upstream::start().await;
     let mcp = server(&url).await;
     let alice = mcp.client("alice-token");
-    let id = task_id(
-        &alice
-            .call("regions", json!({"regions": ["eu", "us", "ap", "sa"]}))
-            .await,
-    );
+    let id = alice
+        .call("regions", json!({"regions": ["eu", "us", "ap", "sa"]}))
+        .await
+        .task_id();
     up.until("two items at once", |s| s.in_progress == 2).await;
     up.release(1);
     mcp.wait(&id, "one item done", |r| {

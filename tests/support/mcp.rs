@@ -286,6 +286,12 @@ impl Reply {
         assert!(m.get("error").is_none(), "expected a result, got {m}");
         &m["result"]
     }
+    /// The task a `tools/call` answered with (a `CreateTaskResult`): its `taskId`.
+    pub fn task_id(&self) -> String {
+        let res = self.result();
+        assert_eq!(res["resultType"], "task", "{:?}", self.messages);
+        res["taskId"].as_str().expect("a taskId").to_owned()
+    }
     /// Assert a plain, complete result (what `tasks/update` and `tasks/cancel` answer).
     pub fn assert_complete(&self) {
         assert_eq!(
