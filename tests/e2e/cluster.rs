@@ -155,6 +155,14 @@ fn log_to(cmd: &mut Command, file: &Path) {
     cmd.stdout(Stdio::null()).stderr(f);
 }
 
+/// The `runway` binary the replicas run: this build's, or `RUNWAY_BENCH_BIN`, with which the
+/// benchmark (which shares this harness) compares two builds under one load generator.
+fn runway_bin() -> std::path::PathBuf {
+    std::env::var_os("RUNWAY_BENCH_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_runway").into())
+}
+
 /// A free loopback port (bound, read, released). Here rather than shared with the test support
 /// code, so that the kube benchmark can use this file on its own.
 pub fn free_port() -> u16 {
@@ -577,7 +585,7 @@ impl Cluster {
         env: &[(&str, &str)],
     ) -> u16 {
         let (mcp, metrics) = (free_port(), free_port());
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runway"));
+        let mut cmd = Command::new(runway_bin());
         cmd.envs(env.iter().copied());
         cmd.current_dir(&self.dir)
             .env("KUBECONFIG", self.kubeconfig("operator"))

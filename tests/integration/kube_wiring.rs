@@ -383,18 +383,18 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
         "the handle resolves at once"
     );
 
-    // the controller finishes it (status by SSA), records Events, and deletes it after its TTL
+    // the controller finishes it (its status replaced), records Events, and deletes it after its TTL
     api.wait_until("run deleted after its ttl", |a| {
         !a.requests("DELETE", &format!("/namespaces/team-a/runs/{task}"))
             .is_empty()
     })
     .await;
     let finished = api
-        .requests("PATCH", &format!("/namespaces/team-a/runs/{task}/status"))
+        .requests("PUT", &format!("/namespaces/team-a/runs/{task}/status"))
         .into_iter()
         .map(|r| r.body)
         .find(|b| b["status"]["phase"] == "Succeeded")
-        .expect("a Succeeded status was applied");
+        .expect("a Succeeded status was written");
     assert_eq!(finished["status"]["result"]["content"][0]["text"], "hi k8s");
     api.wait_until("finished event", |a| {
         a.requests("POST", "/namespaces/team-a/events")

@@ -64,15 +64,48 @@ async fn concurrent_answers_first_wins() {
 }
 
 #[tokio::test]
-async fn status_is_written_by_server_side_apply_with_one_field_manager() {
+async fn status_replaces_the_version_it_was_decided_from_with_one_field_manager() {
     let (api, s) = store().await;
-    let created = s.create(contract::run("ns", "ssa", "wf")).await.unwrap();
+    let created = s.create(contract::run("ns", "put", "wf")).await.unwrap();
     let mut r = created.clone();
     r.status = Some(RunStatus {
         phase: RunPhase::Running,
         ..Default::default()
     });
-    s.update_status(r).await.unwrap();
+    let written = s.update_status(r).await.unwrap();
+    assert_eq!(written.status.as_ref().unwrap().phase, RunPhase::Running);
+    let puts = api.requests("PUT", "/namespaces/ns/runs/put/status");
+    assert_eq!(puts.len(), 1);
+    let p = &puts[0];
+    assert_eq!(
+        p.query.get("fieldManager").map(String::as_str),
+        Some("runway-controller")
+    );
+    assert_eq!(p.body["status"]["phase"], "Running");
+    assert_eq!(p.body["kind"], "Run");
+    assert_eq!(
+        p.body["metadata"]["resourceVersion"],
+        created.metadata.resource_version.clone().unwrap()
+    );
+    assert!(
+        api.requests("PATCH", "/namespaces/ns/runs/put/status")
+            .is_empty(),
+        "a status with its version is not applied"
+    );
+}
+
+#[tokio::test]
+async fn status_without_a_version_is_applied_by_one_field_manager() {
+    let (api, s) = store().await;
+    s.create(contract::run("ns", "ssa", "wf")).await.unwrap();
+    let mut r = contract::run("ns", "ssa", "wf");
+    r.metadata.resource_version = None;
+    r.status = Some(RunStatus {
+        phase: RunPhase::Running,
+        ..Default::default()
+    });
+    let written = s.update_status(r).await.unwrap();
+    assert_eq!(written.status.as_ref().unwrap().phase, RunPhase::Running);
     let patches = api.requests("PATCH", "/namespaces/ns/runs/ssa/status");
     assert_eq!(patches.len(), 1);
     let p = &patches[0];
@@ -86,10 +119,10 @@ async fn status_is_written_by_server_side_apply_with_one_field_manager() {
     );
     assert_eq!(p.query.get("force").map(String::as_str), Some("true"));
     assert_eq!(p.body["status"]["phase"], "Running");
-    assert_eq!(p.body["kind"], "Run");
-    assert_eq!(
-        p.body["metadata"]["resourceVersion"],
-        created.metadata.resource_version.clone().unwrap()
+    assert!(p.body["metadata"].get("resourceVersion").is_none());
+    assert!(
+        api.requests("PUT", "/namespaces/ns/runs/ssa/status")
+            .is_empty()
     );
 }
 

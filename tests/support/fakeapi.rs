@@ -431,6 +431,42 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             }
             ok(api.put_locked(&mut inner, &collection, next))
         }
+        // A replace of the status subresource: like the API server's for a custom resource,
+        // it needs the version it replaces, and only the status is taken from the body.
+        (Method::PUT, Some(name), Some(sub)) if sub == "status" => {
+            let mut inner = api.inner.lock().unwrap();
+            let Some(current) = inner
+                .objects
+                .get(&(collection.clone(), ns_s.clone(), name.clone()))
+                .cloned()
+            else {
+                return status(
+                    404,
+                    "NotFound",
+                    &format!("{collection} \"{name}\" not found"),
+                );
+            };
+            match body["metadata"]["resourceVersion"].as_str() {
+                None => {
+                    return status(
+                        422,
+                        "Invalid",
+                        "metadata.resourceVersion: must be specified for an update",
+                    );
+                }
+                Some(rv) if Some(rv) != current["metadata"]["resourceVersion"].as_str() => {
+                    return status(
+                        409,
+                        "Conflict",
+                        "the object has been modified; please apply your changes to the latest version",
+                    );
+                }
+                Some(_) => {}
+            }
+            let mut next = current;
+            next["status"] = body["status"].clone();
+            ok(api.put_locked(&mut inner, &collection, next))
+        }
         (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {
             Some(o) => ok(o),
             None => status(
