@@ -157,7 +157,7 @@ fn log_to(cmd: &mut Command, file: &Path) {
 
 /// The `runway` binary the replicas run: this build's, or `RUNWAY_BENCH_BIN`, with which the
 /// benchmark (which shares this harness) compares two builds under one load generator.
-fn runway_bin() -> std::path::PathBuf {
+fn runway_bin() -> PathBuf {
     std::env::var_os("RUNWAY_BENCH_BIN")
         .map(Into::into)
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_runway").into())
@@ -584,41 +584,65 @@ impl Cluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> u16 {
-        let (mcp, metrics) = (free_port(), free_port());
-        let mut cmd = Command::new(runway_bin());
-        cmd.envs(env.iter().copied());
-        cmd.current_dir(&self.dir)
-            .env("KUBECONFIG", self.kubeconfig("operator"))
-            .env("POD_NAMESPACE", SYSTEM_NS)
-            .env("POD_NAME", identity)
-            .env("RUST_LOG", "info,rmcp=warn,kube=warn")
-            .args([
-                "operator",
-                &format!("--listen=127.0.0.1:{mcp}"),
-                &format!("--metrics-listen=127.0.0.1:{metrics}"),
-                &format!("--lease-name={LEASE}"),
-                &format!("--shards={shards}"),
-                // The tests' HTTP sinks run on this machine's loopback, which the operator's
-                // egress policy denies by default.
-                "--egress-allow=127.0.0.1/32",
-                &format!("--token-audience={AUDIENCE}"),
-            ]);
-        cmd.args(&self.lease_flags).args(extra);
-        if key_file {
-            cmd.arg(format!("--state-key-file={}", self.state_key.display()));
+        // A port found free can be taken by someone else before the replica binds it; such a
+        // start is tried again on other ports, any other early exit fails with the log.
+        let log = self.dir.join(format!("{identity}.log"));
+        for attempt in 1.. {
+            let (mcp, metrics) = (free_port(), free_port());
+            let mut cmd = Command::new(runway_bin());
+            cmd.envs(env.iter().copied());
+            cmd.current_dir(&self.dir)
+                .env("KUBECONFIG", self.kubeconfig("operator"))
+                .env("POD_NAMESPACE", SYSTEM_NS)
+                .env("POD_NAME", identity)
+                .env("RUST_LOG", "info,rmcp=warn,kube=warn")
+                .args([
+                    "operator",
+                    &format!("--listen=127.0.0.1:{mcp}"),
+                    &format!("--metrics-listen=127.0.0.1:{metrics}"),
+                    &format!("--lease-name={LEASE}"),
+                    &format!("--shards={shards}"),
+                    // The tests' HTTP sinks run on this machine's loopback, which the
+                    // operator's egress policy denies by default.
+                    "--egress-allow=127.0.0.1/32",
+                    &format!("--token-audience={AUDIENCE}"),
+                ]);
+            cmd.args(&self.lease_flags).args(extra);
+            if key_file {
+                cmd.arg(format!("--state-key-file={}", self.state_key.display()));
+            }
+            log_to(&mut cmd, &log);
+            let mut child = spawn(cmd);
+            let start = Instant::now();
+            let exited = loop {
+                if http_status(metrics, "/readyz") == Some(200) {
+                    break None;
+                }
+                if let Some(status) = child.try_wait().unwrap() {
+                    break Some(status);
+                }
+                assert!(
+                    start.elapsed() < PATIENCE,
+                    "timed out waiting for operator {identity} to serve"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            };
+            let Some(status) = exited else {
+                self.operators.lock().unwrap().push(Operator {
+                    identity: identity.into(),
+                    mcp,
+                    metrics,
+                    child,
+                });
+                return mcp;
+            };
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                attempt < 3 && said.contains("Address already in use"),
+                "operator {identity} exited ({status}) before serving: {said}"
+            );
         }
-        log_to(&mut cmd, &self.dir.join(format!("{identity}.log")));
-        let child = spawn(cmd);
-        wait_until(&format!("operator {identity} to serve"), || {
-            http_status(metrics, "/readyz") == Some(200)
-        });
-        self.operators.lock().unwrap().push(Operator {
-            identity: identity.into(),
-            mcp,
-            metrics,
-            child,
-        });
-        mcp
+        unreachable!("the loop returns or fails")
     }
 
     /// The chart's ServiceAccount token the replicas use (from the TokenRequest API).
