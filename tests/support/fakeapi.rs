@@ -379,7 +379,7 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             )
                 .into_response()
         }
-        (Method::PATCH, Some(name), sub) => {
+        (method @ (Method::PATCH | Method::PUT), Some(name), sub) => {
             let mut inner = api.inner.lock().unwrap();
             let Some(current) = inner
                 .objects
@@ -392,6 +392,33 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
                     &format!("{collection} \"{name}\" not found"),
                 );
             };
+            // A replace, of the status subresource only here: like the API server's for a
+            // custom resource, it needs the version it replaces and takes only the status.
+            if method == Method::PUT {
+                if sub.as_deref() != Some("status") {
+                    return status(405, "MethodNotAllowed", "not supported by the fake");
+                }
+                match body["metadata"]["resourceVersion"].as_str() {
+                    None => {
+                        return status(
+                            422,
+                            "Invalid",
+                            "metadata.resourceVersion: must be specified for an update",
+                        );
+                    }
+                    Some(rv) if Some(rv) != current["metadata"]["resourceVersion"].as_str() => {
+                        return status(
+                            409,
+                            "Conflict",
+                            "the object has been modified; please apply your changes to the latest version",
+                        );
+                    }
+                    Some(_) => {}
+                }
+                let mut next = current;
+                next["status"] = body["status"].clone();
+                return ok(api.put_locked(&mut inner, &collection, next));
+            }
             if let Some(rv) = body["metadata"]["resourceVersion"].as_str()
                 && Some(rv) != current["metadata"]["resourceVersion"].as_str()
             {
@@ -429,42 +456,6 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
                         json!(current["metadata"]["generation"].as_i64().unwrap_or(1) + 1);
                 }
             }
-            ok(api.put_locked(&mut inner, &collection, next))
-        }
-        // A replace of the status subresource: like the API server's for a custom resource,
-        // it needs the version it replaces, and only the status is taken from the body.
-        (Method::PUT, Some(name), Some(sub)) if sub == "status" => {
-            let mut inner = api.inner.lock().unwrap();
-            let Some(current) = inner
-                .objects
-                .get(&(collection.clone(), ns_s.clone(), name.clone()))
-                .cloned()
-            else {
-                return status(
-                    404,
-                    "NotFound",
-                    &format!("{collection} \"{name}\" not found"),
-                );
-            };
-            match body["metadata"]["resourceVersion"].as_str() {
-                None => {
-                    return status(
-                        422,
-                        "Invalid",
-                        "metadata.resourceVersion: must be specified for an update",
-                    );
-                }
-                Some(rv) if Some(rv) != current["metadata"]["resourceVersion"].as_str() => {
-                    return status(
-                        409,
-                        "Conflict",
-                        "the object has been modified; please apply your changes to the latest version",
-                    );
-                }
-                Some(_) => {}
-            }
-            let mut next = current;
-            next["status"] = body["status"].clone();
             ok(api.put_locked(&mut inner, &collection, next))
         }
         (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {
