@@ -51,6 +51,8 @@ pub struct KubePlan {
     /// After the end-to-end windows, keep the cluster running until the benchmark is killed,
     /// to profile it by hand (`--hold`).
     pub hold: bool,
+    /// Only the scaling scenario (`--scale-only`).
+    pub only_scale: bool,
 }
 
 impl KubePlan {
@@ -64,6 +66,7 @@ impl KubePlan {
             memory_runs: [10_000, 100_000],
             only_e2e: false,
             hold: false,
+            only_scale: false,
         }
     }
 
@@ -77,6 +80,7 @@ impl KubePlan {
             memory_runs: [1_000, 5_000],
             only_e2e: false,
             hold: false,
+            only_scale: false,
         }
     }
 }
@@ -129,6 +133,8 @@ struct Scale {
     replicas: usize,
     shards: u32,
     e2e: Stats,
+    /// What the machine and the API server did during the window.
+    usage: usage::Usage,
 }
 
 #[derive(Default, Serialize)]
@@ -276,7 +282,7 @@ pub async fn bench(plan: KubePlan) -> Value {
     // The API server alone, before any replica runs: a replica would reconcile the baseline's
     // Runs (and write their Events) while they are measured.
     let finished = finished_status_once(c, &ns, &runs_as_alice).await;
-    for n in BASELINE_CLIENTS {
+    for n in BASELINE_CLIENTS.into_iter().filter(|_| !plan.only_scale) {
         step(&format!(
             "kube: the API server's create + status write, {n} clients, no replica running"
         ));
@@ -288,10 +294,12 @@ pub async fn bench(plan: KubePlan) -> Value {
             &usage::sample(&c.processes(), &admin).await,
         ));
     }
-    step("kube: the API server's create + status apply, 64 clients, no replica running");
-    out.api_create_and_apply =
-        create_and_status_loop(&runs_as_operator, &finished, 64, plan, true).await;
-    delete_baseline_runs(&Api::namespaced(admin.clone(), &ns)).await;
+    if !plan.only_scale {
+        step("kube: the API server's create + status apply, 64 clients, no replica running");
+        out.api_create_and_apply =
+            create_and_status_loop(&runs_as_operator, &finished, 64, plan, true).await;
+        delete_baseline_runs(&Api::namespaced(admin.clone(), &ns)).await;
+    }
 
     // The chart's default: two replicas, one shard (one leader drives every Run).
     c.start_operator("r-0");
@@ -301,6 +309,12 @@ pub async fn bench(plan: KubePlan) -> Value {
     let replicas: Vec<Target> = c.mcp_ports().into_iter().map(target).collect();
     // Runs are counted in r-0's cache; Events are queued by whichever replica leads.
     let watcher = [c.metrics_port("r-0"), c.metrics_port("r-1")];
+    if plan.only_scale {
+        c.stop("r-0");
+        c.stop("r-1");
+        out.scaling = scaling(c, &replicas_target(&ns), &admin, plan).await;
+        return finish(c, plan, out, started);
+    }
 
     if !plan.only_e2e {
         for n in [1, 16, 64] {
@@ -366,10 +380,7 @@ pub async fn bench(plan: KubePlan) -> Value {
         std::future::pending::<()>().await;
     }
     if plan.only_e2e {
-        let report = json!({"machine": crate::machine(), "versions": versions(c), "plan": plan,
-            "kube": out, "seconds": started.elapsed().as_secs_f64()});
-        println!("{}", render(&report));
-        return report;
+        return finish(c, plan, out, started);
     }
 
     step("kube: tasks/get from the cache vs the embedded store, 64 clients");
@@ -398,9 +409,13 @@ pub async fn bench(plan: KubePlan) -> Value {
     settle(&watcher).await;
 
     out.failover = failover(c, &leader, &runs_as_alice, &leases).await;
-    out.scaling = scaling(c, &replicas_target(&ns), plan).await;
+    out.scaling = scaling(c, &replicas_target(&ns), &admin, plan).await;
     out.memory = memory(c, &finished, &runs_as_operator, &leases, plan).await;
+    finish(c, plan, out, started)
+}
 
+/// The report of what was measured, printed as tables.
+fn finish(c: &Cluster, plan: KubePlan, out: KubeReport, started: Instant) -> Value {
     let report = json!({
         "machine": crate::machine(),
         "versions": versions(c),
@@ -595,7 +610,12 @@ async fn failover(
 }
 
 /// End-to-end throughput with 1, 2 and 3 replicas sharing SCALE_SHARDS shards.
-async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -> Vec<Scale> {
+async fn scaling(
+    c: &Cluster,
+    target: &impl Fn(u16) -> Target,
+    admin: &kube::Client,
+    plan: KubePlan,
+) -> Vec<Scale> {
     let mut out = Vec::new();
     for n in 1..=3usize {
         step(&format!(
@@ -628,12 +648,15 @@ async fn scaling(c: &Cluster, target: &impl Fn(u16) -> Target, plan: KubePlan) -
         let targets: Vec<Target> = names.iter().map(|r| target(c.mcp_port(r))).collect();
         let op = load::run_op("slow", POLL);
         let warmup = Duration::from_secs(1);
+        let before = usage::sample(&c.processes(), admin).await;
         let e2e = closed_loop_over(&targets, SCALE_CALLERS, warmup, plan.scale, op).await;
+        let usage = usage::window(&before, &usage::sample(&c.processes(), admin).await);
         settle(&ports).await;
         out.push(Scale {
             replicas: n,
             shards: SCALE_SHARDS,
             e2e,
+            usage,
         });
         for name in &names {
             c.stop(name);
@@ -839,15 +862,6 @@ fn versions(c: &Cluster) -> Value {
 fn render(r: &Value) -> String {
     let k = &r["kube"];
     let f = |v: &Value| v.as_f64().unwrap_or(0.0);
-    let row = |name: &str, s: &Value| {
-        format!(
-            "| {name} | {} | {}/s | {:.2} | {:.2} |\n",
-            s["clients"],
-            crate::rate(f(&s["per_sec"])),
-            f(&s["p50_ms"]),
-            f(&s["p99_ms"])
-        )
-    };
     let mut t =
         String::from("| Scenario | Clients | Rate | p50 ms | p99 ms |\n|---|---|---|---|---|\n");
     for (bare, tools) in k["bare_create"]
@@ -870,7 +884,7 @@ fn render(r: &Value) -> String {
         t += &row("end-to-end trivial runs (poll)", s);
     }
     if k["get"].is_null() {
-        return t + &usage_tables(k);
+        return t + &scaling_rows(k) + &usage_tables(k);
     }
     t += &row("tasks/get from the cache", &k["get"]);
     t += &row("tasks/get, embedded store", &k["get_embedded"]);
@@ -881,17 +895,7 @@ fn render(r: &Value) -> String {
         f(&k["listen"]["p50_ms"]),
         f(&k["listen"]["p99_ms"])
     );
-    for s in k["scaling"].as_array().into_iter().flatten() {
-        t += &row(
-            &format!(
-                "end to end, `slow` ({} ms upstream), {} replicas × {SCALE_WORKERS} workers, {} shards",
-                UPSTREAM_DELAY.as_millis(),
-                s["replicas"],
-                s["shards"]
-            ),
-            &s["e2e"],
-        );
-    }
+    t += &scaling_rows(k);
     let fo = &k["failover"];
     t += &format!(
         "\nFailover (two replicas, one shard, lease duration {} s): graceful stop → standby holds the Lease {:.2} s, a Run created then succeeded {:.2} s; kill -9 → {:.2} s, {:.2} s.\n",
@@ -983,7 +987,37 @@ fn render(r: &Value) -> String {
     t + &usage_tables(k)
 }
 
-/// Where the CPU went and what the API server did in the baseline and end-to-end windows.
+/// One scenario's row of the results table.
+fn row(name: &str, s: &Value) -> String {
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    format!(
+        "| {name} | {} | {}/s | {:.2} | {:.2} |\n",
+        s["clients"],
+        crate::rate(f(&s["per_sec"])),
+        f(&s["p50_ms"]),
+        f(&s["p99_ms"])
+    )
+}
+
+/// The scaling scenario's rows of the results table.
+fn scaling_rows(k: &Value) -> String {
+    let mut t = String::new();
+    for s in k["scaling"].as_array().into_iter().flatten() {
+        t += &row(
+            &format!(
+                "end to end, `slow` ({} ms upstream), {} replicas × {SCALE_WORKERS} workers, {} shards",
+                UPSTREAM_DELAY.as_millis(),
+                s["replicas"],
+                s["shards"]
+            ),
+            &s["e2e"],
+        );
+    }
+    t
+}
+
+/// Where the CPU went and what the API server did in the baseline, end-to-end and scaling
+/// windows.
 fn usage_tables(k: &Value) -> String {
     let mut t = String::new();
     let windows = [
@@ -1006,6 +1040,16 @@ fn usage_tables(k: &Value) -> String {
             };
             t += &usage::table(&format!("{name}, {} clients", s["clients"]), &u);
         }
+    }
+    for s in k["scaling"].as_array().into_iter().flatten() {
+        let Ok(u) = serde_json::from_value::<usage::Usage>(s["usage"].clone()) else {
+            continue;
+        };
+        let name = format!(
+            "Scaling, {} replicas, {SCALE_CALLERS} callers",
+            s["replicas"]
+        );
+        t += &usage::table(&name, &u);
     }
     t
 }
