@@ -409,6 +409,12 @@ pub(crate) struct OperatorArgs {
     /// Runs reconciled at once.
     #[arg(long, default_value_t = 32)]
     pub(crate) workers: usize,
+    /// Write no Kubernetes Event for a step's routine progress (StepStarted, StepSucceeded,
+    /// StepSkipped, StepStopped, StepsReused): each Run's status.steps holds it; a Run's own
+    /// Events and every warning are still written: a one-step Run makes one Event instead of
+    /// three, for clusters whose API server is busy.
+    #[arg(long)]
+    pub(crate) no_step_events: bool,
     #[command(flatten)]
     pub(crate) mcp: McpFlags,
     #[command(flatten)]

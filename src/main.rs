@@ -319,6 +319,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         listen,
         metrics_listen,
         no_leader_election,
+        no_step_events,
         lease_name,
         lease_namespace,
         identity,
@@ -363,6 +364,7 @@ async fn operator(args: OperatorArgs) -> ExitCode {
         mcp,
         state_key_secret,
         archive: archive.settings(None),
+        step_events: !no_step_events,
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let token = shutdown.clone();

@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::api::Run;
+use crate::api::{Run, event_reasons};
 use crate::controller::{self, EventSink};
 use crate::engine::Event;
 use crate::store::events::{EventLog, EventLogError, RecordedEvent};
@@ -63,16 +63,34 @@ impl<T: Send + 'static> WriteQueue<T> {
     }
 }
 
+/// Reasons of a step's routine progress, which `status.steps` holds in full: the Events a
+/// busy cluster can do without (`--step-events=false`). A step's failure is a warning and
+/// always written.
+const STEP_PROGRESS: [&str; 5] = [
+    event_reasons::STEP_STARTED,
+    event_reasons::STEP_SUCCEEDED,
+    event_reasons::STEP_SKIPPED,
+    event_reasons::STEP_STOPPED,
+    event_reasons::STEPS_REUSED,
+];
+
+/// Whether `event` is written as a Kubernetes Event when step progress is (`steps`) or is not.
+fn written(event: &Event, steps: bool) -> bool {
+    steps || event.warning || !STEP_PROGRESS.contains(&event.reason)
+}
+
 /// Kubernetes Events for engine transitions, through kube's `Recorder`, from a [`WriteQueue`].
 pub(crate) struct KubeEvents {
     queue: WriteQueue<(KubeEvent, ObjectReference)>,
+    /// Whether a step's routine progress is written too.
+    steps: bool,
     metrics: Metrics,
 }
 
 impl KubeEvents {
-    /// Events reported as `runway-controller` by `instance`; the ones dropped are counted in
-    /// `metrics`.
-    pub fn new(client: Client, instance: String, metrics: Metrics) -> Self {
+    /// Events reported as `runway-controller` by `instance`, a step's routine progress only
+    /// when `steps`; the ones dropped are counted in `metrics`.
+    pub fn new(client: Client, instance: String, steps: bool, metrics: Metrics) -> Self {
         let reporter = Reporter {
             controller: CONTROLLER_MANAGER.into(),
             instance: Some(instance),
@@ -88,13 +106,20 @@ impl KubeEvents {
                 written.event_left_queue();
             }
         });
-        Self { queue, metrics }
+        Self {
+            queue,
+            steps,
+            metrics,
+        }
     }
 }
 
 impl EventSink for KubeEvents {
     fn record(&self, run: &Run, event: &Event) {
         controller::LogEvents.record(run, event);
+        if !written(event, self.steps) {
+            return;
+        }
         let ev = KubeEvent {
             type_: if event.warning {
                 EventType::Warning
@@ -252,5 +277,32 @@ mod tests {
             got.push(i);
         }
         assert_eq!(got, (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn without_step_events_only_a_steps_routine_progress_is_left_out() {
+        let ev = |reason: &'static str, warning: bool| Event {
+            reason,
+            message: String::new(),
+            warning,
+        };
+        for reason in STEP_PROGRESS {
+            assert!(
+                written(&ev(reason, false), true),
+                "{reason} with step events"
+            );
+            assert!(!written(&ev(reason, false), false), "{reason} without");
+            assert!(written(&ev(reason, true), false), "{reason} as a warning");
+        }
+        for reason in [
+            event_reasons::STEP_FAILED,
+            event_reasons::FINISHED,
+            event_reasons::INPUT_REQUESTED,
+            event_reasons::PAUSED,
+            event_reasons::SCHEDULED,
+        ] {
+            let warning = reason == event_reasons::STEP_FAILED;
+            assert!(written(&ev(reason, warning), false), "{reason} without");
+        }
     }
 }

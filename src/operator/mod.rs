@@ -56,6 +56,9 @@ pub struct Options {
     pub state_key_secret: String,
     /// Where finished Runs are archived before they are deleted.
     pub archive: crate::store::archive::keeper::Settings,
+    /// Write a Kubernetes Event for every step's progress (started, succeeded, skipped,
+    /// stopped, reused); without, only a Run's own Events and warnings are written.
+    pub step_events: bool,
 }
 
 /// How long the controller's in-flight work may take to finish once told to stop.
@@ -171,6 +174,7 @@ async fn lead(
     let events = Arc::new(KubeEvents::new(
         client.clone(),
         opts.lease.identity.clone(),
+        opts.step_events,
         metrics.clone(),
     ));
     // Schedules are started where Workflows are validated (the first shard): one scheduler.

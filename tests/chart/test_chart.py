@@ -252,6 +252,7 @@ def test_every_option_reaches_the_operator() -> None:
         "--token-audience=https://kubernetes.default.svc",
         "--auth-cache-ttl=30s",
         "--workers=16",
+        "--no-step-events",
         "--log-format=text",
         "--allowed-origin=https://tools.example.com",
         "--no-list-tool",

@@ -1,6 +1,8 @@
 //! The e2e tier's failover tests, in a binary (and so a control plane) of their own because they
 //! kill and stop operator replicas: `kill -9` of the leader, a restart of the only replica, and
-//! shards handed over on a graceful stop. The replicas here split the Runs into two shards.
+//! shards handed over on a graceful stop; and a replica started with other flags
+//! (`--no-step-events`), which must drive every Run alone. The replicas here split the Runs into
+//! two shards.
 
 mod cluster;
 #[path = "../support/mod.rs"]
@@ -286,6 +288,90 @@ async fn shards_are_shared_handed_over_on_a_graceful_stop_and_shared_again() {
     c.start_operator(d);
     c.wait_holders("b and d to drive one shard each", pair(b, d));
     runs_on(d).await;
+}
+
+const REFUSES: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: refuses }
+spec:
+  steps:
+    - name: look
+      delay: { duration: 0s }
+    - name: refuse
+      fail: { message: "not today" }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_step_events_kubectl_shows_a_runs_own_events_and_its_warnings() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let c = sharded_cluster(2, SHARDS);
+    let quiet = "quiet";
+    c.start_operator_with(quiet, true, SHARDS, &["--no-step-events"]);
+    for other in c.replicas().into_iter().filter(|r| r != quiet) {
+        c.stop(&other);
+    }
+    c.wait_holders("the quiet replica to drive every shard", |h| {
+        h.iter().all(|x| x == quiet)
+    });
+    let ns = c.namespace("quiet");
+    assert!(c.apply("admin", &ns, REFUSES).status.success());
+    c.wait_ready(&ns, &["refuses"]);
+    let alice = Client::new(
+        &c.base_of(quiet),
+        Some(&token("alice")),
+        &format!("/namespaces/{ns}/mcp"),
+    );
+    let run = alice.call("refuses", json!({})).await.result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.wait_jsonpath(&ns, &format!("run/{run}"), "{.status.phase}", "Failed");
+    // Events leave a queue after the status that caused them: wait until none is left.
+    let metrics = format!("http://127.0.0.1:{}/metrics", c.metrics_port(quiet));
+    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
+    loop {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        if text.lines().any(|l| l == "runway_events_queued 0") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed = c.admin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        &format!("involvedObject.kind=Run,involvedObject.name={run}"),
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ]);
+    let reasons: BTreeSet<&str> = listed.split_whitespace().collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["Finished", "StepFailed"]),
+        "{listed}"
+    );
+    let steps = c.admin(&[
+        "get",
+        "run",
+        "-n",
+        &ns,
+        &run,
+        "-o",
+        "jsonpath={.status.steps[*].phase}",
+    ]);
+    assert_eq!(steps, "Succeeded Failed", "status.steps keeps every step");
+    // The other tests expect two replicas with the usual flags.
+    let (a, b) = ("after-quiet-a", "after-quiet-b");
+    c.start_operator(a);
+    c.start_operator(b);
+    c.stop(quiet);
+    c.wait_holders("two usual replicas to drive the shards again", |h| {
+        h.iter().all(|x| x == a || x == b)
+    });
 }
 
 const TRACED: &str = r#"

@@ -293,7 +293,25 @@ fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
         egress: Default::default(),
         state_key_secret: "runway-state-key".into(),
         archive: Default::default(),
+        step_events: true,
     }
+}
+
+/// The operator on `api` with `opts`, until the token is cancelled.
+fn operator_on(
+    api: &FakeApi,
+    opts: runway::operator::Options,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), impl std::fmt::Debug>>,
+) {
+    let shutdown = CancellationToken::new();
+    let op = tokio::spawn(runway::operator::run_with(
+        api.client(),
+        opts,
+        shutdown.clone(),
+    ));
+    (shutdown, op)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,12 +325,7 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
         "metadata": {"name": "broken", "namespace": "team-a"}, "spec": {"steps": [{"name": "a", "delay": {"duration": "soon"}}]}}));
     let opts = kubeconfig_free_options("runway");
     let (mcp_addr, metrics_addr) = (opts.listen, opts.metrics_listen);
-    let shutdown = CancellationToken::new();
-    let op = tokio::spawn(runway::operator::run_with(
-        api.client(),
-        opts,
-        shutdown.clone(),
-    ));
+    let (shutdown, op) = operator_on(&api, opts);
 
     // the leader holds the Lease and writes Ready conditions
     api.wait_until("lease held", |a| {
@@ -440,6 +453,81 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
             .unwrap()
             .status(),
         200
+    );
+
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_step_events_a_run_records_only_its_own_events_and_warnings() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "refuses", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "look", "delay": {"duration": "0s"}}, {"name": "refuse", "fail": {"message": "no"}}]}}));
+    let mut opts = kubeconfig_free_options("runway");
+    opts.step_events = false;
+    let (mcp_addr, metrics_addr) = (opts.listen, opts.metrics_listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    api.wait_until("workflow validated", |a| {
+        a.get("runway.dev/v1alpha1/workflows", "team-a", "refuses")
+            .is_some_and(|w| w["status"]["conditions"][0]["status"] == "True")
+    })
+    .await;
+    let agent = Client::new(&format!("http://{mcp_addr}"), Some("agent-token"), "/mcp");
+    // The tool appears once the Workflow reflector has seen the validated Workflow.
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    let task = loop {
+        let created = agent.call("refuses", json!({})).await;
+        if let Some(task) = created.last()["result"]["taskId"].as_str() {
+            break task.to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{created:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let reasons = |a: &FakeApi| -> Vec<String> {
+        a.requests("POST", "/namespaces/team-a/events")
+            .into_iter()
+            .filter(|r| r.body["regarding"]["name"] == task.as_str())
+            .map(|r| r.body["reason"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    api.wait_until("the run's last event", |a| {
+        reasons(a).iter().any(|r| r == "Finished")
+    })
+    .await;
+    // Written from a queue: everything queued before `Finished` has left it when none waits.
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    loop {
+        let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.lines().any(|l| l == "runway_events_queued 0") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut got = reasons(&api);
+    got.sort();
+    assert_eq!(got, ["Finished", "StepFailed"]);
+    let run = api
+        .get("runway.dev/v1alpha1/runs", "team-a", &task)
+        .expect("the run");
+    let steps: Vec<(&str, &str)> = run["status"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["phase"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [("look", "Succeeded"), ("refuse", "Failed")],
+        "the status still holds every step's progress"
     );
 
     shutdown.cancel();
