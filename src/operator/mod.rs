@@ -141,6 +141,28 @@ struct Cluster {
     archive: Option<Arc<Archiver>>,
 }
 
+/// The step executors of a shard leader: steps read Secrets, call upstreams, run Jobs and
+/// child Runs on this cluster.
+fn executors(
+    client: &Client,
+    store: &KubeStore,
+    changes: RunChanges,
+    marks: &Marks,
+    opts: &Options,
+) -> Executors {
+    Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
+        .with_tool(Arc::new(ToolExecutor::new(
+            Arc::new(KubeSecrets::new(client.clone())),
+            &opts.egress,
+        )))
+        .with_jobs(Arc::new(JobExecutor::new(client.clone(), marks.clone())))
+        .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
+            Arc::new(store.clone()),
+            changes,
+            marks.clone(),
+        )))
+}
+
 /// Drive the Runs of `shards` until `stop`, and validate Workflows when the first shard is
 /// among them.
 async fn lead(
@@ -160,17 +182,7 @@ async fn lead(
         archive,
     } = cluster;
     let validates = shards.owned.contains(&0);
-    let executors = Executors::new(Arc::new(KubeSecrets::new(client.clone())), &opts.egress)
-        .with_tool(Arc::new(ToolExecutor::new(
-            Arc::new(KubeSecrets::new(client.clone())),
-            &opts.egress,
-        )))
-        .with_jobs(Arc::new(JobExecutor::new(client.clone(), marks.clone())))
-        .with_children(Arc::new(crate::steps::child::ChildExecutor::new(
-            Arc::new(store.clone()),
-            changes,
-            marks.clone(),
-        )));
+    let executors = executors(&client, &store, changes, &marks, opts);
     let events = Arc::new(KubeEvents::new(
         client.clone(),
         opts.lease.identity.clone(),
