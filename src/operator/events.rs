@@ -64,7 +64,7 @@ impl<T: Send + 'static> WriteQueue<T> {
 }
 
 /// Reasons of a step's routine progress, which `status.steps` holds in full: the Events a
-/// busy cluster can do without (`--step-events=false`). A step's failure is a warning and
+/// busy cluster can do without (`--no-step-events`). A step's failure is a warning and
 /// always written.
 const STEP_PROGRESS: [&str; 5] = [
     event_reasons::STEP_STARTED,
