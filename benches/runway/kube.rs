@@ -107,6 +107,9 @@ struct KubeReport {
     get: Stats,
     /// The same `tasks/get` on `runway serve` (embedded store, same auth shape), 64 clients.
     get_embedded: Stats,
+    /// What the machine did during each of those two windows (the replica's, the embedded
+    /// server's): where the CPU of a `tasks/get` goes, and what else was busy.
+    get_usage: Vec<usage::Usage>,
     listen: Listen,
     failover: Failover,
     /// End-to-end runs/s of `slow` at SCALE_CALLERS callers with 1, 2 and 3 replicas sharing
@@ -385,6 +388,7 @@ pub async fn bench(plan: KubePlan) -> Value {
 
     step("kube: tasks/get from the cache vs the embedded store, 64 clients");
     let (task, _) = one_run(replicas[0].clone(), "trivial", json!({})).await;
+    let before = usage::sample(&c.processes(), &admin).await;
     out.get = closed_loop(
         replicas[0].clone(),
         64,
@@ -393,6 +397,10 @@ pub async fn bench(plan: KubePlan) -> Value {
         load::get_op(&task),
     )
     .await;
+    out.get_usage.push(usage::window(
+        &before,
+        &usage::sample(&c.processes(), &admin).await,
+    ));
     let mut embedded = start_embedded(&c.dir).await;
     // Manifests without a namespace are in `default`, alice's namespace in the auth file.
     let local = Target {
@@ -401,7 +409,14 @@ pub async fn bench(plan: KubePlan) -> Value {
         token: Some(token("alice")),
     };
     let (task, _) = one_run(local.clone(), "trivial", json!({})).await;
+    let mut processes = c.processes();
+    processes.push((embedded.what.clone(), embedded.pid()));
+    let before = usage::sample(&processes, &admin).await;
     out.get_embedded = closed_loop(local, 64, plan.warmup, plan.measure, load::get_op(&task)).await;
+    out.get_usage.push(usage::window(
+        &before,
+        &usage::sample(&processes, &admin).await,
+    ));
     embedded.kill();
 
     step("kube: listen");
@@ -905,6 +920,7 @@ fn render(r: &Value) -> String {
         f(&fo["crash_handover_s"]),
         f(&fo["crash_run_done_s"])
     );
+    t += &get_cpu(k);
     for m in k["memory"].as_array().into_iter().flatten() {
         t += &format!(
             "Memory: {} Runs cached → {:.1} MiB resident (idle {:.1} MiB), {:.1} KiB per Run.\n",
@@ -1016,8 +1032,41 @@ fn scaling_rows(k: &Value) -> String {
     t
 }
 
-/// Where the CPU went and what the API server did in the baseline, end-to-end and scaling
-/// windows.
+/// The `tasks/get` windows' CPU per request of the serving process (the replica polled, then
+/// `runway serve`) and how many cores the rest of the machine kept busy meanwhile: the two
+/// parts of a gap between the rates.
+fn get_cpu(k: &Value) -> String {
+    let windows: Vec<usage::Usage> = k["get_usage"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|u| serde_json::from_value(u.clone()).ok())
+        .collect();
+    let [cache, embedded] = windows.as_slice() else {
+        return String::new();
+    };
+    let f = |v: &Value| v.as_f64().unwrap_or(0.0);
+    // The windows take in the warm-up, at the same load as the measured seconds.
+    let part = |u: &usage::Usage, server: &str, rate: f64| {
+        let serving = u.cores.get(server).copied().unwrap_or(0.0);
+        let others: f64 = u
+            .cores
+            .iter()
+            .filter(|(p, _)| p.as_str() != server && p.as_str() != "load generator")
+            .map(|(_, c)| c)
+            .sum();
+        (serving / rate.max(1.0) * 1e6, others)
+    };
+    let (cache_us, cache_others) = part(cache, "r-0", f(&k["get"]["per_sec"]));
+    let (emb_us, emb_others) = part(embedded, "runway serve", f(&k["get_embedded"]["per_sec"]));
+    format!(
+        "tasks/get, server CPU per request: the replica {cache_us:.1} µs, runway serve {emb_us:.1} µs; \
+         the cluster's other processes kept {cache_others:.2} and {emb_others:.2} cores busy meanwhile.\n"
+    )
+}
+
+/// Where the CPU went and what the API server did in the baseline, end-to-end, `tasks/get`
+/// and scaling windows.
 fn usage_tables(k: &Value) -> String {
     let mut t = String::new();
     let windows = [
@@ -1028,6 +1077,19 @@ fn usage_tables(k: &Value) -> String {
         ),
         ("e2e_usage", "e2e", "End to end"),
     ];
+    let gets = [
+        ("get", "tasks/get from the cache"),
+        ("get_embedded", "tasks/get, embedded store"),
+    ];
+    for ((stats, name), u) in gets
+        .into_iter()
+        .zip(k["get_usage"].as_array().into_iter().flatten())
+    {
+        let Ok(u) = serde_json::from_value::<usage::Usage>(u.clone()) else {
+            continue;
+        };
+        t += &usage::table(&format!("{name}, {} clients", k[stats]["clients"]), &u);
+    }
     for (usage, stats, name) in windows {
         let pairs = k[usage]
             .as_array()

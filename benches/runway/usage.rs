@@ -216,10 +216,16 @@ pub fn table(name: &str, u: &Usage) -> String {
     for (p, c) in cores.into_iter().filter(|(_, c)| **c >= 0.005) {
         t += &format!("| {p} | {c:.2} |\n");
     }
-    t += "\n| API request | Per second | Mean ms |\n|---|---|---|\n";
-    let mut reqs: Vec<_> = u.requests_per_sec.iter().collect();
+    let mut reqs: Vec<_> = u
+        .requests_per_sec
+        .iter()
+        .filter(|(_, r)| **r >= 0.5)
+        .collect();
     reqs.sort_by(|a, b| b.1.total_cmp(a.1));
-    for (what, rate) in reqs.into_iter().filter(|(_, r)| **r >= 0.5) {
+    if !reqs.is_empty() {
+        t += "\n| API request | Per second | Mean ms |\n|---|---|---|\n";
+    }
+    for (what, rate) in reqs {
         let verb_res = what.rsplit_once(' ').map_or(what.as_str(), |(v, _)| v);
         let mean = u
             .mean_latency_ms
