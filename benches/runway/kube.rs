@@ -1077,19 +1077,6 @@ fn usage_tables(k: &Value) -> String {
         ),
         ("e2e_usage", "e2e", "End to end"),
     ];
-    let gets = [
-        ("get", "tasks/get from the cache"),
-        ("get_embedded", "tasks/get, embedded store"),
-    ];
-    for ((stats, name), u) in gets
-        .into_iter()
-        .zip(k["get_usage"].as_array().into_iter().flatten())
-    {
-        let Ok(u) = serde_json::from_value::<usage::Usage>(u.clone()) else {
-            continue;
-        };
-        t += &usage::table(&format!("{name}, {} clients", k[stats]["clients"]), &u);
-    }
     for (usage, stats, name) in windows {
         let pairs = k[usage]
             .as_array()
@@ -1102,6 +1089,19 @@ fn usage_tables(k: &Value) -> String {
             };
             t += &usage::table(&format!("{name}, {} clients", s["clients"]), &u);
         }
+    }
+    let gets = [
+        ("get", "tasks/get from the cache"),
+        ("get_embedded", "tasks/get, embedded store"),
+    ];
+    for ((stats, name), u) in gets
+        .into_iter()
+        .zip(k["get_usage"].as_array().into_iter().flatten())
+    {
+        let Ok(u) = serde_json::from_value::<usage::Usage>(u.clone()) else {
+            continue;
+        };
+        t += &usage::table(&format!("{name}, {} clients", k[stats]["clients"]), &u);
     }
     for s in k["scaling"].as_array().into_iter().flatten() {
         let Ok(u) = serde_json::from_value::<usage::Usage>(s["usage"].clone()) else {
