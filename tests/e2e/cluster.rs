@@ -137,6 +137,32 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Job>> {
     })
 }
 
+/// Remove the etcd data of every control plane in `parent` whose process has exited. A run's
+/// folder (`cluster-<pid>`) stays for its logs; its etcd data, a few hundred MiB after a
+/// benchmark, would otherwise pile up with every run.
+pub fn prune_finished(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let pid = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("cluster-"))
+            .and_then(|p| p.parse::<libc::pid_t>().ok());
+        if pid.is_some_and(|pid| !alive(pid)) {
+            let _ = std::fs::remove_dir_all(entry.path().join("etcd"));
+        }
+    }
+}
+
+/// Whether process `pid` exists (one owned by another user counts).
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let answered = unsafe { libc::kill(pid, 0) };
+    answered == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 fn spawn(cmd: Command) -> Child {
     let (tx, rx) = mpsc::channel();
     let program = format!("{:?}", cmd.get_program());
@@ -245,9 +271,9 @@ impl Cluster {
             "{} is missing: run the tier with `make e2e`, which renders the chart first",
             chart.display()
         );
-        let dir = root()
-            .join("target/e2e")
-            .join(format!("cluster-{}", std::process::id()));
+        let parent = root().join("target/e2e");
+        prune_finished(&parent);
+        let dir = parent.join(format!("cluster-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
 

@@ -1998,3 +1998,29 @@ async fn the_kubectl_recipes_of_docs_kubernetes_run_as_written() {
     paste(c, "carol", &ns, &run(line("\"cancel\""), &id));
     agent.await_status(&id, "cancelled").await;
 }
+
+/// Starting a control plane removes the etcd data that earlier, finished runs left under
+/// `target/e2e`, and keeps their logs and everything of a run still going.
+#[test]
+fn a_finished_runs_etcd_data_is_removed_and_its_logs_kept() {
+    let parent = support::harness::TempDir::new();
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    exited.wait().unwrap();
+    let finished = parent.path().join(format!("cluster-{}", exited.id()));
+    let running = parent
+        .path()
+        .join(format!("cluster-{}", std::process::id()));
+    for dir in [&finished, &running] {
+        std::fs::create_dir_all(dir.join("etcd/member")).unwrap();
+        std::fs::write(dir.join("kube-apiserver.log"), "log").unwrap();
+    }
+    let other = parent.path().join("image");
+    std::fs::create_dir_all(other.join("etcd")).unwrap();
+
+    cluster::prune_finished(parent.path());
+
+    assert!(!finished.join("etcd").exists());
+    assert!(finished.join("kube-apiserver.log").is_file());
+    assert!(running.join("etcd/member").is_dir());
+    assert!(other.join("etcd").is_dir());
+}
