@@ -1,6 +1,7 @@
 //! Identity and access from the cluster: TokenReview authenticates bearer tokens and
 //! SubjectAccessReview answers access questions (group `runway.dev`). Both are cached briefly —
-//! by a hash of the token, and by user, groups, verb, resource and namespace.
+//! by a hash of the token, and by user, groups, verb, resource and namespace — and each thread
+//! remembers its last few answers in front of those caches ([`memo`](super::memo)).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -17,7 +18,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
-use super::{AuthError, Authenticator, Authorizer, Identity, Resource, Verb};
+use super::{AuthError, Authenticator, Authorizer, Identity, Resource, Verb, memo};
 use crate::api::{GROUP, Principal};
 use crate::telemetry::Metrics;
 
@@ -32,7 +33,17 @@ struct Cache<K, V> {
     entries: RwLock<HashMap<K, (Instant, V)>>,
     /// Reviews in progress: callers that miss the same key at once (every caller of a token
     /// when its entry expires) wait for one review instead of each sending their own.
-    pending: Mutex<HashMap<K, Arc<tokio::sync::OnceCell<V>>>>,
+    pending: Mutex<HashMap<K, Arc<Review<V>>>>,
+}
+
+/// One review in progress: when its answer was cached, and the answer.
+type Review<V> = tokio::sync::OnceCell<(Instant, V)>;
+
+/// A cached answer: when the cache got it, and whether this caller's fetch gave it.
+struct Answer<V> {
+    value: V,
+    at: Instant,
+    fetched: bool,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
@@ -46,13 +57,17 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
 
     /// The answer for `k`: cached, or given by `fetch` (and cached). Callers that miss the same
     /// key at the same time share one fetch; one whose fetch fails leaves the next waiter to
-    /// try its own. `true` when this caller's fetch gave the answer.
-    async fn get_or_fetch<E, Fut>(&self, k: K, fetch: impl FnOnce() -> Fut) -> Result<(V, bool), E>
+    /// try its own.
+    async fn get_or_fetch<E, Fut>(&self, k: K, fetch: impl FnOnce() -> Fut) -> Result<Answer<V>, E>
     where
         Fut: Future<Output = Result<V, E>>,
     {
-        if let Some(v) = self.get(&k) {
-            return Ok((v, false));
+        if let Some((at, value)) = self.get(&k) {
+            return Ok(Answer {
+                value,
+                at,
+                fetched: false,
+            });
         }
         let cell = self
             .pending
@@ -68,8 +83,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
                 async {
                     let v = fetch().await?;
                     // Cached before the waiters are told, so that no caller finds neither.
-                    self.put(k.clone(), v.clone());
-                    Ok(v)
+                    Ok((self.put(k.clone(), v.clone()), v))
                 }
             })
             .await
@@ -78,18 +92,20 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
         if pending.get(&k).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
             pending.remove(&k);
         }
-        got.map(|v| (v, fetched))
+        got.map(|(at, value)| Answer { value, at, fetched })
     }
 
-    fn get(&self, k: &K) -> Option<V> {
+    /// The answer cached for `k` and when it was got, while fresh.
+    fn get(&self, k: &K) -> Option<(Instant, V)> {
         let entries = self.entries.read().expect("cache lock");
         entries
             .get(k)
             .filter(|(at, _)| at.elapsed() < self.ttl)
-            .map(|(_, v)| v.clone())
+            .cloned()
     }
 
-    fn put(&self, k: K, v: V) {
+    /// Cache `v` for `k`; when it was cached.
+    fn put(&self, k: K, v: V) -> Instant {
         let mut entries = self.entries.write().expect("cache lock");
         if entries.len() >= MAX_ENTRIES && !entries.contains_key(&k) {
             entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
@@ -106,7 +122,9 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
                 }
             }
         }
-        entries.insert(k, (Instant::now(), v));
+        let at = Instant::now();
+        entries.insert(k, (at, v));
+        at
     }
 
     #[cfg(test)]
@@ -157,8 +175,11 @@ pub fn service_account_namespace(username: &str) -> Option<&str> {
 pub struct KubeAuth {
     client: Client,
     audiences: Vec<String>,
-    tokens: Cache<[u8; 32], Option<Arc<Identity>>>,
+    ttl: Duration,
+    tokens: Cache<memo::TokenKey, Option<Arc<Identity>>>,
     decisions: Cache<[u8; 32], bool>,
+    /// Whose entries this is in each thread's memo.
+    owner: u64,
     metrics: Metrics,
 }
 
@@ -168,8 +189,10 @@ impl KubeAuth {
         Self {
             client,
             audiences,
+            ttl,
             tokens: Cache::new(ttl),
             decisions: Cache::new(ttl),
+            owner: memo::next_owner(),
             metrics,
         }
     }
@@ -180,12 +203,22 @@ impl Authenticator for KubeAuth {
     async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let (identity, reviewed) = self
-            .tokens
-            .get_or_fetch(key, || self.review_token(token))
-            .await?;
-        self.metrics.auth_cache("token", !reviewed);
+        let key: memo::TokenKey = Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        let identity = match memo::with(|m| m.identity(self.owner, &key, now, self.ttl)) {
+            Some(identity) => {
+                self.metrics.auth_cache("token", true);
+                identity
+            }
+            None => {
+                let got = self
+                    .tokens
+                    .get_or_fetch(key, || self.review_token(token))
+                    .await?;
+                self.metrics.auth_cache("token", !got.fetched);
+                memo::with(|m| m.remember_identity(self.owner, &key, got.at, got.value.as_deref()))
+            }
+        };
         identity.ok_or_else(|| AuthError::Unauthenticated("token rejected".into()))
     }
 }
@@ -244,13 +277,25 @@ impl Authorizer for KubeAuth {
         resource: Resource,
         namespace: &str,
     ) -> Result<bool, AuthError> {
+        let q = memo::Question {
+            who,
+            verb,
+            resource,
+            namespace,
+        };
+        let now = Instant::now();
+        if let Some(allowed) = memo::with(|m| m.decision(self.owner, q, now, self.ttl)) {
+            self.metrics.auth_cache("access", true);
+            return Ok(allowed);
+        }
         let key = question(who, verb, resource, namespace);
-        let (allowed, reviewed) = self
+        let got = self
             .decisions
             .get_or_fetch(key, || self.review_access(who, verb, resource, namespace))
             .await?;
-        self.metrics.auth_cache("access", !reviewed);
-        Ok(allowed)
+        self.metrics.auth_cache("access", !got.fetched);
+        memo::with(|m| m.remember_decision(self.owner, q, got.at, got.value));
+        Ok(got.value)
     }
 }
 
@@ -338,9 +383,10 @@ mod tests {
         }
         c.put(MAX_ENTRIES, true);
         assert_eq!(c.len(), MAX_ENTRIES - MAX_ENTRIES / 10 + 1);
-        assert_eq!(c.get(&0), None, "the oldest made room");
-        assert_eq!(c.get(&(MAX_ENTRIES - 1)), Some(true), "the newest stayed");
-        assert_eq!(c.get(&MAX_ENTRIES), Some(true));
+        let value = |k| c.get(&k).map(|(_, v)| v);
+        assert_eq!(value(0), None, "the oldest made room");
+        assert_eq!(value(MAX_ENTRIES - 1), Some(true), "the newest stayed");
+        assert_eq!(value(MAX_ENTRIES), Some(true));
     }
 
     #[tokio::test]
@@ -374,34 +420,40 @@ mod tests {
         }
         answer.notify_one();
         let mut fetched = 0;
+        let mut got_at = std::collections::HashSet::new();
         for a in asking {
-            let (v, by_me) = a.await.unwrap().unwrap();
-            assert_eq!(v, 7);
-            fetched += usize::from(by_me);
+            let answer = a.await.unwrap().unwrap();
+            assert_eq!(answer.value, 7);
+            fetched += usize::from(answer.fetched);
+            got_at.insert(answer.at);
         }
         assert_eq!(reviews.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(fetched, 1);
-        assert_eq!(c.get(&"alice"), Some(7), "the answer is cached");
+        let cached = c.get(&"alice");
+        assert_eq!(cached.map(|(_, v)| v), Some(7), "the answer is cached");
+        assert_eq!(
+            got_at.into_iter().collect::<Vec<_>>(),
+            vec![cached.unwrap().0],
+            "every waiter learns when the cache got it, so that no copy outlives it"
+        );
         assert!(c.pending.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
     async fn a_failed_review_is_not_cached_and_the_next_caller_asks_again() {
         let c: Cache<&str, u32> = Cache::new(Duration::from_secs(60));
-        assert_eq!(
-            c.get_or_fetch("bob", || async { Err("down") }).await,
-            Err("down")
-        );
-        assert_eq!(c.get(&"bob"), None);
-        assert_eq!(
-            c.get_or_fetch("bob", || async { Ok::<_, &str>(3) }).await,
-            Ok((3, true))
-        );
-        assert_eq!(
-            c.get_or_fetch("bob", || async { Ok::<_, &str>(4) }).await,
-            Ok((3, false)),
-            "answered from the cache"
-        );
+        let ask = |v: Result<u32, &'static str>| {
+            let c = &c;
+            async move {
+                c.get_or_fetch("bob", || async move { v })
+                    .await
+                    .map(|a| (a.value, a.fetched))
+            }
+        };
+        assert_eq!(ask(Err("down")).await, Err("down"));
+        assert!(c.get(&"bob").is_none());
+        assert_eq!(ask(Ok(3)).await, Ok((3, true)));
+        assert_eq!(ask(Ok(4)).await, Ok((3, false)), "answered from the cache");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod kube;
+mod memo;
 
 use std::sync::Arc;
 
