@@ -1,7 +1,7 @@
 //! Identity and access from the cluster: TokenReview authenticates bearer tokens and
 //! SubjectAccessReview answers access questions (group `runway.dev`). Both are cached briefly —
 //! by a hash of the token, and by user, groups, verb, resource and namespace — and each thread
-//! remembers its last few answers in front of those caches ([`memo`](super::memo)).
+//! remembers its last few answers in front of those caches (`memo.rs` beside this file).
 
 use std::collections::HashMap;
 use std::future::Future;

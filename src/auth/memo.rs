@@ -204,6 +204,17 @@ mod tests {
         }
     }
 
+    /// A memo that has just remembered alice for token `t` (owner 1): the memo, when, and the
+    /// copy it handed out.
+    fn alice_remembered() -> (Memo, Instant, Arc<Identity>) {
+        let mut m = Memo::default();
+        let at = Instant::now();
+        let given = m
+            .remember_identity(1, &key("t"), at, Some(&alice()))
+            .unwrap();
+        (m, at, given)
+    }
+
     fn get_runs<'a>(who: &'a Identity, namespace: &'a str) -> Question<'a> {
         Question {
             who,
@@ -215,11 +226,7 @@ mod tests {
 
     #[test]
     fn a_token_is_answered_until_its_shared_answer_expires() {
-        let mut m = Memo::default();
-        let at = Instant::now();
-        let given = m
-            .remember_identity(1, &key("t"), at, Some(&alice()))
-            .unwrap();
+        let (mut m, at, given) = alice_remembered();
         let again = m
             .identity(1, &key("t"), at + TTL / 2, TTL)
             .unwrap()
@@ -259,11 +266,7 @@ mod tests {
 
     #[test]
     fn a_decision_answers_only_its_question_for_the_identity_handed_out() {
-        let mut m = Memo::default();
-        let at = Instant::now();
-        let given = m
-            .remember_identity(1, &key("t"), at, Some(&alice()))
-            .unwrap();
+        let (mut m, at, given) = alice_remembered();
         m.remember_decision(1, get_runs(&given, "team-a"), at, true);
         assert_eq!(
             m.decision(1, get_runs(&given, "team-a"), at, TTL),
@@ -296,11 +299,7 @@ mod tests {
 
     #[test]
     fn decisions_are_bounded_per_token_and_go_with_it() {
-        let mut m = Memo::default();
-        let at = Instant::now();
-        let given = m
-            .remember_identity(1, &key("t"), at, Some(&alice()))
-            .unwrap();
+        let (mut m, at, given) = alice_remembered();
         let namespaces: Vec<String> = (0..=DECISIONS).map(|i| format!("ns-{i}")).collect();
         for ns in &namespaces {
             m.remember_decision(1, get_runs(&given, ns), at, true);
