@@ -82,7 +82,7 @@ impl Memo {
     ) -> Option<Option<Arc<Identity>>> {
         self.tokens
             .iter()
-            .find(|t| t.owner == owner && &t.token == token)
+            .find(|t| t.is(owner, token))
             .filter(|t| fresh(t.at, now, ttl))
             .map(|t| t.identity.clone())
     }
@@ -96,8 +96,7 @@ impl Memo {
         at: Instant,
         identity: Option<&Identity>,
     ) -> Option<Arc<Identity>> {
-        self.tokens
-            .retain(|t| !(t.owner == owner && &t.token == token));
+        self.tokens.retain(|t| !t.is(owner, token));
         if self.tokens.len() >= TOKENS {
             self.tokens.pop_front();
         }
@@ -125,7 +124,7 @@ impl Memo {
             .find(|t| t.holds(owner, q.who))?
             .decisions
             .iter()
-            .find(|d| d.verb == q.verb && d.resource == q.resource && &*d.namespace == q.namespace)
+            .find(|d| d.answers(q))
             .filter(|d| fresh(d.at, now, ttl))
             .map(|d| d.allowed)
     }
@@ -142,9 +141,7 @@ impl Memo {
         let Some(t) = self.tokens.iter_mut().find(|t| t.holds(owner, q.who)) else {
             return;
         };
-        t.decisions.retain(|d| {
-            !(d.verb == q.verb && d.resource == q.resource && &*d.namespace == q.namespace)
-        });
+        t.decisions.retain(|d| !d.answers(q));
         if t.decisions.len() >= DECISIONS {
             t.decisions.pop_front();
         }
@@ -159,6 +156,11 @@ impl Memo {
 }
 
 impl Token {
+    /// Whether this entry is `owner`'s for the token hashed to `token`.
+    fn is(&self, owner: u64, token: &TokenKey) -> bool {
+        self.owner == owner && &self.token == token
+    }
+
     /// Whether this entry's identity is `who` itself. The entry holds that identity, so no
     /// other can be at its address while the entry lives.
     fn holds(&self, owner: u64, who: &Identity) -> bool {
@@ -167,6 +169,13 @@ impl Token {
                 .identity
                 .as_ref()
                 .is_some_and(|i| std::ptr::eq(Arc::as_ptr(i), who))
+    }
+}
+
+impl Decision {
+    /// Whether this decision answers `q`'s verb, resource and namespace.
+    fn answers(&self, q: Question<'_>) -> bool {
+        self.verb == q.verb && self.resource == q.resource && &*self.namespace == q.namespace
     }
 }
 
