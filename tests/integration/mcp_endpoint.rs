@@ -296,6 +296,45 @@ async fn authentication_and_authorization_per_method() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_names_no_namespace_is_not_found() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let named = c
+        .clone()
+        .at("/namespaces/team-a/mcp")
+        .rpc("tools/list", None, json!({}))
+        .await;
+    assert_eq!(named.status, StatusCode::OK);
+    assert!(
+        named.result()["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+    );
+    for path in [
+        "/namespaces/Team_A/mcp",
+        "/namespaces/team-a/x/mcp",
+        "/namespaces//mcp",
+    ] {
+        let r = c.clone().at(path).rpc("tools/list", None, json!({})).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (StatusCode::NOT_FOUND, -32600),
+            "{path}"
+        );
+    }
+    for path in [
+        "/namespaces/team-a/mcp/",
+        "/namespaces/team-a",
+        "/mcp/x",
+        "/elsewhere",
+    ] {
+        let r = c.clone().at(path).rpc("tools/list", None, json!({})).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(r.messages.is_empty(), "{path}: {:?}", r.messages);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transport_rules() {
     let s = server().await;
     let c = s.client("alice-token");
