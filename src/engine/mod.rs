@@ -11,6 +11,7 @@ pub mod input;
 pub mod marks;
 mod result;
 pub mod schedule;
+pub mod stamps;
 pub mod template;
 pub mod validate;
 

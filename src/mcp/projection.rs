@@ -7,7 +7,7 @@ use rmcp::model::{
 use serde_json::{Value, json};
 
 use crate::api::{JsonText, Run, RunPhase, WorkflowSpec};
-use crate::engine::duration;
+use crate::engine::{duration, stamps};
 
 /// `pollIntervalMs` when a Workflow gives none.
 pub(crate) const DEFAULT_POLL_INTERVAL_MS: u64 = 1000;
@@ -32,23 +32,20 @@ fn created(run: &Run) -> Timestamp {
 
 /// The latest time anything in the Run's status changed.
 fn last_updated(run: &Run) -> Timestamp {
-    let mut latest = created(run);
-    if let Some(st) = &run.status {
-        let stamps = [&st.started_at, &st.finished_at]
-            .into_iter()
-            .flatten()
-            .chain(st.steps.iter().flat_map(|s| {
-                [&s.started_at, &s.attempt_started_at, &s.finished_at]
-                    .into_iter()
-                    .flatten()
-            }));
-        for s in stamps {
-            if let Ok(t) = s.parse::<Timestamp>() {
-                latest = latest.max(t);
-            }
-        }
-    }
-    latest
+    let created = created(run);
+    let Some(st) = &run.status else {
+        return created;
+    };
+    let stamps = [&st.started_at, &st.finished_at]
+        .into_iter()
+        .flatten()
+        .chain(st.steps.iter().flat_map(|s| {
+            [&s.started_at, &s.attempt_started_at, &s.finished_at]
+                .into_iter()
+                .flatten()
+        }))
+        .map(String::as_str);
+    stamps::latest(stamps).map_or(created, |t| t.max(created))
 }
 
 /// Open input requests a client still has to answer: asked, and not answered in the spec yet
@@ -310,6 +307,35 @@ mod tests {
             ..Default::default()
         });
         run
+    }
+
+    #[test]
+    fn a_task_was_last_updated_at_the_latest_stamp_of_any_step() {
+        let mut run = run_in(RunPhase::Running, None);
+        run.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-12-06T10:00:00Z".parse().unwrap(),
+            ));
+        let step = |name: &str, started: &str, attempt: Option<&str>| crate::api::StepRecord {
+            name: name.into(),
+            started_at: Some(started.into()),
+            attempt_started_at: attempt.map(Into::into),
+            ..Default::default()
+        };
+        let st = run.status.as_mut().unwrap();
+        st.started_at = Some("2026-12-06T10:00:00.1Z".into());
+        st.steps = (0..500)
+            .map(|i| step(&format!("s[{i}]"), "2026-12-06T10:00:01.25Z", None))
+            .collect();
+        // A retry's attempt, later than every start, with fewer fraction digits than them.
+        st.steps[137].attempt_started_at = Some("2026-12-06T10:00:01.3Z".into());
+        assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:01.3Z");
+        // A stamp nobody can read changes nothing; none at all leaves the creation time.
+        run.status.as_mut().unwrap().steps[3].finished_at = Some("soon".into());
+        assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:01.3Z");
+        run.status.as_mut().unwrap().steps.clear();
+        run.status.as_mut().unwrap().started_at = None;
+        assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:00Z");
     }
 
     #[test]
