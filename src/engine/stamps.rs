@@ -1,11 +1,11 @@
 //! The latest of many status timestamps, found without parsing each one.
 //!
 //! A task's `lastUpdatedAt` is the latest of every stamp in its Run's status, and a `forEach`
-//! Run holds three per item: parsing a thousand items' stamps on every `tasks/get` cost ten
-//! times the rest of the request. The stamps the engine writes share one shape (UTC, `Z`, four
-//! digit year, 0–9 fraction digits), whose order is the order of its text once the fraction is
-//! compared apart; only the latest of those is parsed, and any stamp of another shape is parsed
-//! as before.
+//! Run holds three per item: parsing a thousand items' stamps was most of the server's work on
+//! every `tasks/get` of such a Run. The stamps the engine writes share one shape (UTC, `Z`,
+//! four-digit year, 0–9 fraction digits), whose order is the order of its text once the
+//! fraction is compared apart; only the latest of those is parsed, and any stamp of another
+//! shape is parsed as before.
 
 use jiff::Timestamp;
 
