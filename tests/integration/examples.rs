@@ -286,14 +286,16 @@ async fn every_example_runs_as_its_header_says() {
             )
             .await,
     );
-    let queued = dana.get(&second).await.result().clone();
-    assert!(
-        queued["statusMessage"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("queued"),
-        "{queued}"
-    );
+    // A Run under a limit is created bare and queued by the controller: awaited, not polled
+    // once.
+    let queued = dana
+        .await_task(&second, "its place in the queue", |t| {
+            t["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.contains("queued"))
+        })
+        .await;
+    assert_eq!(queued["status"], "working", "{queued}");
     for id in [&first, &second, &staging] {
         dana.cancel(id).await;
         dana.await_status(id, "cancelled").await;
