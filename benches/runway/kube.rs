@@ -186,9 +186,11 @@ async fn api_loop(
             let mut errors = 0u64;
             while Instant::now() < until {
                 let t = Instant::now();
-                match op().await {
-                    Ok(()) if t >= counted_from && Instant::now() <= until => {
-                        lat.push(t.elapsed().as_micros() as u64)
+                let res = op().await;
+                let done = Instant::now();
+                match res {
+                    Ok(()) if load::in_window(done, counted_from, until) => {
+                        lat.push((done - t).as_micros() as u64)
                     }
                     Ok(()) => {}
                     Err(e) => {

@@ -369,8 +369,20 @@ pub fn percentiles(mut us: Vec<u64>) -> (f64, f64, f64) {
 /// requests it made, or an error.
 pub type Op = Arc<dyn Fn(Conn) -> BoxFuture<'static, (Conn, Result<u64, Error>)> + Send + Sync>;
 
+/// Whether an operation that finished at `done` is one of the window's: a rate is the
+/// operations *finished* in the window, whenever they started. Also asking that they started
+/// in it drops, at each edge and per client, the operation under way there, which a long
+/// operation is likelier to be: the rate then reads low by about the mean of latency² ÷ mean
+/// latency ÷ the window (percents for end-to-end callers on the control plane, whose Runs take
+/// a tenth of a second and more; nothing measurable for a `tasks/get`), and its latencies lose
+/// their long tail.
+pub fn in_window(done: Instant, counted_from: Instant, until: Instant) -> bool {
+    done > counted_from && done <= until
+}
+
 /// A closed loop: `clients` connections, each running `op` back to back for `warmup` (not
-/// counted) and then `measure`. Bounded by time; a client stops at its first error.
+/// counted) and then `measure` (the operations finished in it counted). Bounded by time; a
+/// client stops at its first error.
 pub async fn closed_loop(
     to: impl Into<Target>,
     clients: usize,
@@ -417,7 +429,7 @@ pub async fn closed_loop_over(
                 conn = back;
                 let done = Instant::now();
                 match res {
-                    Ok(n) if t >= counted_from && done <= until => {
+                    Ok(n) if in_window(done, counted_from, until) => {
                         lat.push((done - t).as_micros() as u64);
                         extra += n;
                     }
