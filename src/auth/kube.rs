@@ -210,20 +210,30 @@ impl Authenticator for KubeAuth {
                 self.metrics.auth_cache("token", true);
                 identity
             }
-            None => {
-                let got = self
-                    .tokens
-                    .get_or_fetch(key, || self.review_token(token))
-                    .await?;
-                self.metrics.auth_cache("token", !got.fetched);
-                memo::with(|m| m.remember_identity(self.owner, &key, got.at, got.value.as_deref()))
-            }
+            // Boxed apart: inline, a review's state would size every hit's future.
+            None => Box::pin(self.identity_missed(token, key)).await?,
         };
         identity.ok_or_else(|| AuthError::Unauthenticated("token rejected".into()))
     }
 }
 
 impl KubeAuth {
+    /// Who `token` is when this thread's memo does not know: the shared cache, or a review.
+    async fn identity_missed(
+        &self,
+        token: &str,
+        key: memo::TokenKey,
+    ) -> Result<Option<Arc<Identity>>, AuthError> {
+        let got = self
+            .tokens
+            .get_or_fetch(key, || self.review_token(token))
+            .await?;
+        self.metrics.auth_cache("token", !got.fetched);
+        Ok(memo::with(|m| {
+            m.remember_identity(self.owner, &key, got.at, got.value.as_deref())
+        }))
+    }
+
     /// Who `token` is, by TokenReview; `None` when the API server does not vouch for it for
     /// one of our audiences.
     async fn review_token(&self, token: &str) -> Result<Option<Arc<Identity>>, AuthError> {
@@ -288,18 +298,26 @@ impl Authorizer for KubeAuth {
             self.metrics.auth_cache("access", true);
             return Ok(allowed);
         }
-        let key = question(who, verb, resource, namespace);
+        // Boxed apart: inline, a review's state would size every hit's future.
+        Box::pin(self.decision_missed(q)).await
+    }
+}
+
+impl KubeAuth {
+    /// The answer to `q` when this thread's memo does not know: the shared cache, or a review.
+    async fn decision_missed(&self, q: memo::Question<'_>) -> Result<bool, AuthError> {
+        let key = question(q.who, q.verb, q.resource, q.namespace);
         let got = self
             .decisions
-            .get_or_fetch(key, || self.review_access(who, verb, resource, namespace))
+            .get_or_fetch(key, || {
+                self.review_access(q.who, q.verb, q.resource, q.namespace)
+            })
             .await?;
         self.metrics.auth_cache("access", !got.fetched);
         memo::with(|m| m.remember_decision(self.owner, q, got.at, got.value));
         Ok(got.value)
     }
-}
 
-impl KubeAuth {
     /// Whether `who` may `verb` `resource` in `namespace`, by SubjectAccessReview.
     async fn review_access(
         &self,
@@ -387,6 +405,32 @@ mod tests {
         assert_eq!(value(0), None, "the oldest made room");
         assert_eq!(value(MAX_ENTRIES - 1), Some(true), "the newest stayed");
         assert_eq!(value(MAX_ENTRIES), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_remembered_answer_is_not_carried_in_a_reviews_future() {
+        // Every `tasks/get` on a replica asks both questions; a hit inside a future sized for
+        // the review it did not send allocated and touched kilobytes per request.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = Client::try_from(config).expect("client");
+        let auth = KubeAuth::new(client, vec![], Duration::from_secs(60), Metrics::new());
+        let who = Identity {
+            principal: Principal {
+                username: "alice".into(),
+                uid: None,
+                groups: vec![],
+            },
+            namespace: None,
+            extra: Default::default(),
+        };
+        let authenticate = auth.authenticate(Some("token"));
+        let allowed = auth.allowed(&who, Verb::Get, Resource::Runs, "team-a");
+        for (what, size) in [
+            ("authenticate", size_of_val(&*authenticate)),
+            ("allowed", size_of_val(&*allowed)),
+        ] {
+            assert!(size <= 512, "{what}'s future is {size} bytes");
+        }
     }
 
     #[tokio::test]

@@ -108,6 +108,12 @@ impl KubeStore {
         run
     }
 
+    /// The Run as the API server has it now.
+    async fn fetch(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+        let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
+        Ok(got.map(Arc::new))
+    }
+
     /// Own writes that are still fresh.
     fn own_writes(&self) -> Vec<Arc<Run>> {
         self.own.fresh()
@@ -187,6 +193,8 @@ impl RunStore for KubeStore {
     ) -> Result<Option<Arc<Run>>, StoreError> {
         let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
         let own = self.own.get(namespace, name);
+        // The trips to the API server are boxed apart: inline, their state would size the future
+        // of every read, and most reads are answered from memory.
         match (cached, own) {
             (Some(c), None) => Ok(Some(c)),
             (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
@@ -196,22 +204,17 @@ impl RunStore for KubeStore {
                     Ok(Some(c))
                 }
                 (Some(_), Some(_)) => Ok(Some(o)),
-                _ => Ok(self
-                    .api(namespace)
-                    .get_opt(name)
-                    .await
-                    .map_err(map_err)?
-                    .map(Arc::new)),
+                _ => Box::pin(self.fetch(namespace, name)).await,
             },
             // Written here moments ago; the reflector has not seen it yet.
             (None, Some(o)) => Ok(Some(o)),
             // Not in the cache (yet, or any more): ask the API server.
             (None, None) => {
-                let got = self.api(namespace).get_opt(name).await.map_err(map_err)?;
+                let got = Box::pin(self.fetch(namespace, name)).await?;
                 if got.is_none() {
                     self.own.forget_expired(Key::new(namespace, name));
                 }
-                Ok(got.map(Arc::new))
+                Ok(got)
             }
         }
     }
