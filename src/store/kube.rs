@@ -68,7 +68,19 @@ impl KubeStore {
         let api: Api<Run> = Api::all(client.clone());
         let compactor = Arc::new(Compactor::default());
         let shrink = Arc::clone(&compactor);
-        let events = watcher(api, watcher::Config::default()).modify(move |r| shrink.compact(r));
+        let own = Arc::new(Recent::new(OWN_WRITES_TTL));
+        let deleted = Arc::clone(&own);
+        let events = watcher(api, watcher::Config::default())
+            .modify(move |r| shrink.compact(r))
+            // A version remembered from this process's writes or watches outlives the Run when
+            // another replica deletes it; the cache's own word that it is gone ends it.
+            .inspect_ok(move |e| {
+                if let watcher::Event::Delete(r) = e
+                    && let Some(k) = Key::of(&r.metadata)
+                {
+                    deleted.forget(&k);
+                }
+            });
         let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();
@@ -91,7 +103,7 @@ impl KubeStore {
         Ok(Self {
             client,
             runs: reader,
-            own: Arc::new(Recent::new(OWN_WRITES_TTL)),
+            own,
             compactor,
         })
     }

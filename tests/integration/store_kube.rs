@@ -192,3 +192,59 @@ async fn a_get_that_misses_the_cache_asks_the_api_server() {
     assert!(s.get("ns", "ghost").await.unwrap().is_none());
     assert_eq!(api.requests("GET", "/namespaces/ns/runs/ghost").len(), 1);
 }
+
+#[tokio::test]
+async fn a_run_another_replica_deleted_is_not_served_from_what_a_watch_delivered() {
+    use futures::StreamExt;
+    use runway::store::WatchEvent;
+    let api = FakeApi::start().await;
+    // `serving` answers the caller; `working` runs the Run and collects it when it expires.
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let working = KubeStore::start(api.client()).await.unwrap();
+    let mut live = serving.watch(Some(serving.resource_version().await.unwrap()));
+    let created = working
+        .create(contract::run("ns", "collected", "wf"))
+        .await
+        .unwrap();
+    let mut done = created;
+    done.status = Some(RunStatus {
+        phase: RunPhase::Succeeded,
+        ..Default::default()
+    });
+    working.update_status(done).await.unwrap();
+    // The caller follows the Run (as `subscriptions/listen` does) until it finishes, and stops.
+    while let Some(event) = live.next().await {
+        if matches!(event.unwrap(), WatchEvent::Applied(r) if r.phase() == RunPhase::Succeeded) {
+            break;
+        }
+    }
+    drop(live);
+    working.delete("ns", "collected").await.unwrap();
+    let later = working
+        .create(contract::run("ns", "later", "wf"))
+        .await
+        .unwrap();
+    // The serving replica's cache follows the API server's watch; poll it as a client would
+    // until it has the Run created after the delete, and so the delete.
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    let no_labels = std::collections::BTreeMap::new();
+    loop {
+        let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
+        if listed.iter().any(|r| r.metadata.uid == later.metadata.uid) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache never saw {later:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
+    let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|r| r.metadata.name.as_deref() != Some("collected")),
+        "a deleted Run is listed: {listed:?}"
+    );
+}
