@@ -69,7 +69,7 @@ impl KubeStore {
         let compactor = Arc::new(Compactor::default());
         let shrink = Arc::clone(&compactor);
         let own = Arc::new(Recent::new(OWN_WRITES_TTL));
-        let deleted = Arc::clone(&own);
+        let gone = Arc::clone(&own);
         let events = watcher(api, watcher::Config::default())
             .modify(move |r| shrink.compact(r))
             // A version remembered from this process's writes or watches outlives the Run when
@@ -78,7 +78,7 @@ impl KubeStore {
                 if let watcher::Event::Delete(r) = e
                     && let Some(k) = Key::of(&r.metadata)
                 {
-                    deleted.forget(&k);
+                    gone.deleted(&k, rv_num(r));
                 }
             });
         let stream = reflector::reflector(writer, events)
@@ -160,7 +160,7 @@ fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent, shrink: &Comp
                 rv.clone_from(v);
             }
             if let Some(k) = Key::of(&r.metadata) {
-                recent.forget(&k);
+                recent.deleted(&k, rv_num(&r));
             }
             Seen::Event(WatchEvent::Deleted(Arc::new(r)))
         }
@@ -369,11 +369,14 @@ impl RunStore for KubeStore {
     }
 
     async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
-        self.api(namespace)
+        let answer = self
+            .api(namespace)
             .delete(name, &DeleteParams::background())
             .await
             .map_err(map_err)?;
-        self.own.forget(&Key::new(namespace, name));
+        // The object answered is the Run at the version of its deletion.
+        let at = answer.left().as_ref().and_then(rv_num);
+        self.own.deleted(&Key::new(namespace, name), at);
         Ok(())
     }
 

@@ -29,8 +29,22 @@ pub(super) struct Recent {
 
 struct Held {
     by_key: HashMap<Key, (Instant, Arc<Run>)>,
+    /// The versions at which Runs were deleted: a version no newer, delivered late by a slower
+    /// watch or a write's answer, is of a Run that is gone.
+    gone: HashMap<Key, (Instant, u64)>,
     /// Size at which the next sweep runs: twice what the last one left.
     sweep_at: usize,
+}
+
+impl Held {
+    /// Drop what is older than `ttl` once the maps have doubled since the last sweep.
+    fn sweep_if_due(&mut self, ttl: Duration) {
+        if self.by_key.len() + self.gone.len() >= self.sweep_at {
+            self.by_key.retain(|_, (at, _)| at.elapsed() < ttl);
+            self.gone.retain(|_, (at, _)| at.elapsed() < ttl);
+            self.sweep_at = ((self.by_key.len() + self.gone.len()) * 2).max(SWEEP_FLOOR);
+        }
+    }
 }
 
 impl Recent {
@@ -40,6 +54,7 @@ impl Recent {
             ttl,
             held: RwLock::new(Held {
                 by_key: HashMap::new(),
+                gone: HashMap::new(),
                 sweep_at: SWEEP_FLOOR,
             }),
         }
@@ -51,21 +66,23 @@ impl Recent {
             return;
         };
         let mut held = self.held.write().expect("recent lock");
-        let newer =
-            held.by_key
-                .get(&key)
-                .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
-                    (Some(a), Some(b)) => b >= a,
-                    _ => true,
-                });
-        if newer {
+        let ttl = self.ttl;
+        let version = rv_num(run);
+        let newer = held
+            .by_key
+            .get(&key)
+            .is_none_or(|(_, known)| match (rv_num(known), version) {
+                (Some(a), Some(b)) => b >= a,
+                _ => true,
+            });
+        let deleted = held
+            .gone
+            .get(&key)
+            .is_some_and(|(at, gone)| at.elapsed() < ttl && version.is_none_or(|v| v <= *gone));
+        if newer && !deleted {
             held.by_key.insert(key, (Instant::now(), Arc::clone(run)));
         }
-        if held.by_key.len() >= held.sweep_at {
-            let ttl = self.ttl;
-            held.by_key.retain(|_, (at, _)| at.elapsed() < ttl);
-            held.sweep_at = (held.by_key.len() * 2).max(SWEEP_FLOOR);
-        }
+        held.sweep_if_due(ttl);
     }
 
     /// The version of `namespace`/`name` remembered and not yet expired.
@@ -86,12 +103,19 @@ impl Recent {
         let mut held = self.held.write().expect("recent lock");
         let ttl = self.ttl;
         held.by_key.retain(|_, (at, _)| at.elapsed() < ttl);
+        held.gone.retain(|_, (at, _)| at.elapsed() < ttl);
         held.by_key.values().map(|(_, r)| Arc::clone(r)).collect()
     }
 
-    /// Forget `key` (deleted).
-    pub(super) fn forget(&self, key: &Key) {
-        self.held.write().expect("recent lock").by_key.remove(key);
+    /// `key` was deleted, at resource version `at` when the API server said which: forget it,
+    /// and refuse the versions up to `at` that arrive after the delete.
+    pub(super) fn deleted(&self, key: &Key, at: Option<u64>) {
+        let mut held = self.held.write().expect("recent lock");
+        held.by_key.remove(key);
+        if let Some(rv) = at {
+            held.gone.insert(key.clone(), (Instant::now(), rv));
+        }
+        held.sweep_if_due(self.ttl);
     }
 
     /// The cache holds version `cached` of the Run: forget a remembered version no newer.
@@ -184,6 +208,31 @@ mod tests {
         }
         assert_eq!(fresh.fresh().len(), 1000);
         assert_eq!(fresh.get("ns", "r999").and_then(|r| rv_num(&r)), Some(999));
+    }
+
+    #[test]
+    fn a_version_that_arrives_after_the_delete_is_not_remembered() {
+        let recent = Recent::new(LONG);
+        recent.remember(&version("r", 10));
+        // One listener's watch delivers the delete; a slower one is still at version 11, and a
+        // status write's answer (12) comes back after the delete event.
+        recent.deleted(&Key::new("ns", "r"), Some(13));
+        recent.remember(&version("r", 11));
+        recent.remember(&version("r", 12));
+        assert_eq!(remembered(&recent), None, "a deleted Run is not served");
+        // A Run created again under the name later is.
+        recent.remember(&version("r", 20));
+        assert_eq!(remembered(&recent), Some(20));
+        // A delete whose version is unknown only forgets.
+        recent.deleted(&Key::new("ns", "r"), None);
+        assert_eq!(remembered(&recent), None);
+        recent.remember(&version("r", 21));
+        assert_eq!(remembered(&recent), Some(21));
+        // What was deleted long ago stops being refused (and is swept out).
+        let brief = Recent::new(Duration::ZERO);
+        brief.deleted(&Key::new("ns", "r"), Some(13));
+        brief.fresh();
+        assert!(brief.held.read().unwrap().gone.is_empty());
     }
 
     #[test]

@@ -248,3 +248,71 @@ async fn a_run_another_replica_deleted_is_not_served_from_what_a_watch_delivered
         "a deleted Run is listed: {listed:?}"
     );
 }
+
+#[tokio::test]
+async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
+    use futures::StreamExt;
+    use runway::store::WatchEvent;
+    let api = FakeApi::start().await;
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let working = KubeStore::start(api.client()).await.unwrap();
+    // Two callers follow the Runs from the same version; one of them reads its events late.
+    let from = serving.resource_version().await.unwrap();
+    let mut quick = serving.watch(Some(from.clone()));
+    let mut slow = serving.watch(Some(from));
+    let created = working
+        .create(contract::run("ns", "collected", "wf"))
+        .await
+        .unwrap();
+    let mut done = created;
+    done.status = Some(RunStatus {
+        phase: RunPhase::Succeeded,
+        ..Default::default()
+    });
+    working.update_status(done).await.unwrap();
+    working.delete("ns", "collected").await.unwrap();
+    let later = working
+        .create(contract::run("ns", "later", "wf"))
+        .await
+        .unwrap();
+    while let Some(event) = quick.next().await {
+        if matches!(event.unwrap(), WatchEvent::Deleted(_)) {
+            break;
+        }
+    }
+    // Until the cache has the Run created after the delete, it may still hold the deleted one.
+    let no_labels = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    while !serving
+        .list(Some("ns"), &no_labels)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.metadata.uid == later.metadata.uid)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache never saw {later:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
+    // The slower watch now delivers the finished version, after the delete was seen.
+    while let Some(event) = slow.next().await {
+        if matches!(event.unwrap(), WatchEvent::Applied(r) if r.phase() == RunPhase::Succeeded) {
+            break;
+        }
+    }
+    assert_eq!(
+        serving.get("ns", "collected").await.unwrap(),
+        None,
+        "a deleted Run is served from a version delivered after its delete"
+    );
+    let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|r| r.metadata.name.as_deref() != Some("collected")),
+        "a deleted Run is listed: {listed:?}"
+    );
+}
