@@ -1,6 +1,8 @@
 //! What a client declared it can do (the `clientCapabilities` of a request's `_meta`), read
 //! in one place: the Tasks extension, forms, URLs, sampling, MCP Apps.
 
+use std::cell::RefCell;
+
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
@@ -51,6 +53,32 @@ pub(super) fn typed_declares_tasks(caps: &rmcp::model::ClientCapabilities) -> bo
         .is_some_and(|e| e.contains_key(TASKS_EXTENSION))
 }
 
+/// Whether capabilities sent as the JSON text `raw` read as rmcp's type (`None` when rmcp would
+/// refuse them) and declare the Tasks extension. A client sends the same text with every
+/// request, so each thread keeps its last answer and compares text instead of reading the
+/// capabilities into rmcp's maps again (a few per cent of a `tasks/get`).
+pub(super) fn raw_declares_tasks(raw: &str) -> Option<bool> {
+    /// Longer texts are read every time rather than kept.
+    const KEPT_UP_TO: usize = 1024;
+    thread_local! {
+        static LAST: RefCell<Option<(Box<str>, Option<bool>)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((text, answer)) = last.as_ref()
+            && **text == *raw
+        {
+            return *answer;
+        }
+        let answer = serde_json::from_str::<rmcp::model::ClientCapabilities>(raw)
+            .ok()
+            .map(|caps| typed_declares_tasks(&caps));
+        if raw.len() <= KEPT_UP_TO {
+            *last = Some((raw.into(), answer));
+        }
+        answer
+    })
+}
+
 /// Whether a request's `params._meta` declares the Tasks extension.
 pub(super) fn declares_tasks_in(params: Option<&Value>) -> bool {
     params
@@ -96,5 +124,34 @@ pub(super) fn declares_ui_in(caps: &Value) -> bool {
     match ui.get("mimeTypes").and_then(Value::as_array) {
         Some(types) => types.iter().any(|t| t.as_str() == Some(UI_MIME_TYPE)),
         None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_read_from_text_answer_as_the_typed_rule_whatever_came_before() {
+        let tasks = r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#;
+        let none = r#"{"elicitation":{}}"#;
+        // rmcp reads `extensions` as a map: a number there is refused, not "no tasks".
+        let refused = r#"{"extensions":5}"#;
+        for _ in 0..2 {
+            assert_eq!(raw_declares_tasks(tasks), Some(true));
+            assert_eq!(raw_declares_tasks(tasks), Some(true));
+            assert_eq!(raw_declares_tasks(none), Some(false));
+            assert_eq!(raw_declares_tasks(refused), None);
+            assert_eq!(raw_declares_tasks(refused), None);
+            assert_eq!(raw_declares_tasks("null"), None);
+        }
+        // Text too long to keep is read each time, and answers the same.
+        let long = format!(
+            r#"{{"extensions":{{"io.modelcontextprotocol/tasks":{{}}}},"experimental":{{"x":{{"note":"{}"}}}}}}"#,
+            "y".repeat(2000)
+        );
+        assert_eq!(raw_declares_tasks(&long), Some(true));
+        assert_eq!(raw_declares_tasks(none), Some(false));
+        assert_eq!(raw_declares_tasks(&long), Some(true));
     }
 }

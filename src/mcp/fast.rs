@@ -25,7 +25,7 @@ use serde_json::{Map, Value};
 
 use super::access::allowed;
 use super::calls::answer_mode;
-use super::caps::typed_declares_tasks;
+use super::caps::{raw_declares_tasks, typed_declares_tasks};
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
 use super::headers::{check_param_headers, only};
@@ -76,10 +76,9 @@ struct GetParams<'a> {
 struct GetMeta<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
     protocol_version: Cow<'a, str>,
-    /// Boxed: rmcp's type is large, and an unboxed one was copied at each level of the
-    /// envelope's deserialization (a few per cent of a `tasks/get`'s CPU).
-    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
-    client_capabilities: Box<ClientCapabilities>,
+    /// As sent: read as rmcp's type only when this thread has not just read the same text.
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
+    client_capabilities: &'a RawValue,
 }
 
 /// A `tasks/get` this path answers.
@@ -105,7 +104,7 @@ pub(super) fn eligible(headers: &HeaderMap, body: &[u8]) -> Option<FastGet> {
     let id = request_id(get.id)?;
     let task_id = get.params.task_id;
     let meta = get.params.meta;
-    let declares_tasks = typed_declares_tasks(&meta.client_capabilities);
+    let declares_tasks = raw_declares_tasks(meta.client_capabilities.get())?;
     // A task id is a DNS subdomain; anything else (a Base64 sentinel among them) is rmcp's.
     let ok = get.jsonrpc == "2.0"
         && get.method == METHOD_GET_TASK
