@@ -67,6 +67,15 @@ impl OrderedRuns {
         // No Run is created at the last instant there is; its slot bounds the namespace.
         let last = (ns, jiff::Timestamp::MAX, Arc::from(""));
         let cut = after.map(|p| slot(namespace, p));
+        // A cursor comes from the client: one past either bound has nothing beyond it (and a
+        // range whose start is past its end is a panic, not an empty range).
+        let beyond = cut.as_ref().is_some_and(|c| match newest {
+            true => *c <= first,
+            false => *c >= last,
+        });
+        if beyond {
+            return Box::new(std::iter::empty());
+        }
         let range = match (newest, cut) {
             (true, Some(c)) => self
                 .in_order
@@ -141,6 +150,21 @@ mod tests {
         assert_eq!(names(runs.page("a", true, Some(place(&r3a)))), ["r2", "r1"]);
         assert_eq!(names(runs.page("a", false, Some(place(&r3a)))), ["r3b"]);
         assert_eq!(names(runs.page("zz", true, None)), Vec::<String>::new());
+        // Places past either bound of time (cursors come from clients) have nothing beyond.
+        let none = Vec::<String>::new();
+        let end = Some((jiff::Timestamp::MAX, "x"));
+        assert_eq!(names(runs.page("a", false, end)), none);
+        assert_eq!(names(runs.page("a", true, end)), ["r3b", "r3a", "r2", "r1"]);
+        let start = Some((jiff::Timestamp::MIN, "x"));
+        assert_eq!(names(runs.page("a", true, start)), none);
+        assert_eq!(
+            names(runs.page("a", true, Some((jiff::Timestamp::MIN, "")))),
+            none
+        );
+        assert_eq!(
+            names(runs.page("a", false, start)),
+            ["r1", "r2", "r3a", "r3b"]
+        );
         // A new version of a Run keeps one place; a removed Run leaves none.
         let (k, r) = run("a", "r2", "2026-12-01T10:00:02Z");
         runs.insert(k, r);

@@ -191,6 +191,20 @@ async fn the_list_pages_newest_first_and_refuses_bad_arguments() {
         let message = r.last()["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{args}: {message}");
     }
+
+    // A cursor is the client's to send: one at either edge of time has nothing past it.
+    let edge = |at: &str| data_encoding::BASE64URL_NOPAD.encode(format!("{at}\nx").as_bytes());
+    for (order, at) in [
+        ("oldest", "9999-12-30T22:00:00.999999999Z"),
+        ("newest", "-009999-01-02T01:59:59Z"),
+    ] {
+        let args = json!({"order": order, "cursor": edge(at)});
+        let r = alice.call("runway_list_runs", args.clone()).await;
+        assert_eq!(r.result()["structuredContent"]["runs"], json!([]), "{args}");
+    }
+    // One Run further in, the page goes on from there.
+    let args = json!({"order": "oldest", "cursor": edge("-009999-01-02T01:59:59Z")});
+    assert!(!listed(&alice, args).await.is_empty());
 }
 
 #[tokio::test]
