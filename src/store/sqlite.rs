@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use rusqlite::{Connection, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{broadcast, oneshot};
 use tokio_stream::wrappers::BroadcastStream;
 
@@ -76,21 +76,33 @@ impl Batch<'_> {
         }
     }
 
+    /// Run one statement of the group, unless one before it failed: SQLite may have rolled the
+    /// whole transaction back with that failure (an I/O error, a full disk), and a statement
+    /// after it would then run on its own, committed at once, while every caller of the group
+    /// is told it failed.
+    fn execute(&mut self, sql: &str, params: &[&dyn rusqlite::ToSql]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let res = self
+            .tx
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params));
+        if let Err(e) = res {
+            self.failed = Some(e.to_string());
+        }
+    }
+
     fn put(&mut self, key: Key, mut run: Run) -> Arc<Run> {
         self.rv += 1;
         run.metadata.resource_version = Some(self.rv.to_string());
         let body = serde_json::to_string(&run).expect("a Run serializes");
         // Prepared once per connection: parsing the SQL of every write showed in profiles.
-        let res = self
-            .tx
-            .prepare_cached(
-                "INSERT INTO runs (namespace, name, body) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(namespace, name) DO UPDATE SET body = excluded.body",
-            )
-            .and_then(|mut s| s.execute(params![key.namespace, key.name, body]));
-        if let Err(e) = res {
-            self.failed.get_or_insert(e.to_string());
-        }
+        self.execute(
+            "INSERT INTO runs (namespace, name, body) VALUES (?1, ?2, ?3)
+             ON CONFLICT(namespace, name) DO UPDATE SET body = excluded.body",
+            params![key.namespace, key.name, body],
+        );
         self.inner.compactor.compact(&mut run);
         let shared = Arc::new(run);
         self.overlay.insert(key, Some(Arc::clone(&shared)));
@@ -101,13 +113,10 @@ impl Batch<'_> {
 
     fn remove(&mut self, key: Key, last: Arc<Run>) {
         self.rv += 1;
-        if let Err(e) = self
-            .tx
-            .prepare_cached("DELETE FROM runs WHERE namespace = ?1 AND name = ?2")
-            .and_then(|mut s| s.execute(params![key.namespace, key.name]))
-        {
-            self.failed.get_or_insert(e.to_string());
-        }
+        self.execute(
+            "DELETE FROM runs WHERE namespace = ?1 AND name = ?2",
+            params![key.namespace, key.name],
+        );
         let mut last = (*last).clone();
         last.metadata.resource_version = Some(self.rv.to_string());
         self.overlay.insert(key, None);
@@ -136,12 +145,15 @@ impl SqliteStore {
              CREATE TABLE IF NOT EXISTS settings (k TEXT PRIMARY KEY, v BLOB NOT NULL);",
         )
         .map_err(backend)?;
+        // No row is a new database; any other failure must not restart the versions below
+        // those the stored Runs carry (a stale conditional write would then succeed).
         let rv: u64 = conn
             .query_row("SELECT v FROM kv WHERE k = 'rv'", [], |r| {
                 r.get::<_, i64>(0)
             })
-            .map(|v| v as u64)
-            .unwrap_or(0);
+            .optional()
+            .map_err(backend)?
+            .map_or(0, |v| v as u64);
         let compactor = Compactor::default();
         let cache = load_runs(&conn, &compactor)?;
         // A probe write makes an unwritable database fail here, not on the first Run.

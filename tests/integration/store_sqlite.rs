@@ -197,3 +197,68 @@ fn an_unwritable_path_is_a_clear_error() {
         .unwrap();
     assert!(err.to_string().contains("store backend"), "{err}");
 }
+
+/// A database whose version counter cannot be read is refused at start: counting again from
+/// zero would hand out versions the stored Runs already carry.
+#[tokio::test]
+async fn an_unreadable_version_counter_is_a_clear_error() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let s = SqliteStore::open(&path).unwrap();
+    s.create(contract::run("a", "kept", "wf")).await.unwrap();
+    drop(s);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE kv SET v = 'seven' WHERE k = 'rv'", [])
+        .unwrap();
+    let err = SqliteStore::open(&path).err().unwrap();
+    assert!(err.to_string().contains("store backend"), "{err}");
+}
+
+/// A statement SQLite answers by rolling the whole transaction back (an I/O error, a full disk;
+/// here a trigger) fails every write of its group, and none of them is on disk afterwards: the
+/// writes after it in the group must not run on their own, committed one by one, while their
+/// callers are told they failed.
+#[tokio::test]
+async fn a_group_that_fails_leaves_nothing_of_it_on_disk() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let s = SqliteStore::open(&path).unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON runs WHEN NEW.name = 'refused'
+             BEGIN SELECT RAISE(ROLLBACK, 'refused'); END;",
+        )
+        .unwrap();
+    // Hold the write lock so that the writes below queue up and are committed as one group.
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let names = ["before", "refused", "after-1", "after-2", "after-3"];
+    let answers = {
+        let all = futures::future::join_all(names.map(|n| s.create(contract::run("a", n, "wf"))));
+        futures::pin_mut!(all);
+        // One poll hands every write to the writer, in order.
+        assert!(futures::poll!(all.as_mut()).is_pending());
+        other.execute_batch("COMMIT").unwrap();
+        all.await
+    };
+    assert!(answers[1].is_err(), "the refused write fails");
+    let said: Vec<bool> = answers.iter().map(Result::is_ok).collect();
+    let mut held = Vec::new();
+    for n in names {
+        held.push(s.get("a", n).await.unwrap().is_some());
+    }
+    assert_eq!(held, said, "the store holds what it said it wrote");
+    drop(s);
+    let reopened = SqliteStore::open(&path).unwrap();
+    let mut stored = Vec::new();
+    for n in names {
+        stored.push(reopened.get("a", n).await.unwrap().is_some());
+    }
+    assert_eq!(stored, said, "the file holds what the store said it wrote");
+    // The store goes on writing.
+    reopened
+        .create(contract::run("a", "later", "wf"))
+        .await
+        .unwrap();
+}
