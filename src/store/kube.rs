@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::compact::Compactor;
-use super::recent::{Recent, rv_num};
+use super::recent::{Known, Recent, rv_num};
 use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labels_match};
 use crate::api::{Run, Workflow};
 
@@ -78,7 +78,7 @@ impl KubeStore {
                 if let watcher::Event::Delete(r) = e
                     && let Some(k) = Key::of(&r.metadata)
                 {
-                    gone.deleted(&k, rv_num(r));
+                    gone.deleted(&k, r.metadata.uid.as_deref());
                 }
             });
         let stream = reflector::reflector(writer, events)
@@ -132,6 +132,12 @@ impl KubeStore {
     }
 }
 
+/// Whether the reflector's copy `r` of `k` is of a Run deleted moments ago (`gone`, by uid).
+fn is_gone(gone: &HashMap<Key, String>, k: &Key, r: &Run) -> bool {
+    gone.get(k)
+        .is_some_and(|uid| r.metadata.uid.as_ref() == Some(uid))
+}
+
 /// What one event of the API server's watch means for the watchers of Runs.
 enum Seen {
     /// A Run applied or deleted.
@@ -160,7 +166,7 @@ fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent, shrink: &Comp
                 rv.clone_from(v);
             }
             if let Some(k) = Key::of(&r.metadata) {
-                recent.deleted(&k, rv_num(&r));
+                recent.deleted(&k, r.metadata.uid.as_deref());
             }
             Seen::Event(WatchEvent::Deleted(Arc::new(r)))
         }
@@ -208,8 +214,11 @@ impl RunStore for KubeStore {
         // The trips to the API server are boxed apart: inline, their state would size the future
         // of every read, and most reads are answered from memory.
         match (cached, own) {
-            (Some(c), None) => Ok(Some(c)),
-            (Some(c), Some(o)) => match (rv_num(&c), rv_num(&o)) {
+            (Some(c), Known::Nothing) => Ok(Some(c)),
+            // Deleted moments ago; the reflector has not seen it yet.
+            (Some(c), Known::Deleted(uid)) if c.metadata.uid.as_ref() == Some(&uid) => Ok(None),
+            (Some(c), Known::Deleted(_)) => Ok(Some(c)),
+            (Some(c), Known::Version(o)) => match (rv_num(&c), rv_num(&o)) {
                 (Some(a), Some(b)) if a >= b => {
                     // The cache has caught up with what was remembered when this read looked.
                     self.own.forget_caught_up(Key::new(namespace, name), a);
@@ -219,9 +228,9 @@ impl RunStore for KubeStore {
                 _ => Box::pin(self.fetch(namespace, name)).await,
             },
             // Written here moments ago; the reflector has not seen it yet.
-            (None, Some(o)) => Ok(Some(o)),
+            (None, Known::Version(o)) => Ok(Some(o)),
             // Not in the cache (yet, or any more): ask the API server.
-            (None, None) => {
+            (None, Known::Nothing | Known::Deleted(_)) => {
                 let got = Box::pin(self.fetch(namespace, name)).await?;
                 if got.is_none() {
                     self.own.forget_expired(Key::new(namespace, name));
@@ -252,9 +261,13 @@ impl RunStore for KubeStore {
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
         // The cache, overlaid with this process's newer writes (as `list` does), by key.
         let own = self.own_writes(); // before the cache: see `list`
+        let gone = self.own.gone();
         let mut phases: HashMap<Key, (Option<u64>, crate::api::RunPhase)> = HashMap::new();
         for r in self.runs.state() {
-            phases.insert(key_of(&r)?, (rv_num(&r), r.phase()));
+            let k = key_of(&r)?;
+            if !is_gone(&gone, &k, &r) {
+                phases.insert(k, (rv_num(&r), r.phase()));
+            }
         }
         for r in own {
             let k = key_of(&r)?;
@@ -284,9 +297,13 @@ impl RunStore for KubeStore {
         // Own writes first: one is forgotten only once the cache holds it, so what is gone from
         // this read is in the next. The other way round, a Run created here could miss both.
         let own = self.own_writes();
+        let gone = self.own.gone();
         let mut all: HashMap<Key, Arc<Run>> = HashMap::new();
         for r in self.runs.state().into_iter().filter(|r| wanted(r)) {
-            all.insert(key_of(&r)?, r);
+            let k = key_of(&r)?;
+            if !is_gone(&gone, &k, &r) {
+                all.insert(k, r);
+            }
         }
         // Own writes the reflector has not caught up with yet (newer resourceVersion wins).
         for r in own {
@@ -374,9 +391,13 @@ impl RunStore for KubeStore {
             .delete(name, &DeleteParams::background())
             .await
             .map_err(map_err)?;
-        // The object answered is the Run at the version of its deletion.
-        let at = answer.left().as_ref().and_then(rv_num);
-        self.own.deleted(&Key::new(namespace, name), at);
+        // A custom resource deleted at once is answered with a Status naming its uid (the Run
+        // itself when finalizers hold it).
+        let uid = answer
+            .map_left(|run| run.metadata.uid)
+            .map_right(|status| status.details.map(|d| d.uid).filter(|u| !u.is_empty()))
+            .into_inner();
+        self.own.deleted(&Key::new(namespace, name), uid.as_deref());
         Ok(())
     }
 

@@ -21,6 +21,16 @@ pub(super) fn rv_num(run: &Run) -> Option<u64> {
     run.metadata.resource_version.as_deref()?.parse().ok()
 }
 
+/// What a replica knows of one Run beside its reflector.
+pub(super) enum Known {
+    /// Nothing newer than the reflector.
+    Nothing,
+    /// A version written or watched moments ago.
+    Version(Arc<Run>),
+    /// The Run of this uid was deleted moments ago.
+    Deleted(String),
+}
+
 /// Recently written or watched versions, by key; read by every get under a read lock.
 pub(super) struct Recent {
     ttl: Duration,
@@ -29,9 +39,10 @@ pub(super) struct Recent {
 
 struct Held {
     by_key: HashMap<Key, (Instant, Arc<Run>)>,
-    /// The versions at which Runs were deleted: a version no newer, delivered late by a slower
-    /// watch or a write's answer, is of a Run that is gone.
-    gone: HashMap<Key, (Instant, u64)>,
+    /// The uids of Runs deleted: a version of one delivered late (by a slower watch, or the
+    /// answer of a write that crossed the delete) is of a Run that is gone, and so is the
+    /// reflector's copy until the reflector sees the delete.
+    gone: HashMap<Key, (Instant, String)>,
     /// Size at which the next sweep runs: twice what the last one left.
     sweep_at: usize,
 }
@@ -67,35 +78,49 @@ impl Recent {
         };
         let mut held = self.held.write().expect("recent lock");
         let ttl = self.ttl;
-        let version = rv_num(run);
-        let newer = held
-            .by_key
-            .get(&key)
-            .is_none_or(|(_, known)| match (rv_num(known), version) {
-                (Some(a), Some(b)) => b >= a,
-                _ => true,
-            });
+        let newer =
+            held.by_key
+                .get(&key)
+                .is_none_or(|(_, known)| match (rv_num(known), rv_num(run)) {
+                    (Some(a), Some(b)) => b >= a,
+                    _ => true,
+                });
         let deleted = held
             .gone
             .get(&key)
-            .is_some_and(|(at, gone)| at.elapsed() < ttl && version.is_none_or(|v| v <= *gone));
+            .is_some_and(|(at, uid)| at.elapsed() < ttl && run.metadata.uid.as_ref() == Some(uid));
         if newer && !deleted {
             held.by_key.insert(key, (Instant::now(), Arc::clone(run)));
         }
         held.sweep_if_due(ttl);
     }
 
-    /// The version of `namespace`/`name` remembered and not yet expired.
-    pub(super) fn get(&self, namespace: &str, name: &str) -> Option<Arc<Run>> {
+    /// What is known of `namespace`/`name` and not yet expired.
+    pub(super) fn get(&self, namespace: &str, name: &str) -> Known {
         let held = self.held.read().expect("recent lock");
         // Most reads find nothing remembered: no key to build.
-        if held.by_key.is_empty() {
-            return None;
+        if held.by_key.is_empty() && held.gone.is_empty() {
+            return Known::Nothing;
         }
-        held.by_key
-            .get(&Key::new(namespace, name))
-            .filter(|(at, _)| at.elapsed() < self.ttl)
-            .map(|(_, r)| Arc::clone(r))
+        let key = Key::new(namespace, name);
+        let fresh = |at: &Instant| at.elapsed() < self.ttl;
+        if let Some((_, run)) = held.by_key.get(&key).filter(|(at, _)| fresh(at)) {
+            return Known::Version(Arc::clone(run));
+        }
+        match held.gone.get(&key).filter(|(at, _)| fresh(at)) {
+            Some((_, uid)) => Known::Deleted(uid.clone()),
+            None => Known::Nothing,
+        }
+    }
+
+    /// The uids of the Runs deleted and not yet expired, by key.
+    pub(super) fn gone(&self) -> HashMap<Key, String> {
+        let held = self.held.read().expect("recent lock");
+        held.gone
+            .iter()
+            .filter(|(_, (at, _))| at.elapsed() < self.ttl)
+            .map(|(k, (_, uid))| (k.clone(), uid.clone()))
+            .collect()
     }
 
     /// Every version not yet expired (the expired ones are dropped).
@@ -107,13 +132,14 @@ impl Recent {
         held.by_key.values().map(|(_, r)| Arc::clone(r)).collect()
     }
 
-    /// `key` was deleted, at resource version `at` when the API server said which: forget it,
-    /// and refuse the versions up to `at` that arrive after the delete.
-    pub(super) fn deleted(&self, key: &Key, at: Option<u64>) {
+    /// `key` was deleted (the Run of `uid`, when the API server said which): forget it, and
+    /// take any version of that Run that comes later for what it is, gone.
+    pub(super) fn deleted(&self, key: &Key, uid: Option<&str>) {
         let mut held = self.held.write().expect("recent lock");
         held.by_key.remove(key);
-        if let Some(rv) = at {
-            held.gone.insert(key.clone(), (Instant::now(), rv));
+        if let Some(uid) = uid {
+            held.gone
+                .insert(key.clone(), (Instant::now(), uid.to_owned()));
         }
         held.sweep_if_due(self.ttl);
     }
@@ -153,11 +179,15 @@ mod tests {
     fn version(name: &str, rv: u64) -> Arc<Run> {
         let mut r = Run::requested("ns", name, "w", Value::Null, None, Timestamp::UNIX_EPOCH);
         r.metadata.resource_version = Some(rv.to_string());
+        r.metadata.uid = Some(format!("uid-{name}"));
         Arc::new(r)
     }
 
     fn remembered(recent: &Recent) -> Option<u64> {
-        recent.get("ns", "r").and_then(|r| rv_num(&r))
+        match recent.get("ns", "r") {
+            Known::Version(r) => rv_num(&r),
+            _ => None,
+        }
     }
 
     const LONG: Duration = Duration::from_secs(3600);
@@ -207,7 +237,7 @@ mod tests {
             fresh.remember(&version(&format!("r{i}"), i));
         }
         assert_eq!(fresh.fresh().len(), 1000);
-        assert_eq!(fresh.get("ns", "r999").and_then(|r| rv_num(&r)), Some(999));
+        assert!(matches!(fresh.get("ns", "r999"), Known::Version(r) if rv_num(&r) == Some(999)));
     }
 
     #[test]
@@ -216,21 +246,28 @@ mod tests {
         recent.remember(&version("r", 10));
         // One listener's watch delivers the delete; a slower one is still at version 11, and a
         // status write's answer (12) comes back after the delete event.
-        recent.deleted(&Key::new("ns", "r"), Some(13));
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
         recent.remember(&version("r", 11));
         recent.remember(&version("r", 12));
+        assert!(matches!(recent.get("ns", "r"), Known::Deleted(uid) if uid == "uid-r"));
         assert_eq!(remembered(&recent), None, "a deleted Run is not served");
-        // A Run created again under the name later is.
-        recent.remember(&version("r", 20));
+        // A Run created again under the name is another Run.
+        let again = |rv: u64| {
+            let mut r = (*version("r", rv)).clone();
+            r.metadata.uid = Some("uid-r-again".into());
+            Arc::new(r)
+        };
+        recent.remember(&again(20));
         assert_eq!(remembered(&recent), Some(20));
-        // A delete whose version is unknown only forgets.
+        // A delete whose uid is unknown only forgets.
         recent.deleted(&Key::new("ns", "r"), None);
         assert_eq!(remembered(&recent), None);
-        recent.remember(&version("r", 21));
+        recent.remember(&again(21));
         assert_eq!(remembered(&recent), Some(21));
-        // What was deleted long ago stops being refused (and is swept out).
+        // What was deleted long ago is forgotten (and swept out).
         let brief = Recent::new(Duration::ZERO);
-        brief.deleted(&Key::new("ns", "r"), Some(13));
+        brief.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        assert!(matches!(brief.get("ns", "r"), Known::Nothing));
         brief.fresh();
         assert!(brief.held.read().unwrap().gone.is_empty());
     }
@@ -240,6 +277,6 @@ mod tests {
         let recent = Recent::new(LONG);
         let run = version("r", 1);
         recent.remember(&run);
-        assert!(Arc::ptr_eq(&recent.get("ns", "r").unwrap(), &run));
+        assert!(matches!(recent.get("ns", "r"), Known::Version(r) if Arc::ptr_eq(&r, &run)));
     }
 }

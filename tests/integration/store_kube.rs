@@ -316,3 +316,41 @@ async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
         "a deleted Run is listed: {listed:?}"
     );
 }
+
+/// A read after a delete returned does not find the Run, though the reflector has not heard of
+/// the delete yet: the collector would otherwise collect it again, a list count it.
+#[tokio::test]
+async fn a_run_deleted_here_is_gone_before_the_cache_hears_of_it() {
+    let api = FakeApi::start().await;
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let other = KubeStore::start(api.client()).await.unwrap();
+    let created = other
+        .create(contract::run("ns", "collected", "wf"))
+        .await
+        .unwrap();
+    // Once the serving replica's cache holds the Run (it wrote nothing of it itself)…
+    let no_labels = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    while !serving
+        .list(Some("ns"), &no_labels)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.metadata.uid == created.metadata.uid)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache never saw the Run"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // …its watch falls behind, and it deletes the Run.
+    let held = api.hold_watches().await;
+    serving.delete("ns", "collected").await.unwrap();
+    assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
+    let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
+    assert!(listed.is_empty(), "a deleted Run is listed: {listed:?}");
+    let counts = serving.phase_counts().await.unwrap();
+    assert_eq!(counts.values().sum::<i64>(), 0, "{counts:?}");
+    drop(held);
+}

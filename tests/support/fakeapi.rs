@@ -42,6 +42,8 @@ struct Inner {
 pub struct FakeApi {
     inner: Arc<Mutex<Inner>>,
     events: broadcast::Sender<(u64, String, String, Value)>,
+    /// Write-held while watches are held: live events wait for a read of it.
+    watches: Arc<tokio::sync::RwLock<()>>,
     pub addr: SocketAddr,
 }
 
@@ -136,6 +138,7 @@ impl FakeApi {
         let mut me = Self {
             inner: Arc::default(),
             events,
+            watches: Arc::default(),
             addr: "127.0.0.1:0".parse().unwrap(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -143,6 +146,11 @@ impl FakeApi {
         let app = axum::Router::new().fallback(handle).with_state(me.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         me
+    }
+
+    /// Hold every watch's live events (a reflector falling behind) until the guard is dropped.
+    pub async fn hold_watches(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        Arc::clone(&self.watches).write_owned().await
     }
 
     /// A kube client for this server.
@@ -458,8 +466,11 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             }
             ok(api.put_locked(&mut inner, &collection, next))
         }
+        // A custom resource deleted at once is answered with a Status naming it, not the object.
         (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {
-            Some(o) => ok(o),
+            Some(o) => ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Success", "details": {"name": name,
+                "kind": collection.rsplit('/').next(), "uid": o["metadata"]["uid"]}})),
             None => status(
                 404,
                 "NotFound",
@@ -533,6 +544,14 @@ async fn watch(
                 Ok((rv, c, ty, o)) if rv > current && matches(&c, &o) => Some(line(&ty, &o)),
                 _ => None,
             }
+        }
+    });
+    let gate = Arc::clone(&api.watches);
+    let live = live.then(move |line| {
+        let gate = Arc::clone(&gate);
+        async move {
+            let _open = gate.read().await;
+            line
         }
     });
     let timeout = query
