@@ -1,7 +1,5 @@
 //! Following the store's watch: what each change of a Run means for this controller.
 
-use std::collections::BTreeMap;
-
 use futures::StreamExt;
 
 use super::queue::Key;
@@ -15,27 +13,22 @@ impl Controller {
     /// ended.
     pub(super) async fn watch(&self) {
         loop {
-            let rv = match self.store.resource_version().await {
-                Ok(rv) => rv,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot read the store; retrying");
-                    tokio::time::sleep(STORE_RETRY).await;
-                    continue;
-                }
-            };
-            match self.store.list(None, &BTreeMap::new()).await {
-                Ok(runs) => {
-                    let keys = runs.iter().filter_map(|r| Key::of(&r.metadata));
-                    for k in keys.filter(|k| self.config.shards.owns(k)) {
+            // The keys and the version come from one snapshot: a Run created before the
+            // version and missing from a lagging cache would be in neither the list nor the
+            // watch, and nothing else would ever reconcile it.
+            let rv = match self.store.keys_now().await {
+                Ok((keys, rv)) => {
+                    for k in keys.into_iter().filter(|k| self.config.shards.owns(k)) {
                         self.queue.add(k);
                     }
+                    rv
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot list runs; retrying");
                     tokio::time::sleep(STORE_RETRY).await;
                     continue;
                 }
-            }
+            };
             let mut stream = self.store.watch(Some(rv));
             while let Some(ev) = stream.next().await {
                 match ev {

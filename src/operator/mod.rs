@@ -25,7 +25,8 @@ use crate::steps::{Executors, tool::ToolExecutor};
 use crate::store::RunChanges;
 use crate::store::archive::keeper::Archiver;
 use crate::store::events::EventLog;
-use crate::store::kube::{KubeSecrets, KubeStore, KubeWorkflows};
+use crate::store::kube::KubeStore;
+use crate::store::kube_sources::{KubeSecrets, KubeWorkflows};
 use crate::telemetry::Metrics;
 
 /// Settings of the operator.

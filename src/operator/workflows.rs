@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{Workflow, WorkflowStatus, reasons};
 use crate::engine::validate::{self, Capabilities};
-use crate::store::kube::{CONTROLLER_MANAGER, KubeWorkflows};
+use crate::store::kube::CONTROLLER_MANAGER;
+use crate::store::kube_sources::KubeWorkflows;
 
 /// How soon a Workflow held back by another one (its tool name, a cycle through it) is
 /// validated again. The event that

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use super::recent::rv_num;
 use super::{RunStore, WatchEvent};
 use crate::api::{ObjectKey, Run};
 
@@ -36,7 +37,15 @@ pub enum Change {
 /// Per-Run change feeds, cheap to clone: every clone shares the subscribers.
 #[derive(Clone, Default)]
 pub struct RunChanges {
-    subs: Arc<Mutex<HashMap<ObjectKey, broadcast::Sender<Change>>>>,
+    subs: Arc<Mutex<HashMap<ObjectKey, Feed>>>,
+}
+
+/// One Run's subscribers and the newest version sent to them.
+struct Feed {
+    tx: broadcast::Sender<Change>,
+    /// After a gap the Run is read again and the watch replays from before that read: what is
+    /// no newer than this was sent already, and sending it would take the Run back in time.
+    sent: Option<u64>,
 }
 
 impl std::fmt::Debug for RunChanges {
@@ -65,7 +74,11 @@ impl RunChanges {
             .lock()
             .expect("subs lock")
             .entry(ObjectKey::new(namespace, name))
-            .or_insert_with(|| broadcast::channel(PER_RUN_BUFFER).0)
+            .or_insert_with(|| Feed {
+                tx: broadcast::channel(PER_RUN_BUFFER).0,
+                sent: None,
+            })
+            .tx
             .subscribe()
     }
 
@@ -84,9 +97,17 @@ impl RunChanges {
     /// Send `change` to the subscribers of `key`, forgetting the feed once nobody listens.
     fn send(&self, key: &ObjectKey, change: Change) {
         let mut subs = self.subs.lock().expect("subs lock");
-        if let Some(tx) = subs.get(key)
-            && tx.send(change).is_err()
-        {
+        let Some(feed) = subs.get_mut(key) else {
+            return;
+        };
+        if let Change::Updated(run) = &change {
+            let version = rv_num(run);
+            if version.zip(feed.sent).is_some_and(|(v, sent)| v <= sent) {
+                return;
+            }
+            feed.sent = version;
+        }
+        if feed.tx.send(change).is_err() {
             subs.remove(key);
         }
     }
@@ -121,12 +142,55 @@ impl RunChanges {
             .cloned()
             .collect();
         for key in keys {
-            let change = match store.get_shared(&key.namespace, &key.name).await {
+            // The source, not a cache that may lag the version the watch resumes from.
+            let change = match store.get_now(&key.namespace, &key.name).await {
                 Ok(Some(r)) => Change::Updated(r),
                 Ok(None) => Change::Deleted,
                 Err(_) => continue,
             };
             self.send(&key, change);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn version(rv: u64) -> WatchEvent {
+        let mut r = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
+        r.metadata.resource_version = Some(rv.to_string());
+        WatchEvent::Applied(Arc::new(r))
+    }
+
+    fn received(rx: &mut broadcast::Receiver<Change>) -> Vec<Option<u64>> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| match c {
+                Change::Updated(r) => rv_num(&r),
+                Change::Deleted => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_replay_after_a_gap_does_not_take_a_run_back_in_time() {
+        let changes = RunChanges::default();
+        let mut rx = changes.subscribe("ns", "r");
+        changes.publish(&version(3));
+        // The gap: the Run read again at 7, then the watch replays from 4.
+        changes.publish(&version(7));
+        for rv in 4..=8 {
+            changes.publish(&version(rv));
+        }
+        assert_eq!(received(&mut rx), [Some(3), Some(7), Some(8)]);
+        // A delete always goes through, and a Run made again under the name follows it.
+        let mut gone = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
+        gone.metadata.resource_version = Some("9".into());
+        changes.publish(&WatchEvent::Deleted(Arc::new(gone)));
+        changes.publish(&version(10));
+        assert_eq!(received(&mut rx), [None, Some(10)]);
     }
 }

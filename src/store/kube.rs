@@ -1,5 +1,5 @@
-//! The production store: Runs and Workflows as custom resources. Reads come from reflectors
-//! (one shared watch per kind); writes go to the API server. A get that misses the cache, or
+//! The production store: Runs as custom resources (Workflows and Secrets are `kube_sources`').
+//! Reads come from a reflector; writes go to the API server. A get that misses the cache, or
 //! whose cached copy is older than this process's own last write, is answered by a direct GET,
 //! so a task handle resolves the moment it is returned.
 
@@ -18,12 +18,11 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::sync::watch;
 
 use super::compact::Compactor;
 use super::recent::{Known, Recent, rv_num};
-use super::{RunStore, SecretSource, StoreError, WatchEvent, WorkflowSource, labels_match};
-use crate::api::{Run, Workflow};
+use super::{RunStore, StoreError, WatchEvent, labels_match};
+use crate::api::Run;
 
 /// Field manager of the controller's status writes.
 pub(crate) const CONTROLLER_MANAGER: &str = "runway-controller";
@@ -33,7 +32,8 @@ pub(crate) const MCP_MANAGER: &str = "runway-mcp";
 use super::key_of;
 use crate::api::ObjectKey as Key;
 
-fn map_err(e: kube::Error) -> StoreError {
+/// A Kubernetes API failure as the store reports it.
+pub(super) fn map_err(e: kube::Error) -> StoreError {
     match e {
         kube::Error::Api(s) => match (s.code, s.reason.as_str()) {
             (404, _) => StoreError::NotFound,
@@ -57,6 +57,9 @@ pub struct KubeStore {
     /// Shrinks every Run kept: the reflector's, the remembered versions, the watch's.
     compactor: Arc<Compactor>,
 }
+
+/// Keys read per page when the controller lists every Run before it watches.
+const KEYS_PAGE: u32 = 500;
 
 /// How long this process trusts its own write over a reflector that has not seen it yet.
 const OWN_WRITES_TTL: Duration = Duration::from_secs(10);
@@ -256,6 +259,29 @@ impl RunStore for KubeStore {
             .await
             .map_err(map_err)?;
         Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
+    async fn keys_now(&self) -> Result<(Vec<Key>, String), StoreError> {
+        // Metadata only, a page at a time: the pages are one snapshot, whose version is the
+        // first page's.
+        let api: Api<Run> = Api::all(self.client.clone());
+        let mut keys = Vec::new();
+        let mut params = ListParams::default().limit(KEYS_PAGE);
+        let mut version = None;
+        loop {
+            let page = api.list_metadata(&params).await.map_err(map_err)?;
+            keys.extend(page.items.iter().filter_map(|m| Key::of(&m.metadata)));
+            version.get_or_insert(page.metadata.resource_version.unwrap_or_default());
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok((keys, version.unwrap_or_default()))
+    }
+
+    async fn get_now(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+        self.fetch(namespace, name).await
     }
 
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {
@@ -468,124 +494,5 @@ impl RunStore for KubeStore {
             .await
             .map_err(map_err)?;
         Ok(l.metadata.resource_version.unwrap_or_default())
-    }
-}
-
-/// Workflows from the cluster, read through a reflector.
-#[derive(Clone)]
-pub(crate) struct KubeWorkflows {
-    workflows: Store<Workflow>,
-    changes: watch::Sender<u64>,
-}
-
-impl KubeWorkflows {
-    /// Start the Workflow reflector and wait for its first list.
-    pub async fn start(client: Client) -> Result<Self, StoreError> {
-        let (reader, writer) = reflector::store();
-        let api: Api<Workflow> = Api::all(client);
-        let (changes, _) = watch::channel(0u64);
-        let tx = changes.clone();
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        let last_error = Arc::new(Mutex::new(None::<String>));
-        let seen = last_error.clone();
-        tokio::spawn(async move {
-            stream
-                .for_each(|r| {
-                    let (tx, seen) = (tx.clone(), seen.clone());
-                    async move {
-                        match r {
-                            Ok(_) => tx.send_modify(|v| *v += 1),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "workflow watch error; retrying");
-                                *seen.lock().expect("error lock") = Some(e.to_string());
-                            }
-                        }
-                    }
-                })
-                .await;
-        });
-        super::fill::filled(&reader, "Workflow", &last_error).await?;
-        Ok(Self {
-            workflows: reader,
-            changes,
-        })
-    }
-
-    /// Every Workflow in the cache.
-    pub fn all(&self) -> Vec<Arc<Workflow>> {
-        self.workflows.state()
-    }
-}
-
-#[async_trait]
-impl WorkflowSource for KubeWorkflows {
-    async fn get(&self, namespace: &str, name: &str) -> Option<Workflow> {
-        self.workflows
-            .get(&ObjectRef::new(name).within(namespace))
-            .map(|w| (*w).clone())
-    }
-
-    async fn list(&self, namespace: &str) -> Vec<Workflow> {
-        let mut out: Vec<Workflow> = self
-            .workflows
-            .state()
-            .iter()
-            .filter(|w| w.metadata.namespace.as_deref() == Some(namespace))
-            .map(|w| (**w).clone())
-            .collect();
-        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        out
-    }
-
-    async fn namespaces(&self) -> Vec<String> {
-        let all: std::collections::BTreeSet<String> = self
-            .workflows
-            .state()
-            .iter()
-            .filter_map(|w| w.metadata.namespace.clone())
-            .collect();
-        all.into_iter().collect()
-    }
-
-    async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
-        self.workflows.state().into_iter().find(|w| {
-            w.metadata.namespace.as_deref() == Some(namespace)
-                && w.is_ready()
-                && w.tool_name() == name
-        })
-    }
-
-    fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-}
-
-/// Values of Secrets in the Run's namespace.
-#[derive(Clone)]
-pub struct KubeSecrets {
-    client: Client,
-}
-
-impl KubeSecrets {
-    /// Secrets through `client`.
-    pub fn new(client: Client) -> Self {
-        Self { client }
-    }
-}
-
-#[async_trait]
-impl SecretSource for KubeSecrets {
-    async fn get(&self, namespace: &str, name: &str, key: &str) -> Result<String, StoreError> {
-        let api: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.client.clone(), namespace);
-        let secret = api.get(name).await.map_err(map_err)?;
-        let bytes = secret
-            .data
-            .and_then(|d| d.get(key).cloned())
-            .ok_or(StoreError::NotFound)?;
-        String::from_utf8(bytes.0)
-            .map_err(|_| StoreError::Invalid(format!("secret {name}/{key} is not UTF-8")))
     }
 }

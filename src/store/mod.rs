@@ -9,6 +9,7 @@ pub mod events;
 mod fill;
 pub mod identities;
 pub mod kube;
+pub mod kube_sources;
 mod manifest_files;
 pub mod manifests;
 
@@ -156,6 +157,23 @@ pub trait RunStore: Send + Sync + 'static {
         labels: &BTreeMap<String, String>,
     ) -> Result<Vec<Arc<Run>>, StoreError> {
         self.list(namespace, labels).await
+    }
+    /// Every Run's key as the store holds them now, and a resource version to watch from that
+    /// misses nothing the keys lack: what a follower of the store lists before it watches. A
+    /// store that serves `list` from a cache asks its source, whose list and version are one
+    /// snapshot (the cache may lag the version a separate read returns).
+    async fn keys_now(&self) -> Result<(Vec<crate::api::ObjectKey>, String), StoreError> {
+        let rv = self.resource_version().await?;
+        let runs = self.list(None, &BTreeMap::new()).await?;
+        let keys = runs
+            .iter()
+            .filter_map(|r| crate::api::ObjectKey::of(&r.metadata));
+        Ok((keys.collect(), rv))
+    }
+    /// [`RunStore::get`] as the store holds it now (a store that serves reads from a cache asks
+    /// its source): for reading a Run again after a gap in a watch, when the cache may lag.
+    async fn get_now(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+        self.get_shared(namespace, name).await
     }
     /// How many Runs are in each phase (for metrics), without copying them.
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError>;

@@ -539,7 +539,7 @@ async fn header_secrets_are_read_from_the_runs_namespace() {
     use runway::store::SecretSource;
     let api = FakeApi::start().await;
     api.put("v1/secrets", json!({"metadata": {"name": "webhook", "namespace": "team-a"}, "data": {"token": "czNjcjN0"}}));
-    let secrets = runway::store::kube::KubeSecrets::new(api.client());
+    let secrets = runway::store::kube_sources::KubeSecrets::new(api.client());
     assert_eq!(
         secrets.get("team-a", "webhook", "token").await.unwrap(),
         "s3cr3t"

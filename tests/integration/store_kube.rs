@@ -354,3 +354,30 @@ async fn a_run_deleted_here_is_gone_before_the_cache_hears_of_it() {
     assert_eq!(counts.values().sum::<i64>(), 0, "{counts:?}");
     drop(held);
 }
+
+/// What a follower lists before it watches comes from the API server in one snapshot: a Run
+/// created while the cache lagged is among the keys, or after the version (so in the watch).
+#[tokio::test]
+async fn keys_to_watch_from_include_what_a_lagging_cache_lacks() {
+    let api = FakeApi::start().await;
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let other = KubeStore::start(api.client()).await.unwrap();
+    let held = api.hold_watches().await;
+    let created = other
+        .create(contract::run("ns", "unseen", "wf"))
+        .await
+        .unwrap();
+    let (keys, rv) = serving.keys_now().await.unwrap();
+    assert!(
+        keys.contains(&runway::api::ObjectKey::new("ns", "unseen")),
+        "{keys:?}"
+    );
+    let created_at: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(rv.parse::<u64>().unwrap() >= created_at);
+    // The cache has not seen it (what the list used to come from); the source has.
+    let no_labels = std::collections::BTreeMap::new();
+    assert!(serving.list(None, &no_labels).await.unwrap().is_empty());
+    let now = serving.get_now("ns", "unseen").await.unwrap().unwrap();
+    assert_eq!(now.metadata.uid, created.metadata.uid);
+    drop(held);
+}
