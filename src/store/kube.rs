@@ -129,6 +129,23 @@ impl KubeStore {
         Ok(got.map(Arc::new))
     }
 
+    /// `written`, and on a conflict the version that won remembered first: the writer reads
+    /// the Run again to retry, and the cache may still hold the version that lost (another
+    /// replica's write reaches it through the watch), so every retry would conflict again.
+    async fn learning_from_conflict(
+        &self,
+        namespace: &str,
+        name: &str,
+        written: Result<Run, StoreError>,
+    ) -> Result<Run, StoreError> {
+        if let Err(StoreError::Conflict) = &written
+            && let Ok(Some(now)) = Box::pin(self.fetch(namespace, name)).await
+        {
+            self.remember(Arc::unwrap_or_clone(now));
+        }
+        written
+    }
+
     /// Own writes that are still fresh.
     fn own_writes(&self) -> Vec<Arc<Run>> {
         self.own.fresh()
@@ -370,7 +387,8 @@ impl RunStore for KubeStore {
             .api(&ns)
             .patch(&name, &pp, &Patch::Merge(&patch))
             .await
-            .map_err(map_err)?;
+            .map_err(map_err);
+        let updated = self.learning_from_conflict(&ns, &name, updated).await?;
         Ok(Arc::unwrap_or_clone(self.remember(updated)))
     }
 
@@ -393,7 +411,8 @@ impl RunStore for KubeStore {
                 .api(&ns)
                 .replace_status(&name, &pp, &run)
                 .await
-                .map_err(map_err)?;
+                .map_err(map_err);
+            let updated = self.learning_from_conflict(&ns, &name, updated).await?;
             return Ok(self.remember(updated));
         }
         let patch = json!({

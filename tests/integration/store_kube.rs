@@ -3,9 +3,9 @@
 
 use crate::support;
 
-use runway::api::{RunPhase, RunStatus};
-use runway::store::RunStore;
+use runway::api::{Run, RunPhase, RunStatus};
 use runway::store::kube::KubeStore;
+use runway::store::{RunStore, StoreError};
 use support::contract;
 use support::fakeapi::FakeApi;
 
@@ -160,10 +160,7 @@ async fn answers_are_a_conditional_merge_patch_and_a_stale_one_conflicts() {
     );
     assert_eq!(p.body["spec"]["inputResponses"]["k"]["answeredBy"], "bob");
     // the same patch again, from the stale version: 409 → Conflict
-    assert_eq!(
-        s.update(answered).await.unwrap_err(),
-        runway::store::StoreError::Conflict
-    );
+    assert_eq!(s.update(answered).await.unwrap_err(), StoreError::Conflict);
 }
 
 #[tokio::test]
@@ -379,5 +376,67 @@ async fn keys_to_watch_from_include_what_a_lagging_cache_lacks() {
     assert!(serving.list(None, &no_labels).await.unwrap().is_empty());
     let now = serving.get_now("ns", "unseen").await.unwrap().unwrap();
     assert_eq!(now.metadata.uid, created.metadata.uid);
+    drop(held);
+}
+
+/// After a write conflicts, the next read has the version that won, though the cache has not
+/// heard of it yet: a retry made on the cache's copy would conflict again, every time.
+#[tokio::test]
+async fn after_a_conflict_the_next_read_has_the_version_that_won() {
+    let api = FakeApi::start().await;
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let other = KubeStore::start(api.client()).await.unwrap();
+    let created = other
+        .create(contract::run("ns", "contested", "wf"))
+        .await
+        .unwrap();
+    let no_labels = std::collections::BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    while !serving
+        .list(Some("ns"), &no_labels)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.metadata.uid == created.metadata.uid)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache never saw the Run"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Another replica writes the Run while this one's watch lags.
+    let held = api.hold_watches().await;
+    let labelled = |mut r: Run, k: &str| {
+        r.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), "yes".into());
+        r
+    };
+    let won = other
+        .update(labelled(created.clone(), "theirs"))
+        .await
+        .unwrap();
+    let mine = serving.get("ns", "contested").await.unwrap().unwrap();
+    assert_eq!(
+        mine.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        serving.update(labelled(mine, "mine")).await.unwrap_err(),
+        StoreError::Conflict
+    );
+    let again = serving.get("ns", "contested").await.unwrap().unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        won.metadata.resource_version
+    );
+    let both = serving.update(labelled(again, "mine")).await.unwrap();
+    let labels = both.metadata.labels.unwrap();
+    assert!(
+        labels.contains_key("theirs") && labels.contains_key("mine"),
+        "{labels:?}"
+    );
     drop(held);
 }
