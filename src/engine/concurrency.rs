@@ -4,7 +4,9 @@
 //! request order); the others wait, `Queued`, and fail, unstarted, after `queueTimeout`. A
 //! stale cache can hold a Run back longer; one that has not yet seen a peer start can let a
 //! Run of higher priority or fairer share pass it, which the one controller of an embedded
-//! server or of one shard never does (it reads its own writes).
+//! server or of one shard never does (it reads its own writes). Two Runs requested through
+//! different replicas within a watch round trip, before either replica has seen the other,
+//! can both be admitted (docs/design.md, "Concurrency limits across replicas").
 
 use std::borrow::Borrow;
 
