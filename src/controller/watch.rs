@@ -1,5 +1,7 @@
 //! Following the store's watch: what each change of a Run means for this controller.
 
+use std::collections::{BTreeMap, HashSet};
+
 use futures::StreamExt;
 
 use super::queue::Key;
@@ -13,53 +15,89 @@ impl Controller {
     /// ended.
     pub(super) async fn watch(&self) {
         loop {
-            // The keys and the version come from one snapshot: a Run created before the
-            // version and missing from a lagging cache would be in neither the list nor the
-            // watch, and nothing else would ever reconcile it.
-            let rv = match self.store.keys_now().await {
-                Ok((keys, rv)) => {
-                    for k in keys.into_iter().filter(|k| self.config.shards.owns(k)) {
-                        self.queue.add(k);
-                    }
-                    rv
+            let rv = match self.store.resource_version().await {
+                Ok(rv) => rv,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the store; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                    continue;
                 }
+            };
+            // The cache's Runs at once, without a trip to the source.
+            let cached: HashSet<Key> = match self.store.list(None, &BTreeMap::new()).await {
+                Ok(runs) => runs.iter().filter_map(|r| Key::of(&r.metadata)).collect(),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot list runs; retrying");
                     tokio::time::sleep(STORE_RETRY).await;
                     continue;
                 }
             };
+            self.queue_all(cached.iter().cloned());
+            // Held only until the source's keys are in: a hundred thousand keys weigh megabytes.
+            let mut cached = Some(cached);
+            // A cache that lags the version the watch starts from can lack a Run created
+            // before it, which the watch will not deliver either: nothing would reconcile it.
+            // The source's keys (a snapshot at or after that version) are queued as they come,
+            // while the watch is already followed.
+            let mut catch_up = std::pin::pin!(self.store.keys_now());
+            let mut caught_up = false;
             let mut stream = self.store.watch(Some(rv));
-            while let Some(ev) = stream.next().await {
-                match ev {
-                    Ok(WatchEvent::Applied(run)) => {
-                        if run.phase().is_terminal() {
-                            self.wake_queued(&run);
-                        }
-                        let Some(k) = Key::of(&run.metadata) else {
-                            continue;
-                        };
-                        if !self.config.shards.owns(&k) {
-                            continue;
-                        }
-                        if run.spec.cancel.is_some() {
-                            self.inflight.abort(&k);
-                        }
-                        self.queue.add(k);
-                    }
-                    Ok(WatchEvent::Deleted(run)) => {
-                        self.wake_queued(&run);
-                        if let Some(k) = Key::of(&run.metadata) {
-                            self.outcomes.lock().expect("outcomes lock").remove(&k);
-                            self.waiting.leave(&k, &run);
-                            self.inflight.abort(&k);
+            loop {
+                tokio::select! {
+                    keys = &mut catch_up, if !caught_up => {
+                        caught_up = true;
+                        let cached = cached.take().unwrap_or_default();
+                        let missed = keys.map(|(keys, _)| keys.into_iter().filter(|k| !cached.contains(k)));
+                        if let Err(e) = missed.map(|keys| self.queue_all(keys)) {
+                            tracing::warn!(error = %e, "cannot list runs at the source; listing again");
+                            tokio::time::sleep(STORE_RETRY).await;
+                            break;
                         }
                     }
-                    Err(StoreError::Gone) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "watch failed; listing again");
-                        break;
-                    }
+                    ev = stream.next() => match ev {
+                        Some(Ok(ev)) => self.follow(ev),
+                        Some(Err(StoreError::Gone)) | None => break,
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "watch failed; listing again");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Queue the keys of this controller's shards.
+    fn queue_all(&self, keys: impl IntoIterator<Item = Key>) {
+        for k in keys.into_iter().filter(|k| self.config.shards.owns(k)) {
+            self.queue.add(k);
+        }
+    }
+
+    /// What one change of a Run means here.
+    fn follow(&self, ev: WatchEvent) {
+        match ev {
+            WatchEvent::Applied(run) => {
+                if run.phase().is_terminal() {
+                    self.wake_queued(&run);
+                }
+                let Some(k) = Key::of(&run.metadata) else {
+                    return;
+                };
+                if !self.config.shards.owns(&k) {
+                    return;
+                }
+                if run.spec.cancel.is_some() {
+                    self.inflight.abort(&k);
+                }
+                self.queue.add(k);
+            }
+            WatchEvent::Deleted(run) => {
+                self.wake_queued(&run);
+                if let Some(k) = Key::of(&run.metadata) {
+                    self.outcomes.lock().expect("outcomes lock").remove(&k);
+                    self.waiting.leave(&k, &run);
+                    self.inflight.abort(&k);
                 }
             }
         }
