@@ -1,10 +1,13 @@
-//! Waiting for a reflector cache to fill at start-up, for a bounded time: a cache that can
-//! never fill (an object it cannot decode, an API server that refuses the list) must end the
-//! start with the reason instead of leaving a replica unready for ever.
+//! Following a reflector's stream for the life of the process, and waiting for its cache to
+//! fill at start-up for a bounded time: a cache that can never fill (an object it cannot
+//! decode, an API server that refuses the list) must end the start with the reason instead of
+//! leaving a replica unready for ever.
 
-use std::sync::Mutex;
+use std::fmt::Display;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use kube::runtime::reflector::Store;
 
 use super::StoreError;
@@ -13,6 +16,37 @@ use super::StoreError;
 /// last error (a cache that can never fill, say because an object cannot be decoded, must not
 /// leave a replica waiting, unready, for ever).
 const CACHE_FILL: Duration = Duration::from_secs(120);
+
+/// Drive a reflector's `stream` in a task of its own, calling `touched` for every object it
+/// applies; the watch's last error (for [`filled`] to give as the reason) is returned.
+pub(super) fn follow<S, K, E>(
+    stream: S,
+    kind: &'static str,
+    touched: impl Fn() + Send + Sync + 'static,
+) -> Arc<Mutex<Option<String>>>
+where
+    S: Stream<Item = Result<K, E>> + Send + 'static,
+    K: Send,
+    E: Display + Send,
+{
+    let last_error = Arc::new(Mutex::new(None::<String>));
+    let seen = Arc::clone(&last_error);
+    tokio::spawn(async move {
+        stream
+            .for_each(|r| {
+                match r {
+                    Ok(_) => touched(),
+                    Err(e) => {
+                        tracing::warn!(error = %e, kind, "watch error; retrying");
+                        *seen.lock().expect("error lock") = Some(e.to_string());
+                    }
+                }
+                std::future::ready(())
+            })
+            .await;
+    });
+    last_error
+}
 
 /// Wait until `reader` holds the first list, for at most [`CACHE_FILL`].
 pub(super) async fn filled<K>(

@@ -4,7 +4,7 @@
 //! so a task handle resolves the moment it is returned.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -58,7 +58,7 @@ pub struct KubeStore {
     compactor: Arc<Compactor>,
 }
 
-/// Keys read per page when the controller lists every Run before it watches.
+/// Keys read per page when the controller lists every Run at the source.
 const KEYS_PAGE: u32 = 500;
 
 /// How long this process trusts its own write over a reflector that has not seen it yet.
@@ -87,21 +87,7 @@ impl KubeStore {
         let stream = reflector::reflector(writer, events)
             .default_backoff()
             .touched_objects();
-        let last_error = Arc::new(Mutex::new(None::<String>));
-        let seen = last_error.clone();
-        tokio::spawn(async move {
-            stream
-                .for_each(|r| {
-                    let seen = seen.clone();
-                    async move {
-                        if let Err(e) = r {
-                            tracing::warn!(error = %e, "run watch error; retrying");
-                            *seen.lock().expect("error lock") = Some(e.to_string());
-                        }
-                    }
-                })
-                .await;
-        });
+        let last_error = super::fill::follow(stream, "Run", || {});
         super::fill::filled(&reader, "Run", &last_error).await?;
         Ok(Self {
             client,

@@ -1,10 +1,9 @@
 //! Workflows and Secrets from the cluster: the Workflow reflector the controller and the MCP
 //! endpoint read tools from, and the Secrets a step's headers name.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -31,23 +30,8 @@ impl KubeWorkflows {
         let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
             .default_backoff()
             .touched_objects();
-        let last_error = Arc::new(Mutex::new(None::<String>));
-        let seen = last_error.clone();
-        tokio::spawn(async move {
-            stream
-                .for_each(|r| {
-                    let (tx, seen) = (tx.clone(), seen.clone());
-                    async move {
-                        match r {
-                            Ok(_) => tx.send_modify(|v| *v += 1),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "workflow watch error; retrying");
-                                *seen.lock().expect("error lock") = Some(e.to_string());
-                            }
-                        }
-                    }
-                })
-                .await;
+        let last_error = super::fill::follow(stream, "Workflow", move || {
+            tx.send_modify(|v| *v += 1);
         });
         super::fill::filled(&reader, "Workflow", &last_error).await?;
         Ok(Self {

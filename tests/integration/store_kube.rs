@@ -15,6 +15,38 @@ async fn store() -> (FakeApi, KubeStore) {
     (api, s)
 }
 
+/// Poll `store`'s list (as a client would) until it holds `run`: its cache has seen it, or, when
+/// `store` did not write it, everything up to it.
+async fn until_listed(store: &KubeStore, run: &Run) {
+    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
+    let no_labels = std::collections::BTreeMap::new();
+    while !store
+        .list(Some("ns"), &no_labels)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.metadata.uid == run.metadata.uid)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cache never saw {run:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// `store` lists no Run called `name`.
+async fn assert_not_listed(store: &KubeStore, name: &str) {
+    let no_labels = std::collections::BTreeMap::new();
+    let listed = store.list(Some("ns"), &no_labels).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|r| r.metadata.name.as_deref() != Some(name)),
+        "a deleted Run is listed: {listed:?}"
+    );
+}
+
 #[tokio::test]
 async fn create_get_list() {
     let (_a, s) = store().await;
@@ -223,27 +255,9 @@ async fn a_run_another_replica_deleted_is_not_served_from_what_a_watch_delivered
         .unwrap();
     // The serving replica's cache follows the API server's watch; poll it as a client would
     // until it has the Run created after the delete, and so the delete.
-    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
-    let no_labels = std::collections::BTreeMap::new();
-    loop {
-        let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
-        if listed.iter().any(|r| r.metadata.uid == later.metadata.uid) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cache never saw {later:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_listed(&serving, &later).await;
     assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
-    let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
-    assert!(
-        listed
-            .iter()
-            .all(|r| r.metadata.name.as_deref() != Some("collected")),
-        "a deleted Run is listed: {listed:?}"
-    );
+    assert_not_listed(&serving, "collected").await;
 }
 
 #[tokio::test]
@@ -278,21 +292,7 @@ async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
         }
     }
     // Until the cache has the Run created after the delete, it may still hold the deleted one.
-    let no_labels = std::collections::BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
-    while !serving
-        .list(Some("ns"), &no_labels)
-        .await
-        .unwrap()
-        .iter()
-        .any(|r| r.metadata.uid == later.metadata.uid)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cache never saw {later:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_listed(&serving, &later).await;
     assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
     // The slower watch now delivers the finished version, after the delete was seen.
     while let Some(event) = slow.next().await {
@@ -305,13 +305,7 @@ async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
         None,
         "a deleted Run is served from a version delivered after its delete"
     );
-    let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
-    assert!(
-        listed
-            .iter()
-            .all(|r| r.metadata.name.as_deref() != Some("collected")),
-        "a deleted Run is listed: {listed:?}"
-    );
+    assert_not_listed(&serving, "collected").await;
 }
 
 /// A read after a delete returned does not find the Run, though the reflector has not heard of
@@ -327,20 +321,7 @@ async fn a_run_deleted_here_is_gone_before_the_cache_hears_of_it() {
         .unwrap();
     // Once the serving replica's cache holds the Run (it wrote nothing of it itself)…
     let no_labels = std::collections::BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
-    while !serving
-        .list(Some("ns"), &no_labels)
-        .await
-        .unwrap()
-        .iter()
-        .any(|r| r.metadata.uid == created.metadata.uid)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cache never saw the Run"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_listed(&serving, &created).await;
     // …its watch falls behind, and it deletes the Run.
     let held = api.hold_watches().await;
     serving.delete("ns", "collected").await.unwrap();
@@ -390,21 +371,7 @@ async fn after_a_conflict_the_next_read_has_the_version_that_won() {
         .create(contract::run("ns", "contested", "wf"))
         .await
         .unwrap();
-    let no_labels = std::collections::BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
-    while !serving
-        .list(Some("ns"), &no_labels)
-        .await
-        .unwrap()
-        .iter()
-        .any(|r| r.metadata.uid == created.metadata.uid)
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cache never saw the Run"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_listed(&serving, &created).await;
     // Another replica writes the Run while this one's watch lags.
     let held = api.hold_watches().await;
     let labelled = |mut r: Run, k: &str| {
