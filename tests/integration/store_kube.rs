@@ -47,6 +47,16 @@ async fn assert_not_listed(store: &KubeStore, name: &str) {
     );
 }
 
+/// Create the Run `name` through `store` and write it succeeded.
+async fn finished(store: &KubeStore, name: &str) {
+    let mut done = store.create(contract::run("ns", name, "wf")).await.unwrap();
+    done.status = Some(RunStatus {
+        phase: RunPhase::Succeeded,
+        ..Default::default()
+    });
+    store.update_status(done).await.unwrap();
+}
+
 #[tokio::test]
 async fn create_get_list() {
     let (_a, s) = store().await;
@@ -231,16 +241,7 @@ async fn a_run_another_replica_deleted_is_not_served_from_what_a_watch_delivered
     let serving = KubeStore::start(api.client()).await.unwrap();
     let working = KubeStore::start(api.client()).await.unwrap();
     let mut live = serving.watch(Some(serving.resource_version().await.unwrap()));
-    let created = working
-        .create(contract::run("ns", "collected", "wf"))
-        .await
-        .unwrap();
-    let mut done = created;
-    done.status = Some(RunStatus {
-        phase: RunPhase::Succeeded,
-        ..Default::default()
-    });
-    working.update_status(done).await.unwrap();
+    finished(&working, "collected").await;
     // The caller follows the Run (as `subscriptions/listen` does) until it finishes, and stops.
     while let Some(event) = live.next().await {
         if matches!(event.unwrap(), WatchEvent::Applied(r) if r.phase() == RunPhase::Succeeded) {
@@ -271,16 +272,7 @@ async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
     let from = serving.resource_version().await.unwrap();
     let mut quick = serving.watch(Some(from.clone()));
     let mut slow = serving.watch(Some(from));
-    let created = working
-        .create(contract::run("ns", "collected", "wf"))
-        .await
-        .unwrap();
-    let mut done = created;
-    done.status = Some(RunStatus {
-        phase: RunPhase::Succeeded,
-        ..Default::default()
-    });
-    working.update_status(done).await.unwrap();
+    finished(&working, "collected").await;
     working.delete("ns", "collected").await.unwrap();
     let later = working
         .create(contract::run("ns", "later", "wf"))
