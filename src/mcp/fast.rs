@@ -31,6 +31,7 @@ use super::handler::RunwayMcp;
 use super::headers::{check_param_headers, only};
 use super::own_tools::is_builtin;
 use super::projection::{Payload, Shown, TaskView};
+use super::rendered::{self, Shape};
 use super::state::{McpState, Tenant};
 use super::{projection, tasks};
 use crate::api::Run;
@@ -166,16 +167,24 @@ pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) ->
         Ok(found) => {
             let view = projection::view(&found.run, found.live.as_ref());
             let payload = projection::payload(&found.run, &view.status);
-            answer(&Answer {
-                jsonrpc: JsonRpcVersion2_0,
-                id: &id,
-                result: TaskWire {
-                    view: &view,
-                    payload: &payload,
-                    meta: found.meta.as_ref(),
-                    run: &found.run,
-                },
-            })
+            let result = TaskWire {
+                view: &view,
+                payload: &payload,
+                meta: found.meta.as_ref(),
+                run: &found.run,
+            };
+            // The answer depends on this version of the Run alone unless the Workflow is read
+            // live or the caller is told which questions are theirs.
+            if found.live.is_some() || found.meta.is_some() {
+                return answer(&Answer {
+                    jsonrpc: JsonRpcVersion2_0,
+                    id: &id,
+                    result,
+                });
+            }
+            let body = rendered::result_json(&found.run, Shape::Task2026, &result)
+                .and_then(|result| rendered::response_json(&id, &result));
+            json_body(body)
         }
         // Every error `tasks/get` gives (unknown task, forbidden, internal) is an in-band
         // JSON-RPC error, HTTP 200, as rmcp answers them.
@@ -241,7 +250,12 @@ impl Serialize for TaskWire<'_> {
 
 /// A JSON-RPC message as the HTTP answer rmcp would give it: 200, one JSON body.
 fn answer(message: &impl Serialize) -> Response {
-    match serde_json::to_vec(message) {
+    json_body(serde_json::to_vec(message))
+}
+
+/// A written JSON-RPC message as the HTTP answer rmcp would give it.
+fn json_body(written: serde_json::Result<Vec<u8>>) -> Response {
+    match written {
         Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], body).into_response(),
         Err(e) => super::errors::rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -32,6 +32,7 @@ mod listen;
 mod own_tools;
 mod pausing;
 mod projection;
+mod rendered;
 mod retrying;
 mod sealing;
 mod shares;

@@ -20,6 +20,7 @@ use crate::mcp::access::readable_run;
 use crate::mcp::fast::Envelope;
 use crate::mcp::headers::only;
 use crate::mcp::projection;
+use crate::mcp::rendered::{self, Shape};
 use crate::mcp::state::{McpState, Tenant};
 use crate::mcp::tasks::live_spec;
 use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_GET_TASK};
@@ -75,12 +76,19 @@ pub(crate) async fn get_task(
     let run = readable_run(state, tenant, &get.params.task_id).await?;
     let live = live_spec(state, &run).await;
     let view = projection::view(&run, live.as_ref());
-    let answer = Answer {
-        jsonrpc: "2.0",
-        id: &id,
-        result: OldTask::of(&view),
-    };
-    let body = serde_json::to_vec(&answer).ok()?;
+    let result = OldTask::of(&view);
+    let body = if live.is_some() {
+        // Read with the Workflow as it is now: not this version's answer alone.
+        serde_json::to_vec(&Answer {
+            jsonrpc: "2.0",
+            id: &id,
+            result,
+        })
+    } else {
+        rendered::result_json(&run, Shape::Task2025, &result)
+            .and_then(|result| rendered::response_json(&id, &result))
+    }
+    .ok()?;
     state.config.metrics.request(METHOD_GET_TASK, 200);
     Some(
         (
