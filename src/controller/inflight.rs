@@ -9,21 +9,31 @@ use tokio_util::sync::CancellationToken;
 use super::queue::Key;
 use super::work::effect_id;
 use crate::api::Run;
-use crate::engine::Effect;
+use crate::engine::{self, Effect};
 
-/// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether the
-/// Run was already cancelled when it started.
+/// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether a
+/// cancel of the Run leaves it to finish ([`engine::survives_cancel`]).
 type RunEffects = HashMap<String, (CancellationToken, bool)>;
 
-/// The effects in progress of every Run, and whether their Run was already cancelled when they
-/// started (`finally` steps of a cancelled Run must not be aborted).
+/// The effects in progress of every Run, and whether a cancel aborts them (`finally` steps and
+/// cleanups must not be aborted: the next reconcile would send them again).
 #[derive(Default)]
 pub(super) struct Inflight(Mutex<HashMap<Key, RunEffects>>);
 
 impl Inflight {
+    /// The Run was cancelled: abort what a cancel stops (each effect then ends itself).
     pub(super) fn abort(&self, k: &Key) {
+        self.abort_where(k, |survives| !survives);
+    }
+
+    /// The Run was deleted: abort everything of it, `finally` steps and cleanups too.
+    pub(super) fn abort_all(&self, k: &Key) {
+        self.abort_where(k, |_| true);
+    }
+
+    fn abort_where(&self, k: &Key, aborted: impl Fn(bool) -> bool) {
         if let Some(effects) = self.0.lock().expect("inflight lock").get(k) {
-            for (t, _) in effects.values().filter(|(_, cancelled)| !cancelled) {
+            for (t, _) in effects.values().filter(|(_, survives)| aborted(*survives)) {
                 t.cancel();
             }
         }
@@ -37,7 +47,7 @@ impl Inflight {
             return None;
         }
         let token = CancellationToken::new();
-        effects.insert(id, (token.clone(), run.spec.cancel.is_some()));
+        effects.insert(id, (token.clone(), engine::survives_cancel(run, effect)));
         Some(token)
     }
 

@@ -264,7 +264,7 @@ impl Controller {
                     crate::telemetry::record_run_ids(&tracing::Span::current(), &run);
                     run
                 }
-                Ok(None) => return,
+                Ok(None) => return self.drop_outcomes(k, |_| true),
                 Err(e) => return self.retry_later(k, e),
             };
             let (run, next) = match self.write_outcomes(k, run).await {
@@ -411,6 +411,7 @@ impl Controller {
     /// Write the outcomes detached effects left for `run`, all in one status write, then end
     /// those effects. On a conflict they stay for the next try.
     async fn write_outcomes(&self, k: &Key, run: Arc<Run>) -> Written {
+        self.drop_outcomes(k, |effect| !engine::is_effect_of(&run, effect));
         let pending = self
             .outcomes
             .lock()
@@ -460,6 +461,30 @@ impl Controller {
                     _ => Written::Stop,
                 }
             }
+        }
+    }
+
+    /// Forget the outcomes left for `k` that `stale` picks, and end their effects: their Run
+    /// was deleted, perhaps created again under its name, so they have nowhere to be written —
+    /// and kept, they would hold the name's attempts as in flight, or be recorded into the
+    /// new Run's steps of the same name.
+    pub(super) fn drop_outcomes(&self, k: &Key, stale: impl Fn(&Effect) -> bool) {
+        let dropped: Vec<(Effect, Outcome)> = {
+            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+            let Some(pending) = outcomes.get_mut(k) else {
+                return;
+            };
+            let (dropped, kept) = std::mem::take(pending)
+                .into_iter()
+                .partition(|(effect, _)| stale(effect));
+            *pending = kept;
+            if pending.is_empty() {
+                outcomes.remove(k);
+            }
+            dropped
+        };
+        for (effect, _) in &dropped {
+            self.inflight.end(k, effect);
         }
     }
 

@@ -7,6 +7,7 @@ use futures::StreamExt;
 use super::queue::Key;
 use super::{Controller, STORE_RETRY};
 use crate::api::Run;
+use crate::engine;
 use crate::store::{StoreError, WatchEvent};
 
 impl Controller {
@@ -95,9 +96,9 @@ impl Controller {
             WatchEvent::Deleted(run) => {
                 self.wake_queued(&run);
                 if let Some(k) = Key::of(&run.metadata) {
-                    self.outcomes.lock().expect("outcomes lock").remove(&k);
+                    self.drop_outcomes(&k, |effect| engine::is_effect_of(&run, effect));
                     self.waiting.leave(&k, &run);
-                    self.inflight.abort(&k);
+                    self.inflight.abort_all(&k);
                 }
             }
         }

@@ -83,6 +83,16 @@ pub fn idempotency_key(run: &Run, step: &str) -> String {
     )
 }
 
+/// Whether `effect` was decided for this Run and not for an earlier one of the same name (a Run
+/// deleted and created again): every effect's idempotency key starts with its Run's uid.
+pub fn is_effect_of(run: &Run, effect: &Effect) -> bool {
+    let uid = run.metadata.uid.as_deref().unwrap_or_default();
+    effect
+        .idempotency_key
+        .strip_prefix(uid)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// The template context of a Run: `args`, `steps.<name>.output`, `inputs.<name>`, `run`.
 pub fn context(run: &Run, status: &RunStatus) -> Value {
     let mut steps = serde_json::Map::new();
@@ -149,6 +159,19 @@ pub fn is_due(run: &Run, effect: &Effect) -> bool {
                 && r.phase == crate::api::StepPhase::Running
         }),
     }
+}
+
+/// Whether cancelling `run` must leave `effect` to finish rather than abort it: a cancel stops
+/// the main steps, while `finally` steps and cleanups run on (aborted, an attempt would be sent
+/// again by the next reconcile); and once the Run is cancelled, whatever starts is part of
+/// its ending.
+pub fn survives_cancel(run: &Run, effect: &Effect) -> bool {
+    if run.spec.cancel.is_some() || matches!(effect.action, Action::Cleanup(_)) {
+        return true;
+    }
+    run.status
+        .as_ref()
+        .is_some_and(|st| st.steps.iter().any(|r| r.name == effect.step && r.finally))
 }
 
 /// The template context of one step's record: [`context`], plus `item` and `index` for an

@@ -258,6 +258,124 @@ async fn cancellation_aborts_an_http_call_in_flight() {
     assert_eq!(done.phase(), RunPhase::Cancelled);
 }
 
+/// A local HTTP server whose every request waits until `open` says true: each request's path
+/// is sent on `arrived` as it comes, and counted by path.
+struct GatedServer {
+    url: String,
+    arrived: tokio::sync::mpsc::UnboundedReceiver<String>,
+    counts: Arc<Mutex<std::collections::HashMap<String, usize>>>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+async fn gated_server() -> GatedServer {
+    let (tx, arrived) = tokio::sync::mpsc::unbounded_channel();
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let counts = Arc::new(Mutex::new(std::collections::HashMap::new()));
+    let seen = counts.clone();
+    let app = axum::Router::new().fallback(move |uri: http::Uri| {
+        let (tx, mut gate, seen) = (tx.clone(), gate.clone(), seen.clone());
+        async move {
+            *seen
+                .lock()
+                .unwrap()
+                .entry(uri.path().to_owned())
+                .or_insert(0) += 1;
+            let _ = tx.send(uri.path().to_owned());
+            let _ = gate.wait_for(|open| *open).await;
+            "{}"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    GatedServer {
+        url: format!("http://{addr}"),
+        arrived,
+        counts,
+        open,
+    }
+}
+
+const QUICK: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: quick }
+spec:
+  steps:
+    - name: nap
+      delay: { duration: 1ms }
+"#;
+
+/// A main step and a `finally` step, both calling `url`.
+fn tidy_after(url: &str, main: &str) -> String {
+    format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: tidy }}\nspec:\n  steps:\n    - {main}\n  finally:\n    - name: tidy\n      http: {{ url: \"{url}/tidy\" }}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_finally_runs_leaves_its_call_to_finish_once() {
+    let mut server = gated_server().await;
+    let wf = tidy_after(&server.url, "{ name: work, delay: { duration: 1ms } }");
+    let h = Harness::start(&[("tidy.yaml", &wf), ("quick.yaml", QUICK)]);
+    let name = h.create("tidy", json!({})).await.metadata.name.unwrap();
+    assert_eq!(server.arrived.recv().await.as_deref(), Some("/tidy"));
+    h.cancel(&name, "enough").await;
+    // The controller follows changes in order: once a Run created after the cancel has
+    // finished, the cancel has been seen (and, had it aborted the call, the call sent again).
+    let later = h.create("quick", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&later, "finished", |r| r.phase().is_terminal())
+        .await;
+    server.open.send_replace(true);
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert_eq!(st.steps[1].name, "tidy");
+    assert_eq!(st.steps[1].phase, StepPhase::Succeeded);
+    assert_eq!(st.steps[1].attempt, 1);
+    assert_eq!(
+        server.counts.lock().unwrap().get("/tidy"),
+        Some(&1),
+        "the finally step's request was sent once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_deleted_while_its_finally_step_runs_leaves_nothing_to_its_successor() {
+    let mut server = gated_server().await;
+    let main = format!("{{ name: work, http: {{ url: \"{}/work\" }} }}", server.url);
+    let h = Harness::start(&[("tidy.yaml", &tidy_after(&server.url, &main))]);
+    let first = h.create_named("tidy", "again", json!({})).await;
+    assert_eq!(server.arrived.recv().await.as_deref(), Some("/work"));
+    // Cancelled first, so that the finally step starts in a cancelled Run.
+    h.cancel("again", "enough").await;
+    assert_eq!(server.arrived.recv().await.as_deref(), Some("/tidy"));
+    h.store.delete("default", "again").await.unwrap();
+    server.open.send_replace(true);
+
+    let second = h.create_named("tidy", "again", json!({})).await;
+    assert_ne!(first.metadata.uid, second.metadata.uid);
+    let done = h
+        .wait_for("again", "the new Run finished", |r| {
+            r.metadata.uid == second.metadata.uid && r.phase().is_terminal()
+        })
+        .await;
+    let st = done.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Succeeded, "{:?}", st.status_message);
+    assert_eq!(
+        st.steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.phase))
+            .collect::<Vec<_>>(),
+        [
+            ("work", StepPhase::Succeeded),
+            ("tidy", StepPhase::Succeeded)
+        ]
+    );
+}
+
 const DEADLINE: &str = r#"
 apiVersion: runway.dev/v1alpha1
 kind: Workflow

@@ -154,8 +154,14 @@ impl Harness {
     }
 
     pub async fn create(&self, workflow: &str, args: Value) -> Run {
+        let name = format!("{workflow}-{}", runway::store::new_uid());
+        self.create_named(workflow, &name, args).await
+    }
+
+    /// A Run of `workflow` named `name` (as `kubectl apply` of a fixed name makes one).
+    pub async fn create_named(&self, workflow: &str, name: &str, args: Value) -> Run {
         let mut run = Run::new(
-            &format!("{workflow}-{}", runway::store::new_uid()),
+            name,
             RunSpec {
                 workflow_ref: WorkflowRef {
                     name: workflow.into(),
