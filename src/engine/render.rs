@@ -145,11 +145,10 @@ pub fn upstream_server(run: &Run, step: &str) -> Result<(ToolStep, Vec<HeaderVal
 }
 
 /// Deterministic Job name for a run, step (or item, `deploy[2]`) and attempt: a DNS label of
-/// at most 63 characters.
+/// at most 63 characters, as [`child_run_name`] makes it (a long name keeps a hash of the
+/// whole, so that two Runs whose names share a long prefix never meet).
 pub fn job_name(run: &str, step: &str, attempt: u32) -> String {
-    let suffix = format!("-{}-{attempt}", dns_part(step));
-    let keep = 63usize.saturating_sub(suffix.len()).min(run.len());
-    format!("{}{suffix}", &run[..keep]).to_lowercase()
+    child_run_name(run, step, attempt)
 }
 
 /// Deterministic name of the child Run a `workflow` step's attempt starts: `<run>-<step>-<n>`,
@@ -168,9 +167,12 @@ pub fn child_run_name(run: &str, step: &str, attempt: u32) -> String {
     format!("{}{hash}", full[..keep].trim_end_matches('-'))
 }
 
-/// A step or item name as a DNS label part: `_` and brackets become `-`.
-fn dns_part(name: &str) -> String {
-    name.replace(['_', '['], "-").replace(']', "")
+/// A step or item name as a DNS label part: `_` and brackets become `-`, letters lowercase.
+/// Workflow validation refuses two steps whose Jobs or child Runs this would name alike.
+pub(crate) fn dns_part(name: &str) -> String {
+    name.replace(['_', '['], "-")
+        .replace(']', "")
+        .to_lowercase()
 }
 
 /// The request of an `http` step, its templates rendered.

@@ -571,6 +571,43 @@ fn child_run_names_stay_valid_labels() {
     assert_eq!(job_name("run", "deploy[12]", 1), "run-deploy-12-1");
 }
 
+#[test]
+fn long_run_names_keep_their_jobs_apart() {
+    let prefix = "a-workflow-with-a-rather-long-name-x";
+    let a = job_name(&format!("{prefix}-0001"), "build-the-release-artifacts", 1);
+    let b = job_name(&format!("{prefix}-0002"), "build-the-release-artifacts", 1);
+    assert!(a.len() <= 63 && b.len() <= 63 && a != b, "{a} {b}");
+    assert!(is_dns_label(&a), "{a}");
+}
+
+#[test]
+fn steps_whose_jobs_or_children_would_share_names_are_refused() {
+    let child = json!({"name": "other"});
+    let m = invalid(json!({"steps": [
+        {"name": "Build", "workflow": child}, {"name": "build", "workflow": child}
+    ]}));
+    assert_eq!(
+        m,
+        "steps \"Build\" and \"build\" would give their Jobs or child Runs the same names"
+    );
+    let m = invalid(json!({"steps": [{"name": "run_tests", "workflow": child}],
+        "finally": [{"name": "run-tests", "workflow": child}]}));
+    assert!(m.contains("\"run_tests\" and \"run-tests\""), "{m}");
+    let m = invalid(json!({"steps": [
+        {"name": "deploy-2", "workflow": child},
+        {"name": "deploy", "forEach": {"items": [1, 2, 3]}, "workflow": child}
+    ]}));
+    assert!(m.contains("\"deploy-2\" and \"deploy\""), "{m}");
+    // Steps that start neither may be named so; and a step that is not a forEach has no items.
+    let http = json!({"url": "http://x"});
+    let ok: WorkflowSpec = serde_json::from_value(json!({"steps": [
+        {"name": "Build", "http": http}, {"name": "build", "workflow": child},
+        {"name": "build-2", "workflow": child}
+    ]}))
+    .unwrap();
+    validate::spec(&ok, validate::Capabilities { jobs: true }).unwrap();
+}
+
 fn invalid(spec: Value) -> String {
     let w: WorkflowSpec = serde_json::from_value(spec).unwrap();
     validate::spec(&w, validate::Capabilities { jobs: true })

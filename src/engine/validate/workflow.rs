@@ -3,8 +3,9 @@
 
 use serde_json::Value;
 
-use crate::api::{ResultSpec, Workflow, WorkflowSpec, reasons};
+use crate::api::{ResultSpec, StepKind, Workflow, WorkflowSpec, reasons};
 use crate::engine::duration;
+use crate::engine::render::dns_part;
 use crate::engine::result::CONTENT_TYPES;
 use crate::protocol::BUILTIN_TOOL_PREFIX;
 
@@ -127,12 +128,48 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
         }
         self::step(step, caps)?;
     }
+    distinct_attempt_names(spec)?;
     graph("steps", &spec.steps)?;
     graph("finally", &spec.finally)?;
     match &spec.result {
         Some(r) => result(r),
         None => Ok(()),
     }
+}
+
+/// The Jobs and child Runs of two steps are named apart: the names are made of the step's name
+/// as a DNS label part (lowercase, `_` as `-`) and an item's index (`deploy[2]` as `deploy-2`),
+/// so `Build` and `build`, `run_tests` and `run-tests`, or a `forEach` step `deploy` and a step
+/// `deploy-2` would share them — and the second to start would take the first one's Job or
+/// child as its own.
+fn distinct_attempt_names(spec: &WorkflowSpec) -> Result<(), Invalid> {
+    let named: Vec<&crate::api::Step> = spec
+        .all_steps()
+        .filter(|s| matches!(s.kind(), StepKind::Job(_) | StepKind::Workflow(_)))
+        .collect();
+    let clash = |a: &str, b: &str| {
+        invalid(
+            reasons::INVALID_SPEC,
+            format!("steps {a:?} and {b:?} would give their Jobs or child Runs the same names"),
+        )
+    };
+    for (i, a) in named.iter().enumerate() {
+        let part = dns_part(&a.name);
+        for b in &named[i + 1..] {
+            let other = dns_part(&b.name);
+            let item_of = |each: &crate::api::Step, part: &str, name: &str| {
+                each.for_each.is_some()
+                    && name
+                        .strip_prefix(part)
+                        .and_then(|rest| rest.strip_prefix('-'))
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+            };
+            if part == other || item_of(a, &part, &other) || item_of(b, &other, &part) {
+                return Err(clash(&a.name, &b.name));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The tool's schemas and name, the pre-run elicitation forms, and `execution`.
