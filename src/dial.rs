@@ -6,7 +6,9 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpClientTransportConfig,
+};
 use serde_json::json;
 
 use crate::protocol::TASKS_EXTENSION;
@@ -38,8 +40,8 @@ pub fn capabilities(abilities: Abilities) -> ClientCapabilities {
 }
 
 /// Open a session with the server `config` names, sending requests through `http`.
-pub async fn open(
-    http: reqwest::Client,
+pub async fn open<C: StreamableHttpClient>(
+    http: C,
     config: StreamableHttpClientTransportConfig,
     abilities: Abilities,
 ) -> Result<Session, ClientInitializeError> {

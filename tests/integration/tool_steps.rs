@@ -492,5 +492,9 @@ async fn every_upstream_call_carries_its_idempotency_key_blocking_calls_and_retr
     }
     // The MRTR retry is the same attempt as its first call, so it carries the same key.
     assert_eq!(keys[1], keys[2]);
+    // And only the calls carry it: a proxy that deduplicates by the header must not answer a
+    // session's discovery with a call's cached answer.
+    assert!(proxy.count("server/discover") > 0);
+    assert_eq!(proxy.keyed_others(), Vec::<String>::new());
     assert_ne!(keys[0], keys[1]);
 }

@@ -28,6 +28,9 @@ struct Seen {
     call_keys: Mutex<Vec<(Option<String>, Option<String>)>>,
     /// The `_meta.traceparent` of each `tools/call` forwarded.
     call_traces: Mutex<Vec<Option<String>>>,
+    /// The `Mcp-Method` of each request other than `tools/call` that carried an
+    /// `Idempotency-Key`.
+    keyed_others: Mutex<Vec<String>>,
 }
 
 /// A proxy that forwards every request to `target` and counts them.
@@ -74,6 +77,9 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
     let body = axum::body::to_bytes(req.into_body(), 16 * 1024 * 1024)
         .await
         .unwrap_or_default();
+    if method != "tools/call" && header_key.is_some() {
+        s.seen.keyed_others.lock().unwrap().push(method.clone());
+    }
     if method == "tools/call" {
         let parsed = serde_json::from_slice::<serde_json::Value>(&body).ok();
         let meta = |key: &str| {
@@ -171,6 +177,11 @@ impl Proxy {
     /// The idempotency keys (header, `_meta`) of every `tools/call` seen, in order.
     pub fn call_keys(&self) -> Vec<(Option<String>, Option<String>)> {
         self.seen.call_keys.lock().unwrap().clone()
+    }
+
+    /// The methods of the requests other than `tools/call` that carried an `Idempotency-Key`.
+    pub fn keyed_others(&self) -> Vec<String> {
+        self.seen.keyed_others.lock().unwrap().clone()
     }
 
     /// The `_meta.traceparent` of every `tools/call` seen, in order.

@@ -14,6 +14,7 @@
 //! upstream task gets a best-effort `tasks/cancel`.
 
 mod executor;
+mod keyed;
 mod outcomes;
 mod upstream;
 

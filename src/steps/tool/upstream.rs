@@ -13,6 +13,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::keyed::KeyedClient;
 use super::outcomes::*;
 use crate::api::ErrorClass;
 use crate::dial::{self, Abilities, Session};
@@ -31,8 +32,6 @@ pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Poll interval when the upstream suggests none.
 pub(super) const DEFAULT_POLL: Duration = Duration::from_secs(1);
-/// The HTTP header of an attempt's idempotency key (lowercase, as `HeaderName` wants it).
-const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The shortest poll interval, whatever the upstream suggests.
 pub(super) const MIN_POLL: Duration = Duration::from_millis(50);
 
@@ -67,34 +66,30 @@ impl Upstream {
         self.connect_keyed(None).await
     }
 
-    /// A session whose every request carries `Idempotency-Key: key` (as an `http` step's do),
-    /// besides the `_meta` key of the call, so an upstream (or a proxy in front of it) that
+    /// A session whose `tools/call` requests carry `Idempotency-Key: key` (as an `http` step's
+    /// do), besides the `_meta` key of the call, so an upstream (or a proxy in front of it) that
     /// deduplicates by either sees a retry as the same call.
     async fn connect_keyed(&self, key: Option<&str>) -> Result<Session, Outcome> {
-        let mut headers = self.headers.clone();
-        if let Some(v) = key.and_then(|k| HttpHeaderValue::from_str(k).ok()) {
-            headers.insert(HeaderName::from_static(IDEMPOTENCY_HEADER), v);
-        }
-        let cfg =
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).custom_headers(headers);
+        let key = key.and_then(|k| HttpHeaderValue::from_str(k).ok());
+        let client = KeyedClient::new(self.client.clone(), key);
+        let cfg = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
+            .custom_headers(self.headers.clone());
         let abilities = Abilities {
             urls: false,
             tasks: self.tasks,
         };
-        dial::open(self.client.clone(), cfg, abilities)
-            .await
-            .map_err(|e| {
-                let what = format!("connecting to {}", self.url);
-                match e {
-                    rmcp::service::ClientInitializeError::JsonRpcError(err) => {
-                        rpc_failure(&what, err.code.0 as i64, &err.message, err.data.clone())
-                    }
-                    rmcp::service::ClientInitializeError::TransportError { error, .. } => {
-                        transport_failure(&what, &error)
-                    }
-                    other => transport_failure(&what, &other),
+        dial::open(client, cfg, abilities).await.map_err(|e| {
+            let what = format!("connecting to {}", self.url);
+            match e {
+                rmcp::service::ClientInitializeError::JsonRpcError(err) => {
+                    rpc_failure(&what, err.code.0 as i64, &err.message, err.data.clone())
                 }
-            })
+                rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+                    transport_failure(&what, &error)
+                }
+                other => transport_failure(&what, &other),
+            }
+        })
     }
 
     pub(super) async fn attempt(&self, call: &Call<'_>) -> Outcome {
