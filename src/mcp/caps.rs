@@ -5,6 +5,7 @@ use std::cell::RefCell;
 
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::protocol::{META_CLIENT_CAPABILITIES, TASKS_EXTENSION, UI_EXTENSION, UI_MIME_TYPE};
@@ -53,10 +54,26 @@ pub(super) fn typed_declares_tasks(caps: &rmcp::model::ClientCapabilities) -> bo
         .is_some_and(|e| e.contains_key(TASKS_EXTENSION))
 }
 
+/// The deepest capabilities [`raw_declares_tasks`] reads: well inside the parser's limit for a
+/// whole message (128), less the levels above them (the message, `params`, `_meta`).
+const MAX_NESTING: usize = 100;
+
+/// How many arrays and objects deep `value` goes (a scalar is 0).
+fn nesting(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Whether capabilities sent as the JSON text `raw` read as rmcp's type (`None` when rmcp would
 /// refuse them) and declare the Tasks extension. A client sends the same text with every
 /// request, so each thread keeps its last answer and compares text instead of reading the
 /// capabilities into rmcp's maps again (a few per cent of a `tasks/get`).
+///
+/// Capabilities nested deeper than [`MAX_NESTING`] read as refused here: the whole message has a
+/// nesting limit, which they might reach where they sit in it.
 pub(super) fn raw_declares_tasks(raw: &str) -> Option<bool> {
     /// Longer texts are read every time rather than kept.
     const KEPT_UP_TO: usize = 1024;
@@ -69,8 +86,12 @@ pub(super) fn raw_declares_tasks(raw: &str) -> Option<bool> {
         {
             return *answer;
         }
-        let answer = serde_json::from_str::<rmcp::model::ClientCapabilities>(raw)
+        // Read as the general path reads them: a JSON value first (which refuses what skipping
+        // them unread let through, a lone surrogate or a number past `f64`), then rmcp's type.
+        let answer = serde_json::from_str::<Value>(raw)
             .ok()
+            .filter(|caps| nesting(caps) <= MAX_NESTING)
+            .and_then(|caps| rmcp::model::ClientCapabilities::deserialize(&caps).ok())
             .map(|caps| typed_declares_tasks(&caps));
         if raw.len() <= KEPT_UP_TO {
             *last = Some((raw.into(), answer));

@@ -72,14 +72,57 @@ struct GetParams<'a> {
     meta: GetMeta<'a>,
 }
 
-/// The `_meta` fields rmcp requires (others may come along).
-#[derive(Deserialize)]
+/// The `_meta` fields rmcp requires; others may come along, and are read as the general path
+/// reads them (a value it would refuse — a lone surrogate, a number past `f64`, nesting past
+/// the parser's limit — makes the request the general path's), not skipped unread.
 struct GetMeta<'a> {
-    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
     protocol_version: Cow<'a, str>,
     /// As sent: read as rmcp's type only when this thread has not just read the same text.
-    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
     client_capabilities: &'a RawValue,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for GetMeta<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Fields<'a> {
+            type Value = GetMeta<'a>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a _meta object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<GetMeta<'a>, A::Error> {
+                use serde::de::Error;
+                let (mut version, mut caps) = (None, None);
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match &*key {
+                        META_PROTOCOL_VERSION if version.is_none() => {
+                            version = Some(map.next_value::<Cow<'de, str>>()?);
+                        }
+                        META_CLIENT_CAPABILITIES if caps.is_none() => {
+                            caps = Some(map.next_value::<&'de RawValue>()?);
+                        }
+                        META_PROTOCOL_VERSION | META_CLIENT_CAPABILITIES => {
+                            return Err(A::Error::custom(format!("duplicate field {key}")));
+                        }
+                        _ => {
+                            map.next_value::<Value>()?;
+                        }
+                    }
+                }
+                Ok(GetMeta {
+                    protocol_version: version
+                        .ok_or_else(|| A::Error::missing_field(META_PROTOCOL_VERSION))?,
+                    client_capabilities: caps
+                        .ok_or_else(|| A::Error::missing_field(META_CLIENT_CAPABILITIES))?,
+                })
+            }
+        }
+        d.deserialize_map(Fields(std::marker::PhantomData))
+    }
 }
 
 /// A `tasks/get` this path answers.

@@ -168,6 +168,12 @@ pub(super) enum ParamHeaderError {
         #[source]
         source: ToStrError,
     },
+    /// The header is given more than once.
+    #[error("header Mcp-Param-{suffix} given more than once")]
+    Repeated {
+        /// The header's name after `Mcp-Param-`.
+        suffix: String,
+    },
     /// The argument is given and its header is not.
     #[error("missing header Mcp-Param-{suffix} for argument {argument}")]
     Missing {
@@ -211,7 +217,14 @@ pub(super) fn check_param_headers(
             continue;
         };
         let header_name = format!("{HEADER_PARAM_PREFIX}{}", suffix.to_ascii_lowercase());
-        let header = headers.get(&header_name).map(|v| v.to_str().map(str::trim));
+        let mut values = headers.get_all(&header_name).iter();
+        let header = values.next().map(|v| v.to_str().map(str::trim));
+        // An intermediary may route on either value: which one the argument must match is
+        // not the server's to pick.
+        if values.next().is_some() {
+            let suffix = suffix.to_owned();
+            return Err(ParamHeaderError::Repeated { suffix });
+        }
         let body = args.get(prop).filter(|v| !v.is_null()).map(|v| match v {
             Value::String(s) => s.clone(),
             other => other.to_string(),

@@ -932,6 +932,45 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_through_rmcp() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_get_with_an_unreadable_meta_value_is_refused_on_both_paths() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let task = alice.call("quick", json!({})).await.task_id();
+    alice.await_status(&task, "completed").await;
+    let encoded = format!(
+        "=?base64?{}?=",
+        data_encoding::BASE64.encode(task.as_bytes())
+    );
+    // Values no JSON parser that checks them reads: a lone surrogate, a number past f64.
+    for bad in [r#""\ud800""#, "1e400"] {
+        let mut beside = alice.meta();
+        beside["x"] = json!("BAD");
+        let mut inside = alice.meta();
+        inside["io.modelcontextprotocol/clientCapabilities"]["roots"] = json!({"x": "BAD"});
+        for meta in [beside, inside] {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/get",
+                "params": {"taskId": task, "_meta": meta}})
+            .to_string()
+            .replace(r#""BAD""#, bad);
+            let mut answers = vec![];
+            for name in [task.as_str(), encoded.as_str()] {
+                let resp = alice
+                    .request("tasks/get", Some(name))
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                answers.push((resp.status(), resp.text().await.unwrap()));
+            }
+            assert_eq!(answers[0], answers[1], "{body}");
+            assert_eq!(answers[0].0, StatusCode::BAD_REQUEST, "{body}");
+            let error: Value = serde_json::from_str(&answers[0].1).unwrap();
+            assert_eq!(error["error"]["code"], -32700, "{body}: {error}");
+        }
+    }
+}
+
 /// A Workflow whose argument is mirrored in a header (`x-mcp-header`) and that runs for an hour.
 const DEPLOY: &str = r#"
 apiVersion: runway.dev/v1alpha1
@@ -1109,6 +1148,15 @@ async fn tools_call_answers_alike_on_the_fast_path_and_through_rmcp() {
             json!({"env": "prod"}),
             json!({}),
             vec![],
+            runway::protocol::codes::HEADER_MISMATCH,
+        ),
+        // Its header twice, saying two things (an intermediary may have routed on either).
+        (
+            &alice,
+            "deploy",
+            json!({"env": "prod"}),
+            json!({}),
+            vec![("mcp-param-env", "prod"), ("mcp-param-env", "staging")],
             runway::protocol::codes::HEADER_MISMATCH,
         ),
         // An idempotency key that is not a string.
