@@ -61,8 +61,11 @@ impl Inflight {
         }
     }
 
-    /// Forget every effect of a Run (its worker panicked).
+    /// Abort and forget every effect of a Run (its worker panicked, and the Run fails).
     pub(super) fn forget(&self, k: &Key) {
-        self.0.lock().expect("inflight lock").remove(k);
+        let effects = self.0.lock().expect("inflight lock").remove(k);
+        for (t, _) in effects.into_iter().flat_map(HashMap::into_values) {
+            t.cancel();
+        }
     }
 }

@@ -79,7 +79,8 @@ impl Controller {
     fn follow(&self, ev: WatchEvent) {
         match ev {
             WatchEvent::Applied(run) => {
-                if run.phase().is_terminal() {
+                let finished = run.phase().is_terminal();
+                if finished {
                     self.wake_queued(&run);
                 }
                 let Some(k) = Key::of(&run.metadata) else {
@@ -88,7 +89,11 @@ impl Controller {
                 if !self.config.shards.owns(&k) {
                     return;
                 }
-                if run.spec.cancel.is_some() {
+                // A Run ends with its effects under way only when it failed internally (a
+                // status too large to write, a panic): what they do now goes nowhere.
+                if finished {
+                    self.inflight.abort_all(&k);
+                } else if run.spec.cancel.is_some() {
                     self.inflight.abort(&k);
                 }
                 self.queue.add(k);

@@ -115,12 +115,20 @@ pub(super) fn outcome_summary(st: &RunStatus, phase: RunPhase) -> String {
     }
 }
 
-/// End a Run that this process could not handle (a panic while deciding or executing it): it
-/// fails with an internal error naming why, instead of being retried forever. Cleanups recorded
-/// as pending are dropped: running them is what failed.
+/// End a Run that this process could not handle (a panic while deciding or executing it, a
+/// status too large to write): it fails with an internal error naming why, instead of being
+/// retried forever. Cleanups recorded as pending are dropped: running them is what failed. The
+/// steps still running end failed with it, so that what their attempts report later (the
+/// controller aborts them) is recorded nowhere: a finished Run never starts again.
 pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
     st.cleanups.clear();
+    for rec in st.steps.iter_mut().filter(|r| !r.phase.is_terminal()) {
+        rec.phase = crate::api::StepPhase::Failed;
+        rec.finished_at = Some(ts(now));
+        rec.wake_at = None;
+        rec.message = Some("ended with the run (internal error)".into());
+    }
     st.ending = Some(Box::new(fatal_ending(format!("internal error: {why}"))));
     finalize(&mut st, run, now, &mut Vec::new());
     st.observed_generation = run.metadata.generation;

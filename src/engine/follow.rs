@@ -46,7 +46,7 @@ fn decide_from(
     let drove_to = m.st.phase;
     let mut status = within_budget(run, m.st, now);
     if status.phase != drove_to {
-        // Failed for its size: decide again once that is written (finally, garbage collection).
+        // Failed for its size: decide again once that is written (its time to live).
         next = Next::WaitUntil(Some(now));
     }
     status.observed_generation = run.metadata.generation;

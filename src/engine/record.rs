@@ -126,6 +126,10 @@ fn apply_outcome(
     outcome: Outcome,
     now: Timestamp,
 ) {
+    // A finished Run is final, whatever an attempt that outlived it reports.
+    if st.phase.is_terminal() {
+        return;
+    }
     if let Action::Cleanup(c) = &effect.action {
         return record_cleanup(st, c, outcome);
     }

@@ -898,6 +898,46 @@ fn recording_outcomes_that_change_nothing_asks_for_no_write() {
 }
 
 #[test]
+fn a_run_failed_for_its_size_with_items_under_way_stays_failed_whatever_they_report() {
+    let items: Vec<u32> = (0..40).collect();
+    let w = wf(json!({"steps": [{"name": "fan",
+        "forEach": {"items": items, "parallelism": 10}, "http": {"url": "http://svc/"}}]}));
+    let mut run = new_run(json!({}));
+    let mut next = settle(&mut run, &w, at(0));
+    let big = "x".repeat(60 * 1024);
+    let first = effects(&next)[0].clone();
+    let mut i = 0;
+    while status(&run).phase != RunPhase::Failed {
+        let done = effects(&next)[0].clone();
+        let recorded = record_and_decide(&run, &[(done, ok(json!(big)))], at(i));
+        run.status = recorded.status;
+        next = recorded.next.expect("decided on");
+        i += 1;
+        assert!(i < 40, "the budget ends the Run before its items do");
+    }
+    let st = status(&run);
+    let unfinished: Vec<_> = st.steps.iter().filter(|r| !r.phase.is_terminal()).collect();
+    assert!(unfinished.is_empty(), "{unfinished:?}");
+    let ended = st
+        .steps
+        .iter()
+        .find(|r| r.message.as_deref() == Some("ended with the run (internal error)"))
+        .expect("items that were running end failed with the Run");
+    // An item still under way when the Run failed reports, late, that it needs input.
+    let mut late = first.clone();
+    late.step = ended.name.clone();
+    late.attempt = ended.attempt;
+    let asked = Outcome::NeedsInput {
+        requests: [("q".to_owned(), json!({"method": "elicitation/create"}))].into(),
+        request_state: None,
+    };
+    let before = run.status.clone();
+    assert_eq!(record(&run, &late, asked, at(30)), before.unwrap());
+    let recorded = record_and_decide(&run, &[(late, ok(json!("late")))], at(31));
+    assert_eq!(recorded.status, None, "a finished Run records nothing");
+}
+
+#[test]
 fn outcomes_recorded_and_decided_past_the_status_budget_fail_the_run_without_outputs() {
     let steps: Vec<Value> = (0..20)
         .map(|i| json!({"name": format!("s{i}"), "http": {"url": "http://svc/"}}))
