@@ -59,6 +59,10 @@ pub struct StepRecord {
     /// When the current attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_started_at: Option<String>,
+    /// Milliseconds the current attempt has waited for people to answer what its upstream
+    /// asked: not counted against the step's `timeout`, which is active time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_waited_ms: Option<u64>,
     /// When the step finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,

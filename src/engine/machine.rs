@@ -352,7 +352,8 @@ impl Machine<'_> {
                 let rendered = template::render(t, ctx)?;
                 let d = duration::parse(&rendered).map_err(StepTimeoutError::Duration)?;
                 let start = parse_ts(rec.attempt_started_at.as_deref()).unwrap_or(self.now);
-                Some(start + d)
+                let waited = std::time::Duration::from_millis(rec.attempt_waited_ms.unwrap_or(0));
+                Some(start + d + waited)
             }
         };
         Ok(match (run_deadline, step_deadline) {
@@ -449,6 +450,7 @@ impl Machine<'_> {
         r.phase = StepPhase::Running;
         r.attempt += 1;
         r.attempt_started_at = Some(ts(self.now));
+        r.attempt_waited_ms = None;
         r.wake_at = None;
         match step.kind() {
             // Each attempt is a new Job; the failed one stays for inspection.
@@ -520,10 +522,23 @@ impl Machine<'_> {
                 }
             }
         }
+        // The step's timeout is active time: the wait for people does not count against it.
+        let asked = rec
+            .upstream_input_keys
+            .keys()
+            .filter_map(|local| self.st.input_requests.get(local))
+            .filter_map(|r| parse_ts(r.asked_at.as_deref()))
+            .min();
         for local in rec.upstream_input_keys.keys() {
             self.st.input_requests.remove(local);
         }
         let r = &mut self.st.steps[i];
+        if let Some(asked) = asked
+            && let Ok(waited) = std::time::Duration::try_from(self.now.duration_since(asked))
+        {
+            let waited = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            r.attempt_waited_ms = Some(r.attempt_waited_ms.unwrap_or(0).saturating_add(waited));
+        }
         r.phase = StepPhase::Running;
         r.pending_answers = Some(Value::Object(answers));
         r.upstream_input_keys.clear();

@@ -120,6 +120,43 @@ fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
     assert_eq!(status(&run).phase, RunPhase::Succeeded);
 }
 
+#[test]
+fn the_wait_for_people_does_not_count_against_a_tool_steps_timeout() {
+    let w = wf(json!({"steps": [{"name": "up", "timeout": "10s",
+        "tool": {"server": {"url": "http://b/mcp"}, "name": "t"}}]}));
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    let Next::Execute(first) = &next else {
+        panic!("{next:?}")
+    };
+    assert_eq!(first.deadline, Some(at(10)));
+    let req = json!({"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {"type": "object"}}});
+    // Asked 4 s into the attempt, answered 100 s later.
+    report(
+        &mut run,
+        &next,
+        Outcome::NeedsInput {
+            requests: [("approve".to_string(), req)].into(),
+            request_state: Some("s1".into()),
+        },
+        at(4),
+    );
+    answer(
+        &mut run,
+        "up.approve",
+        InputAction::Accept,
+        json!({}),
+        "bob",
+        &[],
+    );
+    let Next::Execute(resumed) = settle(&mut run, &w, at(104)) else {
+        panic!()
+    };
+    assert_eq!(resumed.attempt, 1);
+    assert_eq!(resumed.deadline, Some(at(110)), "6 s of the 10 are left");
+    assert_eq!(status(&run).steps[0].attempt_waited_ms, Some(100_000));
+}
+
 /// The next action is the cleanup that cancels `upstream`; report it done at `t + 1`.
 fn cleanup_cancels_upstream(run: &mut Run, w: &WorkflowSpec, t: i64, upstream: &str) {
     let next = settle(run, w, at(t));
