@@ -9,6 +9,7 @@ mod first;
 pub mod history;
 mod inflight;
 pub mod queue;
+mod retiring;
 pub mod schedules;
 mod starting;
 mod waiting;

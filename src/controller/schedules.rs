@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
 use super::EventSink;
+use super::retiring::{RetireError, retire_tree};
 use crate::api::{
     CancelRequest, Principal, Run, RunPhase, ScheduleSpec, Workflow, annotations, event_reasons,
     labels,
@@ -331,19 +332,20 @@ impl Scheduler {
                 .first()
                 .and_then(|r| r.metadata.namespace.clone())
                 .unwrap_or_default();
-            // Kept until archived: the next pass tries again.
-            if let Some(archiver) = &self.archive
-                && let Some(run) = mine
-                    .iter()
-                    .find(|r| r.metadata.name.as_ref() == Some(&name))
-                && let Err(e) = archiver.keep(run).await
-            {
-                tracing::error!(namespace = %ns, run = %name, error = %e, "schedule: cannot archive an old run; it is kept until it can be");
+            let Some(run) = mine
+                .iter()
+                .find(|r| r.metadata.name.as_ref() == Some(&name))
+            else {
                 continue;
-            }
-            match self.store.delete(&ns, &name).await {
-                Ok(()) | Err(StoreError::NotFound) => {
+            };
+            // With the child Runs below it, as its time to live would have; what is kept
+            // (not archived yet, or the store failed) is tried again on the next pass.
+            match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
+                Ok(()) => {
                     tracing::info!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run removed by the history limit");
+                }
+                Err(e @ RetireError::Archive { .. }) => {
+                    tracing::error!(namespace = %ns, run = %name, error = %e, "schedule: an old run is kept until it can be archived");
                 }
                 Err(e) => {
                     tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot delete old run")

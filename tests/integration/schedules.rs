@@ -283,3 +283,44 @@ async fn under_forbid_a_time_missed_while_down_starts_once_the_run_ahead_is_done
         "it started after the run ahead ended"
     );
 }
+
+const NESTED: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: leaf, namespace: NS }
+spec:
+  tool: { description: Done at once. }
+  steps: [ { name: work, delay: { duration: 1ms } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: nest, namespace: NS }
+spec:
+  tool: { description: Runs a child. }
+  steps: [ { name: child, workflow: { name: leaf } } ]
+  schedules:
+    - { name: nested, cron: "* * * * * *", successfulRunsHistoryLimit: 1 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_history_limit_removes_takes_its_child_runs_with_it() {
+    let mcp = Mcp::start(&[("wf.yaml", NESTED)]).await;
+    let seen = follow(&mcp, "nested", "a pruned run", |evs| {
+        evs.iter().any(|e| matches!(e, WatchEvent::Deleted(_)))
+    })
+    .await;
+    let pruned = seen
+        .iter()
+        .find_map(|e| match e {
+            WatchEvent::Deleted(r) => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    let status = pruned.status.as_ref().expect("a finished run was pruned");
+    let child = status.steps[0].child_run.clone().expect("it ran a child");
+    let uid = pruned.metadata.uid.clone().unwrap();
+    let below = std::collections::BTreeMap::from([(labels::ROOT.to_owned(), uid)]);
+    let left = mcp.store().list(Some("team-a"), &below).await.unwrap();
+    assert!(left.is_empty(), "{child} and its like are gone: {left:?}");
+    assert!(mcp.store().get("team-a", &child).await.unwrap().is_none());
+}

@@ -1,0 +1,76 @@
+//! Taking a finished Run out of the store together with the child Runs below it, each archived
+//! first (when there is an archive): what a time to live and a schedule's history limits both
+//! do. The children go first, so that a removal cut short is found again through the Run; on
+//! Kubernetes the owner references would delete them too, but unarchived.
+
+use std::collections::BTreeMap;
+
+use crate::api::Run;
+use crate::engine::marks::Marks;
+use crate::store::archive::ArchiveError;
+use crate::store::archive::keeper::Archiver;
+use crate::store::{RunStore, StoreError};
+
+/// Why a Run (or one below it) is still in the store.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RetireError {
+    /// A Run could not be archived, so it was kept.
+    #[error("cannot archive run {name}: {source}")]
+    Archive {
+        /// The Run that was kept (the top-level one or a child).
+        run: Box<Run>,
+        /// Its name, for the message.
+        name: String,
+        /// Why.
+        #[source]
+        source: ArchiveError,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Archive and delete `run` and the children this process sealed below it (by its uid as
+/// their root); a child that merely carries the label is left alone.
+pub(super) async fn retire_tree(
+    store: &dyn RunStore,
+    archive: Option<&Archiver>,
+    marks: &Marks,
+    run: &Run,
+) -> Result<(), RetireError> {
+    let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
+    if let Some(uid) = run.metadata.uid.clone() {
+        let below = BTreeMap::from([(crate::api::labels::ROOT.to_owned(), uid)]);
+        let children = store.list(Some(namespace), &below).await?;
+        for child in children
+            .iter()
+            .filter(|c| crate::steps::child::sealed_child(marks, c))
+        {
+            retire(store, archive, child).await?;
+        }
+    }
+    retire(store, archive, run).await
+}
+
+/// Archive `run`, then delete it.
+async fn retire(
+    store: &dyn RunStore,
+    archive: Option<&Archiver>,
+    run: &Run,
+) -> Result<(), RetireError> {
+    let name = run.metadata.name.as_deref().unwrap_or_default();
+    if let Some(archiver) = archive
+        && let Err(source) = archiver.keep(run).await
+    {
+        return Err(RetireError::Archive {
+            run: Box::new(run.clone()),
+            name: name.to_owned(),
+            source,
+        });
+    }
+    let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
+    match store.delete(namespace, name).await {
+        Ok(()) | Err(StoreError::NotFound) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
