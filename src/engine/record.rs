@@ -154,7 +154,10 @@ fn apply_outcome(
         Outcome::NeedsInput {
             requests,
             request_state,
-        } => match super::forms::unanswerable(&requests).or_else(|| too_deep(&requests)) {
+        } => match super::forms::unanswerable(&requests)
+            .or_else(|| too_deep(&requests))
+            .or_else(|| rec.finally.then(|| UNATTENDED.to_owned()))
+        {
             None => open_upstream_input(run, st, idx, requests, request_state, now),
             Some(why) => {
                 let name = rec.name.clone();
@@ -197,6 +200,10 @@ fn apply_outcome(
         }
     }
 }
+
+/// Why a `finally` step's upstream cannot be answered: no deadline bounds the steps that run
+/// after the Run's own, and a cancel closes every question, so a wait could last forever.
+const UNATTENDED: &str = "the upstream asked for input in a finally step, which runs unattended";
 
 /// Why upstream questions cannot be kept on the Run: one nests deeper, or is larger, than an
 /// argument may be (a question becomes part of the stored Run and of what its readers load).

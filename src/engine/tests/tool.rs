@@ -157,6 +157,55 @@ fn the_wait_for_people_does_not_count_against_a_tool_steps_timeout() {
     assert_eq!(status(&run).steps[0].attempt_waited_ms, Some(100_000));
 }
 
+#[test]
+fn an_upstream_question_in_a_finally_step_fails_it_and_cancels_the_task() {
+    let w = wf(
+        json!({"steps": [{"name": "work", "delay": {"duration": "0s"}}],
+        "finally": [{"name": "tidy",
+            "tool": {"server": {"url": "http://b/mcp"}, "name": "t"}}]}),
+    );
+    let mut run = new_run(json!({}));
+    let mut next = settle(&mut run, &w, at(0));
+    while !matches!(&next, Next::Execute(e) if e.step == "tidy") {
+        next = settle(&mut run, &w, at(1));
+    }
+    report(
+        &mut run,
+        &next,
+        Outcome::Checkpoint {
+            upstream_task_id: Some("up-9".into()),
+            job_name: None,
+        },
+        at(1),
+    );
+    let next = settle(&mut run, &w, at(1));
+    let req = json!({"method": "elicitation/create", "params": {"message": "sure?", "requestedSchema": {"type": "object"}}});
+    report(
+        &mut run,
+        &next,
+        Outcome::NeedsInput {
+            requests: [("sure".to_string(), req)].into(),
+            request_state: None,
+        },
+        at(2),
+    );
+    let st = status(&run);
+    assert!(st.input_requests.is_empty(), "no question is opened");
+    assert_eq!(st.steps[1].phase, StepPhase::Failed);
+    assert!(
+        st.steps[1]
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("finally step, which runs unattended"),
+        "{:?}",
+        st.steps[1].message
+    );
+    cleanup_cancels_upstream(&mut run, &w, 2, "up-9");
+    settle(&mut run, &w, at(4));
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+}
+
 /// The next action is the cleanup that cancels `upstream`; report it done at `t + 1`.
 fn cleanup_cancels_upstream(run: &mut Run, w: &WorkflowSpec, t: i64, upstream: &str) {
     let next = settle(run, w, at(t));
