@@ -11,9 +11,17 @@ use super::work::effect_id;
 use crate::api::Run;
 use crate::engine::{self, Effect};
 
-/// The effects of one Run in progress, by [`effect_id`]: each one's token, and whether a
-/// cancel of the Run leaves it to finish ([`engine::survives_cancel`]).
-type RunEffects = HashMap<String, (CancellationToken, bool)>;
+/// One effect in progress: its token, whether a cancel of its Run leaves it to finish
+/// ([`engine::survives_cancel`]), and the uid of the Run it was started for (a Run deleted and
+/// created again under its name is another Run).
+struct Started {
+    token: CancellationToken,
+    survives_cancel: bool,
+    uid: String,
+}
+
+/// The effects of one Run name in progress, by [`effect_id`].
+type RunEffects = HashMap<String, Started>;
 
 /// The effects in progress of every Run, and whether a cancel aborts them (`finally` steps and
 /// cleanups must not be aborted: the next reconcile would send them again).
@@ -21,20 +29,22 @@ type RunEffects = HashMap<String, (CancellationToken, bool)>;
 pub(super) struct Inflight(Mutex<HashMap<Key, RunEffects>>);
 
 impl Inflight {
-    /// The Run was cancelled: abort what a cancel stops (each effect then ends itself).
-    pub(super) fn abort(&self, k: &Key) {
-        self.abort_where(k, |survives| !survives);
+    /// `run` was cancelled: abort what a cancel stops (each effect then ends itself).
+    pub(super) fn abort(&self, k: &Key, run: &Run) {
+        self.abort_where(k, run, |e| !e.survives_cancel);
     }
 
-    /// The Run was deleted: abort everything of it, `finally` steps and cleanups too.
-    pub(super) fn abort_all(&self, k: &Key) {
-        self.abort_where(k, |_| true);
+    /// `run` was deleted, or finished: abort everything of it, `finally` steps and cleanups
+    /// too.
+    pub(super) fn abort_all(&self, k: &Key, run: &Run) {
+        self.abort_where(k, run, |_| true);
     }
 
-    fn abort_where(&self, k: &Key, aborted: impl Fn(bool) -> bool) {
+    fn abort_where(&self, k: &Key, run: &Run, aborted: impl Fn(&Started) -> bool) {
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
         if let Some(effects) = self.0.lock().expect("inflight lock").get(k) {
-            for (t, _) in effects.values().filter(|(_, survives)| aborted(*survives)) {
-                t.cancel();
+            for e in effects.values().filter(|e| e.uid == uid && aborted(e)) {
+                e.token.cancel();
             }
         }
     }
@@ -47,7 +57,12 @@ impl Inflight {
             return None;
         }
         let token = CancellationToken::new();
-        effects.insert(id, (token.clone(), engine::survives_cancel(run, effect)));
+        let started = Started {
+            token: token.clone(),
+            survives_cancel: engine::survives_cancel(run, effect),
+            uid: run.metadata.uid.clone().unwrap_or_default(),
+        };
+        effects.insert(id, started);
         Some(token)
     }
 
@@ -64,8 +79,8 @@ impl Inflight {
     /// Abort and forget every effect of a Run (its worker panicked, and the Run fails).
     pub(super) fn forget(&self, k: &Key) {
         let effects = self.0.lock().expect("inflight lock").remove(k);
-        for (t, _) in effects.into_iter().flat_map(HashMap::into_values) {
-            t.cancel();
+        for e in effects.into_iter().flat_map(HashMap::into_values) {
+            e.token.cancel();
         }
     }
 }

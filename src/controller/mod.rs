@@ -522,9 +522,9 @@ impl Controller {
         effect: &Effect,
         token: CancellationToken,
     ) -> Option<Outcome> {
-        let already_cancelled = run.spec.cancel.is_some();
-        // A cancel that landed between our read and registering the token is caught here.
-        if !already_cancelled
+        // A cancel that landed between our read and registering the token is caught here (for
+        // an effect a cancel stops).
+        if !engine::survives_cancel(run, effect)
             && let Ok(Some(latest)) = self.store.get_shared(&k.namespace, &k.name).await
             && latest.spec.cancel.is_some()
         {
@@ -550,6 +550,11 @@ impl Controller {
                     return false;
                 }
             };
+            // The Run was deleted and created again under its name while this ran: the outcome
+            // is the deleted one's, and the new Run decides its own attempt.
+            if !engine::is_effect_of(&latest, effect) {
+                return true;
+            }
             let recorded = {
                 let (run, done) = (latest.clone(), [(effect.clone(), outcome.clone())]);
                 off_worker(move || engine::record_and_decide(&run, &done, Timestamp::now())).await

@@ -92,9 +92,9 @@ impl Controller {
                 // A Run ends with its effects under way only when it failed internally (a
                 // status too large to write, a panic): what they do now goes nowhere.
                 if finished {
-                    self.inflight.abort_all(&k);
+                    self.inflight.abort_all(&k, &run);
                 } else if run.spec.cancel.is_some() {
-                    self.inflight.abort(&k);
+                    self.inflight.abort(&k, &run);
                 }
                 self.queue.add(k);
             }
@@ -103,7 +103,7 @@ impl Controller {
                 if let Some(k) = Key::of(&run.metadata) {
                     self.drop_outcomes(&k, |effect| engine::is_effect_of(&run, effect));
                     self.waiting.leave(&k, &run);
-                    self.inflight.abort_all(&k);
+                    self.inflight.abort_all(&k, &run);
                 }
             }
         }
