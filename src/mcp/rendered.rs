@@ -2,13 +2,14 @@
 //! here last. Agents poll a task many times between its changes, and every poll of one version
 //! wrote the same bytes: the view, the payload and the serializer are most of what a
 //! `tasks/get` costs once the request is read. A store hands out one shared `Arc` per version
-//! of a Run, so the `Arc` itself is the key; a slot holds it, so its address cannot be reused
-//! for another Run while the slot lives. Only answers that depend on the version alone are
-//! kept (the callers decide which).
+//! of a Run, so the `Arc`'s address is the key; a slot holds a `Weak` of it, which keeps the
+//! allocation (not the Run: a version nobody else holds is freed) so that the address cannot be
+//! reused for another Run while the slot lives. Only answers that depend on the version alone
+//! are kept (the callers decide which).
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use serde::Serialize;
 
@@ -27,11 +28,11 @@ pub(super) enum Shape {
 /// and a handful of tasks polled at once is the common case.
 const SLOTS: usize = 8;
 
-/// Answers longer than this are written every time rather than kept (they keep their Run too).
+/// Answers longer than this are written every time rather than kept.
 const KEPT_UP_TO: usize = 16 * 1024;
 
 struct Slot {
-    run: Arc<Run>,
+    run: Weak<Run>,
     shape: Shape,
     bytes: Rc<[u8]>,
 }
@@ -56,7 +57,7 @@ pub(super) fn result_json(
         kept.slots
             .iter()
             .flatten()
-            .find(|s| s.shape == shape && Arc::ptr_eq(&s.run, run))
+            .find(|s| s.shape == shape && std::ptr::eq(s.run.as_ptr(), Arc::as_ptr(run)))
             .map(|s| s.bytes.clone())
     });
     if let Some(bytes) = found {
@@ -67,7 +68,7 @@ pub(super) fn result_json(
         KEPT.with_borrow_mut(|kept| {
             let at = kept.next;
             kept.slots[at] = Some(Slot {
-                run: run.clone(),
+                run: Arc::downgrade(run),
                 shape,
                 bytes: bytes.clone(),
             });
@@ -144,6 +145,21 @@ mod tests {
             &Counted(&writes, "completed"),
         )
         .unwrap();
+        assert_eq!(&*got, br#"{"status":"completed"}"#);
+        assert_eq!(writes.get(), 2);
+    }
+
+    #[test]
+    fn a_kept_answer_does_not_keep_its_run() {
+        let writes = Cell::new(0);
+        let version = run("c");
+        result_json(&version, Shape::Task2026, &Counted(&writes, "working")).unwrap();
+        let weak = Arc::downgrade(&version);
+        drop(version);
+        assert!(weak.upgrade().is_none(), "the Run is freed");
+        // A Run allocated since cannot be taken for the one kept.
+        let next = run("c");
+        let got = result_json(&next, Shape::Task2026, &Counted(&writes, "completed")).unwrap();
         assert_eq!(&*got, br#"{"status":"completed"}"#);
         assert_eq!(writes.get(), 2);
     }
