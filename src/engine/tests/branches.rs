@@ -598,11 +598,19 @@ fn steps_whose_jobs_or_children_would_share_names_are_refused() {
         {"name": "deploy", "forEach": {"items": [1, 2, 3]}, "workflow": child}
     ]}));
     assert!(m.contains("\"deploy-2\" and \"deploy\""), "{m}");
-    // Steps that start neither may be named so; and a step that is not a forEach has no items.
+    // Steps that start neither may be named so; a step that is not a forEach has no items, a
+    // forEach step is named by its items alone, an index has no leading zero, and a Job and a
+    // child Run never meet.
     let http = json!({"url": "http://x"});
+    let job = json!({"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}],
+        "restartPolicy": "Never"}}});
     let ok: WorkflowSpec = serde_json::from_value(json!({"steps": [
         {"name": "Build", "http": http}, {"name": "build", "workflow": child},
-        {"name": "build-2", "workflow": child}
+        {"name": "build-2", "workflow": child},
+        {"name": "fan", "forEach": {"items": [1]}, "workflow": child},
+        {"name": "fan-1", "forEach": {"items": [1]}, "workflow": child},
+        {"name": "fan-01", "workflow": child},
+        {"name": "Fan", "job": job}
     ]}))
     .unwrap();
     validate::spec(&ok, validate::Capabilities { jobs: true }).unwrap();

@@ -141,31 +141,38 @@ pub fn spec(spec: &WorkflowSpec, caps: Capabilities) -> Result<(), Invalid> {
 /// as a DNS label part (lowercase, `_` as `-`) and an item's index (`deploy[2]` as `deploy-2`),
 /// so `Build` and `build`, `run_tests` and `run-tests`, or a `forEach` step `deploy` and a step
 /// `deploy-2` would share them — and the second to start would take the first one's Job or
-/// child as its own.
+/// child as its own. (A Job and a child Run never meet: they are different kinds.)
 fn distinct_attempt_names(spec: &WorkflowSpec) -> Result<(), Invalid> {
-    let named: Vec<&crate::api::Step> = spec
+    let named: Vec<(&crate::api::Step, bool, String)> = spec
         .all_steps()
-        .filter(|s| matches!(s.kind(), StepKind::Job(_) | StepKind::Workflow(_)))
+        .filter_map(|s| match s.kind() {
+            StepKind::Job(_) => Some((s, true, dns_part(&s.name))),
+            StepKind::Workflow(_) => Some((s, false, dns_part(&s.name))),
+            _ => None,
+        })
         .collect();
-    let clash = |a: &str, b: &str| {
-        invalid(
-            reasons::INVALID_SPEC,
-            format!("steps {a:?} and {b:?} would give their Jobs or child Runs the same names"),
-        )
+    // Whether `each`'s items are named like the step `other` (`deploy` and `deploy-2`): only a
+    // step that is not itself a `forEach` is named by its own name.
+    let item_named_as = |each: &(&crate::api::Step, bool, String), other: &(_, _, String)| {
+        let (step, _, part) = each;
+        let (other_step, _, other_part): &(&crate::api::Step, bool, String) = other;
+        step.for_each.is_some()
+            && other_step.for_each.is_none()
+            && other_part
+                .strip_prefix(part.as_str())
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| n.parse::<usize>().is_ok_and(|i| i.to_string() == n))
     };
     for (i, a) in named.iter().enumerate() {
-        let part = dns_part(&a.name);
-        for b in &named[i + 1..] {
-            let other = dns_part(&b.name);
-            let item_of = |each: &crate::api::Step, part: &str, name: &str| {
-                each.for_each.is_some()
-                    && name
-                        .strip_prefix(part)
-                        .and_then(|rest| rest.strip_prefix('-'))
-                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
-            };
-            if part == other || item_of(a, &part, &other) || item_of(b, &other, &part) {
-                return Err(clash(&a.name, &b.name));
+        for b in named[i + 1..].iter().filter(|b| b.1 == a.1) {
+            if a.2 == b.2 || item_named_as(a, b) || item_named_as(b, a) {
+                return Err(invalid(
+                    reasons::INVALID_SPEC,
+                    format!(
+                        "steps {:?} and {:?} would give their Jobs or child Runs the same names",
+                        a.0.name, b.0.name
+                    ),
+                ));
             }
         }
     }
