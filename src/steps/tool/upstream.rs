@@ -52,6 +52,25 @@ pub(super) struct Call<'a> {
     pub(super) idempotency_key: String,
 }
 
+/// The `Idempotency-Key` header of a call: the attempt's key; for an MRTR retry, which carries
+/// answers (another request body under the same attempt), the key of that round, named by its
+/// answers and the upstream's `requestState`, so that the retry sent again after a restart
+/// carries the same one and no two different bodies ever share a key. The `_meta` key stays the
+/// attempt's: a Runway upstream turns every round into the same Run.
+fn header_key(call: &Call<'_>) -> String {
+    match call.answers {
+        None => call.idempotency_key.clone(),
+        Some(answers) => {
+            let round = format!("{}\n{answers}", call.request_state.unwrap_or_default());
+            format!(
+                "{}/{:016x}",
+                call.idempotency_key,
+                crate::engine::stable_hash(round.bytes())
+            )
+        }
+    }
+}
+
 /// An upstream MCP server with its resolved headers.
 pub(super) struct Upstream {
     pub(super) client: reqwest::Client,
@@ -93,7 +112,7 @@ impl Upstream {
     }
 
     pub(super) async fn attempt(&self, call: &Call<'_>) -> Outcome {
-        let session = match self.connect_keyed(Some(&call.idempotency_key)).await {
+        let session = match self.connect_keyed(Some(&header_key(call))).await {
             Ok(s) => s,
             Err(o) => return o,
         };
