@@ -2,6 +2,7 @@
 //! decide what happens next. No I/O, no clock, no store. The controller writes the status this
 //! module returns and performs the effects it asks for; executors report back through [`record`].
 
+mod backoff;
 pub mod budget;
 pub mod concurrency;
 pub mod duration;
