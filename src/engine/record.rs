@@ -184,30 +184,6 @@ fn apply_outcome(
     }
 }
 
-/// An upstream asks for input: its questions become the Run's, unless the Run cannot pass them
-/// on, which fails the step (and cancels the upstream task).
-fn upstream_asks(
-    run: &Run,
-    st: &mut RunStatus,
-    idx: usize,
-    requests: BTreeMap<String, Value>,
-    request_state: Option<String>,
-    now: Timestamp,
-) {
-    let unattended = st.steps[idx].finally.then(|| UNATTENDED.to_owned());
-    match super::forms::unanswerable(&requests)
-        .or_else(|| too_deep(&requests))
-        .or(unattended)
-    {
-        None => open_upstream_input(run, st, idx, requests, request_state, now),
-        Some(why) => {
-            let name = st.steps[idx].name.clone();
-            fail_step_fatal(st, idx, &name, why, now);
-            cancel_abandoned_upstream_task(st, idx);
-        }
-    }
-}
-
 /// Why a `finally` step's upstream cannot be answered: no deadline bounds the steps that run
 /// after the Run's own, and a cancel closes every question, so a wait could last forever.
 const UNATTENDED: &str = "the upstream asked for input in a finally step, which runs unattended";
@@ -328,8 +304,9 @@ fn record_cleanup(st: &mut RunStatus, c: &crate::api::Cleanup, outcome: Outcome)
     }
 }
 
-/// An upstream tool asks for input: its questions become this Run's, under fresh keys.
-fn open_upstream_input(
+/// An upstream tool asks for input: its questions become this Run's, under fresh keys — unless
+/// the Run cannot pass them on, which fails the step (and cancels the upstream task).
+fn upstream_asks(
     run: &Run,
     st: &mut RunStatus,
     idx: usize,
@@ -337,6 +314,15 @@ fn open_upstream_input(
     request_state: Option<String>,
     now: Timestamp,
 ) {
+    let unattended = st.steps[idx].finally.then(|| UNATTENDED.to_owned());
+    if let Some(why) = super::forms::unanswerable(&requests)
+        .or_else(|| too_deep(&requests))
+        .or(unattended)
+    {
+        let name = st.steps[idx].name.clone();
+        fail_step_fatal(st, idx, &name, why, now);
+        return cancel_abandoned_upstream_task(st, idx);
+    }
     let rec = &mut st.steps[idx];
     let step_name = rec.name.clone();
     rec.phase = StepPhase::Waiting;

@@ -9,6 +9,24 @@ fn tool_wf() -> WorkflowSpec {
     }))
 }
 
+/// The upstream answered the call with task `id`.
+fn task_started(id: &str) -> Outcome {
+    Outcome::Checkpoint {
+        upstream_task_id: Some(id.into()),
+        job_name: None,
+    }
+}
+
+/// The upstream asks a form question under `key`.
+fn asks(key: &str, message: &str, request_state: Option<&str>) -> Outcome {
+    let req = json!({"method": "elicitation/create",
+        "params": {"message": message, "requestedSchema": {"type": "object"}}});
+    Outcome::NeedsInput {
+        requests: [(key.to_string(), req)].into(),
+        request_state: request_state.map(str::to_owned),
+    }
+}
+
 #[test]
 fn a_checkpoint_records_the_upstream_task_and_the_next_attempt_resumes_it() {
     let w = tool_wf();
@@ -24,15 +42,7 @@ fn a_checkpoint_records_the_upstream_task_and_the_next_attempt_resumes_it() {
         panic!()
     };
     assert_eq!((arguments, upstream_task_id), (&json!({"x": 5}), &None));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(1),
-    );
+    report(&mut run, &next, task_started("up-1"), at(1));
     assert_eq!(
         status(&run).steps[0].upstream_task_id.as_deref(),
         Some("up-1")
@@ -56,26 +66,9 @@ fn upstream_input_becomes_this_runs_input_and_answers_are_forwarded() {
     let w = tool_wf();
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(0),
-    );
+    report(&mut run, &next, task_started("up-1"), at(0));
     let next = settle(&mut run, &w, at(0));
-    let req = json!({"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {"type": "object"}}});
-    report(
-        &mut run,
-        &next,
-        Outcome::NeedsInput {
-            requests: [("approve".to_string(), req)].into(),
-            request_state: None,
-        },
-        at(1),
-    );
+    report(&mut run, &next, asks("approve", "ok?", None), at(1));
     let st = status(&run);
     assert_eq!(st.phase, RunPhase::Waiting);
     assert_eq!(st.input_requests["up.approve"].params["message"], "ok?");
@@ -130,17 +123,8 @@ fn the_wait_for_people_does_not_count_against_a_tool_steps_timeout() {
         panic!("{next:?}")
     };
     assert_eq!(first.deadline, Some(at(10)));
-    let req = json!({"method": "elicitation/create", "params": {"message": "ok?", "requestedSchema": {"type": "object"}}});
     // Asked 4 s into the attempt, answered 100 s later.
-    report(
-        &mut run,
-        &next,
-        Outcome::NeedsInput {
-            requests: [("approve".to_string(), req)].into(),
-            request_state: Some("s1".into()),
-        },
-        at(4),
-    );
+    report(&mut run, &next, asks("approve", "ok?", Some("s1")), at(4));
     answer(
         &mut run,
         "up.approve",
@@ -169,26 +153,9 @@ fn an_upstream_question_in_a_finally_step_fails_it_and_cancels_the_task() {
     while !matches!(&next, Next::Execute(e) if e.step == "tidy") {
         next = settle(&mut run, &w, at(1));
     }
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-9".into()),
-            job_name: None,
-        },
-        at(1),
-    );
+    report(&mut run, &next, task_started("up-9"), at(1));
     let next = settle(&mut run, &w, at(1));
-    let req = json!({"method": "elicitation/create", "params": {"message": "sure?", "requestedSchema": {"type": "object"}}});
-    report(
-        &mut run,
-        &next,
-        Outcome::NeedsInput {
-            requests: [("sure".to_string(), req)].into(),
-            request_state: None,
-        },
-        at(2),
-    );
+    report(&mut run, &next, asks("sure", "sure?", None), at(2));
     let st = status(&run);
     assert!(st.input_requests.is_empty(), "no question is opened");
     assert_eq!(st.steps[1].phase, StepPhase::Failed);
@@ -229,15 +196,7 @@ fn a_tool_step_that_times_out_for_good_cancels_its_upstream_task() {
     let w = tool_wf();
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(0),
-    );
+    report(&mut run, &next, task_started("up-1"), at(0));
     let next = settle(&mut run, &w, at(1));
     report(
         &mut run,
@@ -261,15 +220,7 @@ fn cancelling_cleans_up_the_upstream_task_before_finally() {
     let w = tool_wf();
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(0),
-    );
+    report(&mut run, &next, task_started("up-1"), at(0));
     run.spec.cancel = Some(CancelRequest {
         reason: None,
         requested_by: None,
@@ -491,15 +442,7 @@ fn a_retry_after_an_ended_upstream_task_calls_again_and_after_a_lost_connection_
     let w = upstream_wf(json!({"limit": 3, "retryOn": ["connection", "toolError"]}));
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(0),
-    );
+    report(&mut run, &next, task_started("up-1"), at(0));
     let rec = &status(&run).steps[0];
     assert!(rec.message.as_deref().unwrap().contains("up-1"));
     assert!(rec.message.as_deref().unwrap().contains("http://b/mcp"));
@@ -550,15 +493,7 @@ fn a_step_that_times_out_for_good_cancels_its_upstream_task() {
     let w = upstream_wf(json!({}));
     let mut run = new_run(json!({"x": 1}));
     let next = settle(&mut run, &w, at(0));
-    report(
-        &mut run,
-        &next,
-        Outcome::Checkpoint {
-            upstream_task_id: Some("up-1".into()),
-            job_name: None,
-        },
-        at(0),
-    );
+    report(&mut run, &next, task_started("up-1"), at(0));
     let next = settle(&mut run, &w, at(0));
     report(
         &mut run,
@@ -680,15 +615,7 @@ fn an_upstream_question_a_run_cannot_pass_on_fails_the_step_and_cancels_the_task
     ] {
         let mut run = new_run(json!({"x": 1}));
         let next = settle(&mut run, &w, at(0));
-        report(
-            &mut run,
-            &next,
-            Outcome::Checkpoint {
-                upstream_task_id: Some("up-1".into()),
-                job_name: None,
-            },
-            at(0),
-        );
+        report(&mut run, &next, task_started("up-1"), at(0));
         let next = settle(&mut run, &w, at(0));
         report(
             &mut run,
