@@ -54,7 +54,6 @@ impl RunwayMcp {
             .cloned()
             .unwrap_or_default();
         args.extend(overrides.unwrap_or_default());
-        validate_args(&wf, &args)?;
         let mut run = Run::requested(
             &t.namespace,
             &projection::new_task_id(workflow),
@@ -69,7 +68,11 @@ impl RunwayMcp {
             name: task_id.to_owned(),
             uid: original.metadata.uid.clone(),
         });
+        // Who may retry is decided before the arguments are validated: a validation error may
+        // quote the whole argument object, which only the requester may read.
         let records = retry::plan(&run, &original, &wf.spec).map_err(|e| invalid(e.to_string()))?;
+        let args = run.spec.arguments.as_ref().and_then(Value::as_object);
+        validate_args(&wf, args.unwrap_or(&Map::new()))?;
         let created = self.state.store.create(run).await.map_err(internal)?;
         let task_id = created.metadata.name.unwrap_or_default();
         tracing::info!(namespace = %t.namespace, run = %task_id, retry_of = %original.metadata.name.as_deref().unwrap_or_default(), by = %t.identity.principal.username, "retry created");

@@ -194,9 +194,17 @@ async fn a_retry_is_refused_with_a_reason() {
         let message = r.last()["error"]["message"].as_str().unwrap().to_owned();
         assert!(message.contains(why), "{message}");
     };
-    // olga may see every Run, but the answers and outputs were given for alice.
+    // olga may see every Run, but the answers and outputs were given for alice; arguments
+    // that do not validate get her the same refusal, not a message quoting alice's arguments.
     let r = olga
         .call("runway_retry_run", json!({"taskId": first}))
+        .await;
+    refused(&r, "requested by alice");
+    let r = olga
+        .call(
+            "runway_retry_run",
+            json!({"taskId": first, "arguments": {"env": "moon"}}),
+        )
         .await;
     refused(&r, "requested by alice");
     let r = alice
