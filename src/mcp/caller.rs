@@ -10,7 +10,7 @@ use rmcp::model::ErrorData;
 use rmcp::service::RequestContext;
 use serde_json::Value;
 
-use super::errors::{err, rpc_error};
+use super::errors::{err, rpc_error, too_many};
 use super::headers::host_and_origin_allowed;
 use super::state::{McpState, Tenant};
 use crate::auth::{AuthError, Identity};
@@ -35,9 +35,37 @@ pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// [`caller`] for a request from a client address that has not used up its failed
+/// authentications, counting a failure against that address: every endpoint that
+/// authenticates goes through here, so no endpoint is a free token oracle.
+pub(super) async fn authenticated(
+    state: &McpState,
+    parts: &http::request::Parts,
+) -> Result<(Option<String>, Arc<Identity>), Response> {
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if peer.is_some_and(|ip| state.auth_failures.blocked(ip)) {
+        return Err(too_many(
+            "too many failed authentications from this address; retry later",
+        ));
+    }
+    let refused = match caller(state, &parts.headers, parts.uri.path()).await {
+        Ok(c) => return Ok(c),
+        Err(refused) => refused,
+    };
+    if refused.status() == StatusCode::UNAUTHORIZED
+        && let Some(ip) = peer
+    {
+        state.auth_failures.failed(ip);
+    }
+    Err(refused)
+}
+
 /// Who is calling, and which namespace the path names, from headers and path alone: Host and
 /// Origin allowed, the path's namespace a DNS label, the bearer token accepted.
-pub(super) async fn caller(
+async fn caller(
     state: &McpState,
     headers: &HeaderMap,
     path: &str,

@@ -10,7 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::json;
 
-use super::caller::caller;
+use super::caller::authenticated;
 use super::state::McpState;
 use crate::auth::{Resource, Verb};
 
@@ -82,7 +82,8 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// Who the caller is and the namespaces the console may offer them: their own namespace, and
 /// every namespace with Workflows where they may `get runs`.
 async fn namespaces(State(state): State<Arc<McpState>>, req: Request) -> Response {
-    let (_, identity) = match caller(&state, req.headers(), req.uri().path()).await {
+    let (parts, _) = req.into_parts();
+    let (_, identity) = match authenticated(&state, &parts).await {
         Ok(c) => c,
         Err(refused) => return refused,
     };

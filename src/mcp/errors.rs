@@ -86,3 +86,16 @@ pub(super) fn busy() -> Response {
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
 }
+
+/// 429 with `Retry-After`, saying which limit.
+pub(super) fn too_many(why: &str) -> Response {
+    let mut resp = rpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        Value::Null,
+        codes::INTERNAL_ERROR,
+        why,
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::Instrument;
 
-use super::caller::{caller, path_namespace};
+use super::caller::{authenticated, path_namespace};
 use super::config::MAX_BODY_BYTES;
-use super::errors::{busy, rpc_error};
+use super::errors::{busy, rpc_error, too_many};
 use super::handler::RunwayMcp;
 use super::headers::{ParamHeaderError, check_param_headers, protocol_headers, task_headers_agree};
 use super::state::{McpState, Tenant};
@@ -216,35 +216,19 @@ async fn gate_handler_in(gate: Arc<Gate>, req: Request) -> Response {
         return busy();
     };
     let (parts, body) = req.into_parts();
-    let peer = parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip());
-    if peer.is_some_and(|ip| state.auth_failures.blocked(ip)) {
-        return too_many("too many failed authentications from this address; retry later");
-    }
     // Nothing but headers is read before the caller is known.
-    let (path_ns, identity) = match caller(&state, &parts.headers, parts.uri.path()).await {
+    let (path_ns, identity) = match authenticated(&state, &parts).await {
         Ok(c) => c,
-        Err(refused) => {
-            if refused.status() == StatusCode::UNAUTHORIZED
-                && let Some(ip) = peer
-            {
-                state.auth_failures.failed(ip);
-            }
-            return refused;
-        }
+        Err(refused) => return refused,
     };
     // The caller's fair share, held with the response: a held call keeps it to its end.
-    let namespace = path_ns.clone().or_else(|| identity.namespace.clone());
-    let Some(share) = state.shares.take(
+    let Some(mut share) = state.shares.take(
         &identity.principal.username,
-        namespace.as_deref().unwrap_or_default(),
         state.config.max_concurrent_requests,
     ) else {
-        return too_many("too many requests of this caller or namespace in progress; retry later");
+        return too_many(TOO_MANY_IN_PROGRESS);
     };
-    let resp = admitted(&gate, parts, body, path_ns, identity).await;
+    let resp = admitted(&gate, parts, body, path_ns, identity, &mut share).await;
     record_outcome(&resp);
     resp.map(|b| {
         Body::new(Holding {
@@ -280,26 +264,19 @@ impl hyper::body::Body for Holding {
     }
 }
 
-/// 429 with `Retry-After`, saying which limit.
-fn too_many(why: &str) -> Response {
-    let mut resp = rpc_error(
-        StatusCode::TOO_MANY_REQUESTS,
-        Value::Null,
-        codes::INTERNAL_ERROR,
-        why,
-    );
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
-    resp
-}
+/// Why a request is refused when its caller or namespace holds its share already.
+const TOO_MANY_IN_PROGRESS: &str =
+    "too many requests of this caller or namespace in progress; retry later";
 
-/// The rest of [`gate_handler`], for a caller that was authenticated and is within its share.
+/// The rest of [`gate_handler`], for a caller that was authenticated and holds its principal's
+/// share; the namespace's is counted once the body is read.
 async fn admitted(
     gate: &Gate,
     mut parts: http::request::Parts,
     body: Body,
     path_ns: Option<String>,
     identity: Arc<crate::auth::Identity>,
+    share: &mut super::shares::Share,
 ) -> Response {
     let state = gate.state.clone();
     // Host and Origin passed the gate's check, which also knows the server's own pages; rmcp's
@@ -309,6 +286,14 @@ async fn admitted(
         Ok(b) => b,
         Err(refused) => return refused,
     };
+    let namespace = path_ns.as_ref().or(identity.namespace.as_ref());
+    if !state.shares.join(
+        share,
+        namespace.map_or("", String::as_str),
+        state.config.max_concurrent_requests,
+    ) {
+        return too_many(TOO_MANY_IN_PROGRESS);
+    }
     let caller_identity = identity.clone();
     // Without a namespace the general path gives the error (after the ones that come first).
     let tenant = path_ns

@@ -70,33 +70,42 @@ impl Counters {
 /// a held call's stream keeps it to its end).
 pub(crate) struct Share {
     principal: Arc<AtomicUsize>,
-    namespace: Arc<AtomicUsize>,
+    namespace: Option<Arc<AtomicUsize>>,
 }
 
 impl Shares {
-    /// A share for a request of `principal` in `namespace`, out of `slots` in all; `None`
-    /// when either already holds its part.
-    pub(super) fn take(&self, principal: &str, namespace: &str, slots: usize) -> Option<Share> {
+    /// A share for a request of `principal`, out of `slots` in all; `None` when the principal
+    /// already holds its part. Its namespace is counted later ([`Shares::join`]).
+    pub(super) fn take(&self, principal: &str, slots: usize) -> Option<Share> {
         let p = self.principals.of(principal);
-        if !Counters::take(&p, (slots / PRINCIPAL_SHARE).max(1)) {
-            return None;
-        }
+        // Built only once counted: a `Share` dropped gives back what it holds.
+        Counters::take(&p, (slots / PRINCIPAL_SHARE).max(1)).then(|| Share {
+            principal: p,
+            namespace: None,
+        })
+    }
+
+    /// Count `share` in `namespace` as well; `false` when the namespace already holds its part
+    /// of `slots`. A request is counted in a namespace only once its body is read: a caller
+    /// with no rights there that trickles a body would otherwise hold the namespace's share.
+    pub(super) fn join(&self, share: &mut Share, namespace: &str, slots: usize) -> bool {
         let n = self.namespaces.of(namespace);
         if !Counters::take(&n, (slots / NAMESPACE_SHARE).max(1)) {
-            p.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return false;
         }
-        Some(Share {
-            principal: p,
-            namespace: n,
-        })
+        if let Some(old) = share.namespace.replace(n) {
+            old.fetch_sub(1, Ordering::AcqRel);
+        }
+        true
     }
 }
 
 impl Drop for Share {
     fn drop(&mut self) {
         self.principal.fetch_sub(1, Ordering::AcqRel);
-        self.namespace.fetch_sub(1, Ordering::AcqRel);
+        if let Some(n) = &self.namespace {
+            n.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -148,28 +157,39 @@ impl AuthFailures {
 mod tests {
     use super::*;
 
+    /// A share of `principal` counted in `namespace` too, as the gate takes it in two steps.
+    fn take(shares: &Shares, principal: &str, namespace: &str, slots: usize) -> Option<Share> {
+        let mut share = shares.take(principal, slots)?;
+        shares.join(&mut share, namespace, slots).then_some(share)
+    }
+
     #[test]
     fn a_principal_and_a_namespace_hold_their_part_and_give_it_back() {
         let shares = Shares::default();
         // 16 slots: 4 per principal, 8 per namespace.
         let alice: Vec<Share> = (0..4)
-            .filter_map(|_| shares.take("alice", "a", 16))
+            .filter_map(|_| take(&shares, "alice", "a", 16))
             .collect();
         assert_eq!(alice.len(), 4);
         assert!(
-            shares.take("alice", "a", 16).is_none(),
+            take(&shares, "alice", "a", 16).is_none(),
             "alice holds her part"
         );
-        assert!(shares.take("alice", "b", 16).is_none(), "in any namespace");
-        let bob: Vec<Share> = (0..4).filter_map(|_| shares.take("bob", "a", 16)).collect();
+        assert!(
+            take(&shares, "alice", "b", 16).is_none(),
+            "in any namespace"
+        );
+        let bob: Vec<Share> = (0..4)
+            .filter_map(|_| take(&shares, "bob", "a", 16))
+            .collect();
         assert_eq!(bob.len(), 4);
         assert!(
-            shares.take("carol", "a", 16).is_none(),
+            take(&shares, "carol", "a", 16).is_none(),
             "namespace a holds its part"
         );
-        assert!(shares.take("carol", "b", 16).is_some(), "b does not");
+        assert!(take(&shares, "carol", "b", 16).is_some(), "b does not");
         drop(alice);
-        assert!(shares.take("alice", "a", 16).is_some());
+        assert!(take(&shares, "alice", "a", 16).is_some());
         drop(bob);
         assert_eq!(
             shares.principals.busy() + shares.namespaces.busy(),
@@ -177,10 +197,32 @@ mod tests {
             "every share given back"
         );
         // A principal and a namespace of the same name are told apart.
-        let same: Vec<Share> = (0..4).filter_map(|_| shares.take("x", "x", 16)).collect();
+        let same: Vec<Share> = (0..4).filter_map(|_| take(&shares, "x", "x", 16)).collect();
         assert_eq!(same.len(), 4);
         // A tiny endpoint still lets everyone in once.
-        assert!(shares.take("dave", "c", 1).is_some());
+        assert!(take(&shares, "dave", "c", 1).is_some());
+    }
+
+    #[test]
+    fn a_request_is_counted_in_its_namespace_only_once_it_joins() {
+        let shares = Shares::default();
+        // 8 slots: 2 per principal, 4 per namespace. Four requests not yet joined leave the
+        // namespace free.
+        let waiting: Vec<Share> = ["p", "q"]
+            .iter()
+            .flat_map(|p| [shares.take(p, 8), shares.take(p, 8)])
+            .flatten()
+            .collect();
+        assert_eq!(waiting.len(), 4);
+        let mine: Vec<Share> = (0..4)
+            .filter_map(|i| take(&shares, &format!("u{i}"), "a", 8))
+            .collect();
+        assert_eq!(mine.len(), 4, "the namespace's part is whole");
+        // A share that could not join gives back its principal's part all the same.
+        assert!(take(&shares, "r", "a", 8).is_none());
+        assert!(take(&shares, "r", "b", 8).is_some());
+        drop((waiting, mine));
+        assert_eq!(shares.principals.busy() + shares.namespaces.busy(), 0);
     }
 
     #[test]
@@ -193,7 +235,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..2_000 {
                         // 16 slots: 4 for the principal.
-                        if let Some(share) = shares.take("alice", "a", 16) {
+                        if let Some(share) = take(&shares, "alice", "a", 16) {
                             most.fetch_max(shares.principals.busy(), Ordering::SeqCst);
                             drop(share);
                         }

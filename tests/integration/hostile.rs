@@ -635,17 +635,83 @@ async fn one_caller_cannot_hold_every_request_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_without_rights_in_a_namespace_does_not_use_up_its_share() {
+    // 4 slots: 1 per principal, 2 per namespace.
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 4).await;
+    // carol, who has no rights in team-a, sends a request there and never its body.
+    let mut trickle = tokio::net::TcpStream::connect(mcp.addr).await.unwrap();
+    let head = format!(
+        "POST /namespaces/team-a/mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer carol-token\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: 100\r\n\r\n",
+        mcp.addr
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut trickle, head.as_bytes())
+        .await
+        .unwrap();
+    // Her request holds her share once her own next request is turned away.
+    let carol = mcp.client("carol-token").at("/namespaces/team-b/mcp");
+    let held = tokio::time::timeout(PATIENCE, async {
+        while carol.rpc("tools/list", None, json!({})).await.status
+            != reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(held.is_ok(), "carol's trickled request holds her share");
+    // One held call of team-a's own and team-a is still served: carol's request is not counted.
+    let alice = support::mcp::Old::connect(&mcp.url(), "alice-token", json!({})).await;
+    let _nap = alice
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    let bob = mcp.client("bob-token");
+    assert_eq!(
+        bob.rpc("tools/list", None, json!({})).await.status,
+        reqwest::StatusCode::OK
+    );
+    // Two held calls of team-a fill its share.
+    let dave = support::mcp::Old::connect(&mcp.url(), "dave-token", json!({})).await;
+    let _other = dave
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 2}}),
+        )
+        .await;
+    let r = bob.rpc("tools/list", None, json!({})).await;
+    assert_eq!(r.status, reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        r.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("caller or namespace")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_that_keeps_failing_to_authenticate_is_turned_away() {
     let mcp = server().await;
     let alice = mcp.client("alice-token");
+    let namespaces = |token: String| {
+        reqwest::Client::new()
+            .get(format!("http://{}/ui/api/namespaces", mcp.addr))
+            .bearer_auth(token)
+            .send()
+    };
+    // The console's endpoint counts failures as the MCP endpoint does.
     for i in 0..50 {
-        let guess = mcp.client(&format!("guess-{i}"));
-        assert_eq!(
-            guess.rpc("tools/list", None, json!({})).await.status,
-            reqwest::StatusCode::UNAUTHORIZED
-        );
+        let status = if i % 2 == 0 {
+            let guess = mcp.client(&format!("guess-{i}"));
+            guess.rpc("tools/list", None, json!({})).await.status
+        } else {
+            namespaces(format!("guess-{i}")).await.unwrap().status()
+        };
+        assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
     }
-    // From the same address, even a good token waits for the window to pass.
+    // From the same address, even a good token waits for the window to pass, on both.
     let r = alice.rpc("tools/list", None, json!({})).await;
     assert_eq!(r.status, reqwest::StatusCode::TOO_MANY_REQUESTS);
     assert!(
@@ -654,6 +720,9 @@ async fn an_address_that_keeps_failing_to_authenticate_is_turned_away() {
             .unwrap()
             .contains("failed authentications")
     );
+    let r = namespaces("alice-token".into()).await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
