@@ -265,6 +265,16 @@ pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) ->
         .flatten()
 }
 
+/// Whether the caller may still read `run`, a version of a task it was shown before: a stream
+/// asks again at each change, since an answer given, a question closed or a RoleBinding
+/// removed can end what it was allowed to read.
+pub(super) async fn may_read(state: &McpState, t: &Tenant, run: &Run) -> bool {
+    allowed(state, t, Verb::Get, Resource::Runs)
+        .await
+        .unwrap_or(false)
+        && owner_rule_allows(state, t, run, Access::Read).await
+}
+
 /// The archive entry behind a task id if the caller may read it, under the rules of a live
 /// Run (`get runs` and the owner rule); `None` for every kind of "no".
 pub(super) async fn archived_run(

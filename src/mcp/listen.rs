@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::access::{allowed, readable_run};
+use super::access::{allowed, may_read, readable_run};
 use super::caps::declares_tasks_in;
 use super::errors::{forbidden, rpc_error};
 use super::projection;
@@ -230,8 +230,10 @@ fn frame(v: Value) -> Result<Event, Infallible> {
 }
 
 /// Send the task view of `current`, then of every change of it that the caller would see
-/// differently, until the Run ends, goes or the stream closes.
+/// differently, until the Run ends, goes, the caller may no longer read it, or the stream
+/// closes.
 async fn follow(
+    (state, tenant): (Arc<McpState>, Tenant),
     current: Arc<crate::api::Run>,
     live: Option<crate::api::WorkflowSpec>,
     mut rx: tokio::sync::broadcast::Receiver<Change>,
@@ -247,6 +249,9 @@ async fn follow(
     loop {
         match rx.recv().await {
             Ok(Change::Updated(run)) => {
+                if !may_read(&state, &tenant, &run).await {
+                    return;
+                }
                 let next = projection::project(&run, live.as_ref());
                 if next != last {
                     last = next;
@@ -300,7 +305,8 @@ fn stream(
                 continue;
             };
             let live = live_spec(&state, &current).await;
-            followers.spawn(follow(current, live, rx, changes_tx.clone()));
+            let reader = (state.clone(), tenant.clone());
+            followers.spawn(follow(reader, current, live, rx, changes_tx.clone()));
         }
         drop(changes_tx);
         let open = !tasks.is_empty();

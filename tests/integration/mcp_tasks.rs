@@ -1264,3 +1264,31 @@ async fn a_question_that_needs_two_approvers_takes_one_answer_from_each_in_eithe
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_stops_showing_a_task_its_caller_may_no_longer_read() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let paula = s.client("paula-token");
+    let id = alice.call("signoff", json!({})).await.task_id();
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    // paula reads the Run while its question names her group.
+    let (status, mut frames) = listen(&paula, &[&id]).await;
+    assert_eq!(status, StatusCode::OK);
+    frames.next().await.unwrap();
+    let first = frames.next().await.unwrap();
+    assert_eq!(first["params"]["status"], "input_required", "{first}");
+    // alice cancels: the question closes unanswered, and paula may read the Run no more.
+    assert!(alice.cancel(&id).await.last().get("error").is_none());
+    let rest: Vec<Value> = tokio::time::timeout(support::harness::PATIENCE, frames.collect())
+        .await
+        .expect("the stream ends");
+    assert!(
+        rest.iter().all(|m| m["params"]["status"] != "cancelled"),
+        "{rest:?}"
+    );
+    assert_eq!(rest.last().unwrap()["result"]["resultType"], "complete");
+    assert_eq!(paula.get(&id).await.error_code(), -32602);
+    assert_eq!(alice.get(&id).await.result()["status"], "cancelled");
+}

@@ -23,7 +23,7 @@ use super::session::{Question, Session};
 use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
-use crate::mcp::access::allowed;
+use crate::mcp::access::{allowed, may_read};
 use crate::mcp::calls::run_result;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
@@ -288,6 +288,12 @@ impl Held {
             Err(e) => return Some(Err(e)),
         };
         loop {
+            // A `tasks/result` shows what `tasks/get` would: once the caller may no longer read
+            // the Run (its question answered by someone else, its rights removed), the task is
+            // unknown to it. A call's own Run needs only the `create runs` it was made with.
+            if !self.owns && !may_read(state, &self.t, &run).await {
+                return Some(Err(unknown_task()));
+            }
             if let Some(token) = &self.progress
                 && let Some((done, total, msg)) = progress_due(&run, &mut sent)
             {

@@ -626,6 +626,42 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_result_ends_once_its_caller_may_no_longer_read_the_task() {
+    let s = server().await;
+    let alice = s.client("alice-token");
+    let id = alice.call("signoff", json!({})).await.task_id();
+    s.wait(&id, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    // paula may read the Run while its question names her group: she is asked on the stream.
+    let paula = Old::connect(
+        &s.url(),
+        "paula-token",
+        json!({"tasks": {}, "elicitation": {}}),
+    )
+    .await;
+    let mut events = paula.open("tasks/result", json!({"taskId": id})).await;
+    let mut seen = Vec::new();
+    while let Some(m) = events.next().await {
+        let asked = m["method"] == "elicitation/create";
+        seen.push(m);
+        if asked {
+            break;
+        }
+    }
+    // alice cancels: the question closes unanswered and the task is unknown to paula again.
+    assert!(alice.cancel(&id).await.last().get("error").is_none());
+    while let Some(m) = events.next().await {
+        seen.push(m);
+    }
+    let answer = seen.iter().find(|m| m["id"] == "held").expect("an answer");
+    assert_eq!(answer["error"]["code"], -32602, "{seen:?}");
+    assert!(
+        seen.iter().all(|m| m["params"]["status"] != "cancelled"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
     let s = server().await;
     let c = Old::connect(&s.url(), "alice-token", json!({})).await;
