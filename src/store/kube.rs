@@ -17,7 +17,7 @@ use kube::api::{
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::compact::Compactor;
 use super::recent::{Known, Recent, rv_num};
@@ -136,6 +136,32 @@ impl KubeStore {
     fn own_writes(&self) -> Vec<Arc<Run>> {
         self.own.fresh()
     }
+}
+
+/// The JSON Patch that writes `run`'s labels, annotations and spec over the stored Run, on
+/// condition that the stored version is `run`'s. A merge patch would read a `null` inside the
+/// arguments or an answer's content as "delete this key", changing what the CRD keeps
+/// immutable (refused, so such a Run could never be cancelled or answered) or dropping the key.
+/// Each member is added whole: on the version it was read from, that replaces exactly what
+/// changed (answers only gain keys, cancel is set once); the CRD's CEL rules police the rest.
+fn spec_patch(run: &Run) -> Result<json_patch::Patch, StoreError> {
+    let mut ops = Vec::new();
+    if let Some(rv) = &run.metadata.resource_version {
+        // The API server compares the patched object's version with the stored one: a stale
+        // version is a conflict (a `test` operation would fail as invalid instead).
+        ops.push(json!({"op": "replace", "path": "/metadata/resourceVersion", "value": rv}));
+    }
+    if let Some(labels) = &run.metadata.labels {
+        ops.push(json!({"op": "add", "path": "/metadata/labels", "value": labels}));
+    }
+    if let Some(annotations) = &run.metadata.annotations {
+        ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": annotations}));
+    }
+    let spec = serde_json::to_value(&run.spec).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    for (field, value) in spec.as_object().into_iter().flatten() {
+        ops.push(json!({"op": "add", "path": format!("/spec/{field}"), "value": value}));
+    }
+    serde_json::from_value(Value::Array(ops)).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
 /// Whether the reflector's copy `r` of `k` is of a Run deleted moments ago (`gone`, by uid).
@@ -356,22 +382,14 @@ impl RunStore for KubeStore {
             namespace: ns,
             name,
         } = key_of(&run)?;
-        // A merge patch of the spec, conditional on the resourceVersion: answers only gain keys
-        // and cancel is set once, so merging is replacing; the CRD's CEL rules police the rest.
-        let mut patch = json!({
-            "metadata": {"labels": run.metadata.labels, "annotations": run.metadata.annotations},
-            "spec": run.spec,
-        });
-        if let Some(rv) = &run.metadata.resource_version {
-            patch["metadata"]["resourceVersion"] = json!(rv);
-        }
+        let patch = spec_patch(&run)?;
         let pp = PatchParams {
             field_manager: Some(MCP_MANAGER.into()),
             ..Default::default()
         };
         let updated = self
             .api(&ns)
-            .patch(&name, &pp, &Patch::Merge(&patch))
+            .patch(&name, &pp, &Patch::<()>::Json(patch))
             .await
             .map_err(map_err);
         let updated = self.learning_from_conflict(&ns, &name, updated).await?;

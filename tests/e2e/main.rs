@@ -669,8 +669,10 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
     assert!(events.contains("CancelRequested"), "{events}");
 
     // Over MCP, with the tenant roles and no `list runs`: the approver the question names
-    // reads and answers alice's Run; bob, with the same roles but not in ops, sees nothing.
-    let fourth = task_id(&alice.call("approve", json!({"service": "queue"})).await);
+    // reads and answers alice's Run; bob, with the same roles but not in ops, sees nothing. A
+    // null among the arguments is a value the answer's write keeps.
+    let args = json!({"service": "queue", "ticket": null});
+    let fourth = task_id(&alice.call("approve", args.clone()).await);
     alice.await_status(&fourth, "input_required").await;
     assert_eq!(
         mcp(c, 1, "bob", &ns).get(&fourth).await.error_code(),
@@ -694,6 +696,10 @@ async fn approvers_answer_and_cancel_with_kubectl_and_cannot_forge_identities() 
         &format!("run/{fourth}"),
         "{.status.phase}",
         "Succeeded",
+    );
+    assert_eq!(
+        get_json(c, &ns, &format!("run/{fourth}"))["spec"]["arguments"],
+        args
     );
 
     // The list tool and the console's view of a Run, on the API server: carol, who may not

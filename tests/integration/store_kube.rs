@@ -169,7 +169,7 @@ async fn status_without_a_version_is_applied_by_one_field_manager() {
 }
 
 #[tokio::test]
-async fn answers_are_a_conditional_merge_patch_and_a_stale_one_conflicts() {
+async fn answers_are_a_conditional_json_patch_and_a_stale_one_conflicts() {
     let (api, s) = store().await;
     let created = s.create(contract::run("ns", "ans", "wf")).await.unwrap();
     let mut answered = created.clone();
@@ -190,19 +190,30 @@ async fn answers_are_a_conditional_merge_patch_and_a_stale_one_conflicts() {
         .unwrap();
     assert_eq!(
         p.content_type.as_deref(),
-        Some("application/merge-patch+json")
+        Some("application/json-patch+json")
     );
     assert_eq!(
         p.query.get("fieldManager").map(String::as_str),
         Some("runway-mcp")
     );
+    let ops = p.body.as_array().unwrap();
+    let op = |path: &str| ops.iter().find(|o| o["path"] == path).cloned();
     assert_eq!(
-        p.body["metadata"]["resourceVersion"],
+        op("/metadata/resourceVersion").unwrap()["value"],
         created.metadata.resource_version.clone().unwrap()
     );
-    assert_eq!(p.body["spec"]["inputResponses"]["k"]["answeredBy"], "bob");
+    assert_eq!(
+        op("/spec/inputResponses").unwrap()["value"]["k"]["answeredBy"],
+        "bob"
+    );
     // the same patch again, from the stale version: 409 → Conflict
     assert_eq!(s.update(answered).await.unwrap_err(), StoreError::Conflict);
+}
+
+#[tokio::test]
+async fn nulls_in_arguments_and_answers_survive_spec_updates() {
+    let (_a, s) = store().await;
+    contract::nulls_survive_spec_updates(&s).await;
 }
 
 #[tokio::test]

@@ -37,6 +37,12 @@ async fn spec_transition_rules() {
 }
 
 #[tokio::test]
+async fn nulls_in_arguments_and_answers_survive_spec_updates() {
+    let (_d, s) = store();
+    contract::nulls_survive_spec_updates(&s).await;
+}
+
+#[tokio::test]
 async fn delete() {
     let (_d, s) = store();
     contract::delete(&s).await;

@@ -154,6 +154,43 @@ pub async fn spec_transition_rules<S: RunStore>(store: &S) {
     assert_eq!(stored.spec.input_responses["k"].action, InputAction::Accept);
 }
 
+/// A `null` is a value like any other in arguments and answers: a cancel or a later answer
+/// keeps it (a merge patch would read it as "delete this key").
+pub async fn nulls_survive_spec_updates<S: RunStore>(store: &S) {
+    let mut r = run("a", "n1", "wf");
+    r.spec.arguments = Some(json!({"q": "x", "limit": null, "deep": {"v": null}}));
+    let created = store.create(r).await.unwrap();
+    let mut answered = created.clone();
+    answered.spec.input_responses.insert(
+        "k".into(),
+        InputResponse {
+            action: InputAction::Accept,
+            content: Some(json!({"note": null, "ok": true})),
+            answered_by: Some("bob".into()),
+            answered_by_groups: vec![],
+            answered_at: None,
+        },
+    );
+    let answered = store.update(answered).await.unwrap();
+    let mut cancelled = answered.clone();
+    cancelled.spec.cancel = Some(CancelRequest {
+        reason: Some("enough".into()),
+        requested_by: None,
+        requested_at: None,
+    });
+    store.update(cancelled).await.unwrap();
+    let stored = store.get("a", "n1").await.unwrap().unwrap();
+    assert!(stored.spec.cancel.is_some());
+    assert_eq!(
+        stored.spec.arguments,
+        Some(json!({"q": "x", "limit": null, "deep": {"v": null}}))
+    );
+    assert_eq!(
+        stored.spec.input_responses["k"].content,
+        Some(json!({"note": null, "ok": true}))
+    );
+}
+
 pub async fn delete<S: RunStore>(store: &S) {
     store.create(run("a", "d1", "wf")).await.unwrap();
     store.delete("a", "d1").await.unwrap();

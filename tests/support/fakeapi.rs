@@ -427,6 +427,21 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
                 next["status"] = body["status"].clone();
                 return ok(api.put_locked(&mut inner, &collection, next));
             }
+            // A JSON Patch, as the API server applies it: to the stored object, whose patched
+            // version must still be the stored one.
+            let json_patched = if content_type.as_deref() == Some("application/json-patch+json") {
+                let Ok(ops) = serde_json::from_value::<json_patch::Patch>(body.clone()) else {
+                    return status(400, "BadRequest", "not a JSON Patch");
+                };
+                let mut patched = current.clone();
+                if let Err(e) = json_patch::patch(&mut patched, &ops) {
+                    return status(422, "Invalid", &e.to_string());
+                }
+                Some(patched)
+            } else {
+                None
+            };
+            let body = json_patched.clone().unwrap_or(body);
             if let Some(rv) = body["metadata"]["resourceVersion"].as_str()
                 && Some(rv) != current["metadata"]["resourceVersion"].as_str()
             {
@@ -447,7 +462,10 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
                 if let Some(p) = patch.as_object_mut() {
                     p.remove("status");
                 }
-                merge(&mut next, &patch);
+                match json_patched {
+                    Some(patched) => next = patched,
+                    None => merge(&mut next, &patch),
+                }
                 if next["spec"] != current["spec"] {
                     if collection.ends_with("/runs") {
                         let old: runway::api::Run =
