@@ -1,6 +1,7 @@
-//! A `tools/call` owns its Run until its answer has left: when the answer that names a new Run
-//! (a `CreateTaskResult`, an `input_required` result, a held call's result) cannot be
-//! delivered — the client went away while the call was served, before the connection took the
+//! A `tools/call` owns its Run from before its create until its answer has left: when the
+//! answer that names a new Run (a `CreateTaskResult`, an `input_required` result, a held call's
+//! result) cannot be delivered — the client went away while the call was served, even while
+//! the create was under way (it may land all the same), before the connection took the
 //! response — the Run is cancelled, so that a retry without an idempotency key does not leave a
 //! task running that nobody holds. With an idempotency key the Run stays: the retry finds it.
 
@@ -20,10 +21,21 @@ use crate::api::reasons;
 #[derive(Clone, Default)]
 pub(super) struct Delivery(Arc<Mutex<Option<(Tenant, String)>>>);
 
+/// How long after a client left a Run it was creating may still land in the store: the API
+/// server gives up on a request after a minute, the embedded store's writer commits what was
+/// queued within seconds.
+const LANDING: std::time::Duration = std::time::Duration::from_secs(90);
+
 impl Delivery {
-    /// This request created Run `name` and nothing else will tell the client about it.
+    /// This request creates (or created) Run `name` and nothing else will tell the client
+    /// about it.
     pub(super) fn announce(&self, tenant: &Tenant, name: &str) {
         *self.0.lock().expect("delivery lock") = Some((tenant.clone(), name.to_owned()));
+    }
+
+    /// The Run announced was not created after all.
+    pub(super) fn withdraw(&self) {
+        self.take();
     }
 
     fn take(&self) -> Option<(Tenant, String)> {
@@ -72,14 +84,34 @@ impl Drop for Guard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mcp = RunwayMcp::new(self.state.clone());
         tracing::warn!(namespace = %tenant.namespace, run = %name, "the answer naming this run was not delivered; cancelling it");
-        rt.spawn(async move {
-            let _ = mcp
-                .cancel(&tenant, &name, reasons::MCP_REQUEST_CANCELLED)
-                .await;
-        });
+        rt.spawn(cancel_when_stored(self.state.clone(), tenant, name));
     }
+}
+
+/// Cancel Run `name`, waiting up to [`LANDING`] for it to be stored: the client may have left
+/// while its create was under way.
+async fn cancel_when_stored(state: Arc<McpState>, tenant: Tenant, name: String) {
+    let mut changes = state.events.subscribe(&tenant.namespace, &name);
+    let until = tokio::time::Instant::now() + LANDING;
+    loop {
+        match state.store.get(&tenant.namespace, &name).await {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(namespace = %tenant.namespace, run = %name, error = %e, "cannot read the undelivered run to cancel it");
+                return;
+            }
+        }
+        match tokio::time::timeout_at(until, changes.recv()).await {
+            Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+            // Never created (the create failed or never left), or the server is going down.
+            Ok(Err(_)) | Err(_) => return,
+        }
+    }
+    let _ = RunwayMcp::new(state)
+        .cancel(&tenant, &name, reasons::MCP_REQUEST_CANCELLED)
+        .await;
 }
 
 /// A response body that reports when the frame carrying the answer has been handed to the

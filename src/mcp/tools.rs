@@ -152,12 +152,15 @@ impl RunwayMcp {
         Ok(Err(InputRequiredResult::new(Some(reqs), Some(state)).into()))
     }
 
-    pub(super) async fn create_run(
+    /// Create the Run of a call: under the name its idempotency key gives (or find the Run
+    /// already there), else as `fresh`.
+    async fn create_run(
         &self,
         t: &Tenant,
         wf: &Workflow,
         args: Map<String, Value>,
         idem: Option<&str>,
+        fresh: String,
         labels: &BTreeMap<String, String>,
     ) -> Result<Run, ErrorData> {
         let wf_name = wf.metadata.name.clone().unwrap_or_default();
@@ -178,7 +181,7 @@ impl RunwayMcp {
                 }
                 names[0].clone()
             }
-            None => projection::new_task_id(&wf_name),
+            None => fresh,
         };
         let run = Run::requested(
             &t.namespace,
@@ -241,17 +244,30 @@ impl RunwayMcp {
     ) -> Result<Run, ErrorData> {
         validate_args(wf, &args)?;
         let idem = idempotency_key(idem)?;
-        let run = self
-            .create_run(t, wf, args, idem.as_deref(), labels)
-            .await?;
-        let name = run.metadata.name.as_deref().unwrap_or_default();
+        let fresh = projection::new_task_id(wf.metadata.name.as_deref().unwrap_or_default());
         // Until the answer naming it is delivered, the Run belongs to this request (a retry
-        // with the same idempotency key finds it, so only calls without one give it up).
+        // with the same idempotency key finds it, so only calls without one give it up). It is
+        // announced before it is created: a client that leaves while the create is under way
+        // drops this future, and the create may land all the same.
         if idem.is_none()
             && let Some(delivery) = delivery
         {
-            delivery.announce(t, name);
+            delivery.announce(t, &fresh);
         }
+        let run = match self
+            .create_run(t, wf, args, idem.as_deref(), fresh, labels)
+            .await
+        {
+            Ok(run) => run,
+            Err(e) => {
+                // Nothing was created: a client that leaves now has no Run to give up.
+                if let Some(d) = delivery {
+                    d.withdraw();
+                }
+                return Err(e);
+            }
+        };
+        let name = run.metadata.name.as_deref().unwrap_or_default();
         tracing::info!(namespace = %t.namespace, run = %name, tool = %wf.tool_name(), by = %t.identity.principal.username, task = as_task, "run created");
         Ok(run)
     }
