@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::Controller;
 use super::queue::Key;
 use super::retiring::{RetireError, retire_tree};
+use crate::api::Run;
 use crate::engine::Event;
 use crate::telemetry::ErrorKind;
 
@@ -15,12 +16,17 @@ use crate::telemetry::ErrorKind;
 const ARCHIVE_RETRY: Duration = Duration::from_secs(10);
 
 impl Controller {
-    /// Delete a finished Run whose time to live is over, and the child Runs below it (they
-    /// are kept as long as their top-level Run: they are the count that bounds its tree).
-    pub(super) async fn collect(&self, k: &Key) {
+    /// Delete `decided`, a finished Run whose time to live is over, and the child Runs below
+    /// it (they are kept as long as their top-level Run: they are the count that bounds its
+    /// tree). It is read again for the archive; a Run that has taken its name since is not it.
+    pub(super) async fn collect(&self, k: &Key, decided: &Run) {
         let run = match self.store.get(&k.namespace, &k.name).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return,
+            Ok(Some(run))
+                if run.metadata.uid == decided.metadata.uid && run.phase().is_terminal() =>
+            {
+                run
+            }
+            Ok(_) => return,
             Err(e) => return self.retry_later(k, e),
         };
         let archive = self.config.archive.as_deref();

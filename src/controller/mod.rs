@@ -299,7 +299,7 @@ impl Controller {
                 Next::WaitUntil(Some(t)) => return self.queue.add_at(k.clone(), instant_at(t)),
                 Next::WaitUntil(None) => return,
                 Next::Finished { delete_at: Some(t) } if t <= Timestamp::now() => {
-                    return self.collect(k).await;
+                    return self.collect(k, &run).await;
                 }
                 Next::Finished { delete_at: Some(t) } => {
                     return self.queue.add_at(k.clone(), instant_at(t));

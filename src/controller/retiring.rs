@@ -52,7 +52,9 @@ pub(super) async fn retire_tree(
     retire(store, archive, run).await
 }
 
-/// Archive `run`, then delete it.
+/// Archive `run`, then delete it: that Run only, by its uid. A Run made under the same name
+/// while the archive was written (an idempotent call repeated after a delete) is not this one,
+/// and is left alone.
 async fn retire(
     store: &dyn RunStore,
     archive: Option<&Archiver>,
@@ -69,8 +71,11 @@ async fn retire(
         });
     }
     let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
-    match store.delete(namespace, name).await {
-        Ok(()) | Err(StoreError::NotFound) => Ok(()),
+    match store
+        .delete(namespace, name, run.metadata.uid.as_deref())
+        .await
+    {
+        Ok(()) | Err(StoreError::NotFound | StoreError::Conflict) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }

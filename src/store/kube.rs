@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
-    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent as KubeWatchEvent,
-    WatchParams,
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    WatchEvent as KubeWatchEvent, WatchParams,
 };
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -434,10 +434,23 @@ impl RunStore for KubeStore {
         Ok(self.remember(updated))
     }
 
-    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut params = DeleteParams::background();
+        if let Some(uid) = uid {
+            // The API server answers 409 when the name now belongs to another Run.
+            params = params.preconditions(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            });
+        }
         let answer = self
             .api(namespace)
-            .delete(name, &DeleteParams::background())
+            .delete(name, &params)
             .await
             .map_err(map_err)?;
         // A custom resource deleted at once is answered with a Status naming its uid (the Run

@@ -184,8 +184,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// the Run as stored, shared with the store's cache: a status write is the controller's
     /// most frequent, and a Run with a thousand step records is not copied to answer it.
     async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError>;
-    /// Delete.
-    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError>;
+    /// Delete the Run `name`; with `uid`, only while the Run of that name is still that one
+    /// (`Conflict` when another Run has taken the name since).
+    async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<(), StoreError>;
     /// Changes after `resource_version` (only future changes when `None`). Ends with
     /// `Err(Gone)` when that history is no longer kept.
     fn watch(

@@ -466,10 +466,19 @@ impl RunStore for SqliteStore {
         .await
     }
 
-    async fn delete(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
+    async fn delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<(), StoreError> {
         let key = Key::new(namespace, name);
+        let uid = uid.map(str::to_owned);
         self.submit(move |b| {
             let old = b.current(&key).ok_or(StoreError::NotFound)?;
+            if uid.is_some() && old.metadata.uid != uid {
+                return Err(StoreError::Conflict);
+            }
             b.remove(key, old);
             Ok(())
         })

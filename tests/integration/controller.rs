@@ -352,7 +352,7 @@ async fn a_run_deleted_while_its_finally_step_runs_leaves_nothing_to_its_success
     // Cancelled first, so that the finally step starts in a cancelled Run.
     h.cancel("again", "enough").await;
     assert_eq!(server.arrived.recv().await.as_deref(), Some("/tidy"));
-    h.store.delete("default", "again").await.unwrap();
+    h.store.delete("default", "again", None).await.unwrap();
     server.open.send_replace(true);
 
     let second = h.create_named("tidy", "again", json!({})).await;
@@ -927,8 +927,8 @@ impl RunStore for Refusing {
         }
         self.inner.update_status(run).await
     }
-    async fn delete(&self, ns: &str, name: &str) -> Result<(), StoreError> {
-        self.inner.delete(ns, name).await
+    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
+        self.inner.delete(ns, name, uid).await
     }
     fn watch(
         &self,

@@ -192,15 +192,28 @@ pub async fn nulls_survive_spec_updates<S: RunStore>(store: &S) {
 }
 
 pub async fn delete<S: RunStore>(store: &S) {
-    store.create(run("a", "d1", "wf")).await.unwrap();
-    store.delete("a", "d1").await.unwrap();
+    let first = store.create(run("a", "d1", "wf")).await.unwrap();
+    store.delete("a", "d1", None).await.unwrap();
     assert!(store.get("a", "d1").await.unwrap().is_none());
     assert_eq!(
-        store.delete("a", "d1").await.unwrap_err(),
+        store.delete("a", "d1", None).await.unwrap_err(),
         StoreError::NotFound
     );
-    // the name can be used again
-    store.create(run("a", "d1", "wf")).await.unwrap();
+    // the name can be used again, and a delete meant for the first Run spares the second
+    let second = store.create(run("a", "d1", "wf")).await.unwrap();
+    assert_eq!(
+        store
+            .delete("a", "d1", first.metadata.uid.as_deref())
+            .await
+            .unwrap_err(),
+        StoreError::Conflict
+    );
+    assert!(store.get("a", "d1").await.unwrap().is_some());
+    store
+        .delete("a", "d1", second.metadata.uid.as_deref())
+        .await
+        .unwrap();
+    assert!(store.get("a", "d1").await.unwrap().is_none());
 }
 
 pub async fn watch_and_resume<S: RunStore>(store: &S) {
@@ -213,7 +226,7 @@ pub async fn watch_and_resume<S: RunStore>(store: &S) {
         ..Default::default()
     });
     store.update_status(s).await.unwrap();
-    store.delete("w", "w1").await.unwrap();
+    store.delete("w", "w1", None).await.unwrap();
 
     let mut seen = Vec::new();
     for _ in 0..3 {

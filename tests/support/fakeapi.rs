@@ -485,6 +485,19 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             ok(api.put_locked(&mut inner, &collection, next))
         }
         // A custom resource deleted at once is answered with a Status naming it, not the object.
+        // A uid precondition, as the API server checks it: 409 when the name is another's now.
+        (Method::DELETE, Some(name), None)
+            if body["preconditions"]["uid"].as_str().is_some_and(|uid| {
+                api.get(&collection, &ns_s, &name)
+                    .is_some_and(|o| o["metadata"]["uid"] != uid)
+            }) =>
+        {
+            status(
+                409,
+                "Conflict",
+                "Precondition failed: UID in precondition does not match the object",
+            )
+        }
         (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {
             Some(o) => ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
                 "status": "Success", "details": {"name": name,
