@@ -32,16 +32,25 @@ impl Controller {
         self.fail_internal(k, why, ErrorKind::Panic).await;
     }
 
-    /// Fail the Run with an internal error (`why`), counted as `kind`; a finished Run is left alone.
+    /// Fail the Run with an internal error (`why`), counted as `kind`. A finished Run stays
+    /// as it is, but gives up the cleanups it was still performing: one of them is what
+    /// failed, and would fail again.
     async fn fail_internal(&self, k: &Key, why: String, kind: ErrorKind) {
         self.config.metrics.reconcile_error(kind);
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get(&k.namespace, &k.name).await {
-                Ok(Some(run)) if !run.phase().is_terminal() => run,
-                Ok(_) => return,
+                Ok(Some(run)) => run,
+                Ok(None) => return,
                 Err(e) => return self.retry_later(k, e),
             };
-            let status = engine::fail_internal(&run, &why, Timestamp::now());
+            let status = if run.phase().is_terminal() {
+                match engine::give_up_cleanups(&run) {
+                    Some(status) => status,
+                    None => return,
+                }
+            } else {
+                engine::fail_internal(&run, &why, Timestamp::now())
+            };
             match self
                 .write_status(k, &run, status, &[], OnRefusal::GiveUp)
                 .await

@@ -17,6 +17,8 @@ use crate::engine::{self, Effect};
 struct Started {
     token: CancellationToken,
     survives_cancel: bool,
+    /// A cleanup, which a finished Run still performs.
+    cleanup: bool,
     uid: String,
 }
 
@@ -34,10 +36,15 @@ impl Inflight {
         self.abort_where(k, run, |e| !e.survives_cancel);
     }
 
-    /// `run` was deleted, or finished: abort everything of it, `finally` steps and cleanups
-    /// too.
+    /// `run` was deleted: abort everything of it, `finally` steps and cleanups too.
     pub(super) fn abort_all(&self, k: &Key, run: &Run) {
         self.abort_where(k, run, |_| true);
+    }
+
+    /// `run` finished: abort everything of it but the cleanups, which undo what its ended
+    /// steps left running outside.
+    pub(super) fn abort_finished(&self, k: &Key, run: &Run) {
+        self.abort_where(k, run, |e| !e.cleanup);
     }
 
     fn abort_where(&self, k: &Key, run: &Run, aborted: impl Fn(&Started) -> bool) {
@@ -60,6 +67,7 @@ impl Inflight {
         let started = Started {
             token: token.clone(),
             survives_cancel: engine::survives_cancel(run, effect),
+            cleanup: matches!(effect.action, engine::Action::Cleanup(_)),
             uid: run.metadata.uid.clone().unwrap_or_default(),
         };
         effects.insert(id, started);

@@ -90,9 +90,10 @@ impl Controller {
                     return;
                 }
                 // A Run ends with its effects under way only when it failed internally (a
-                // status too large to write, a panic): what they do now goes nowhere.
+                // status too large to write, a panic): what they do now goes nowhere, but the
+                // cleanups of the steps it ended go on.
                 if finished {
-                    self.inflight.abort_all(&k, &run);
+                    self.inflight.abort_finished(&k, &run);
                 } else if run.spec.cancel.is_some() {
                     self.inflight.abort(&k, &run);
                 }

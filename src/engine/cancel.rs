@@ -4,7 +4,42 @@
 use super::endings::tool_error_ending;
 use super::machine::{Machine, Progress};
 use super::ts;
-use crate::api::{Ending, RunPhase, StepKind, StepPhase, WorkflowSpec, event_reasons};
+use crate::api::{
+    Cleanup, Ending, RunPhase, StepKind, StepPhase, StepRecord, WorkflowSpec, event_reasons,
+};
+
+/// What undoes step record `rec`, interrupted while it ran: its upstream task cancelled, its
+/// Job deleted, its child Run cancelled; `None` when it left nothing running.
+pub(super) fn cleanup_for(wf: &WorkflowSpec, rec: &StepRecord) -> Option<Cleanup> {
+    let nothing = Cleanup {
+        step: rec.name.clone(),
+        cancel_upstream_task: None,
+        delete_job: None,
+        cancel_run: None,
+    };
+    match wf.step(&rec.name).map(|s| s.kind()) {
+        Some(StepKind::Tool(_)) if rec.upstream_task_id.is_some() => Some(Cleanup {
+            cancel_upstream_task: rec.upstream_task_id.clone(),
+            ..nothing
+        }),
+        Some(StepKind::Job(_)) if rec.job_name.is_some() && rec.phase == StepPhase::Running => {
+            Some(Cleanup {
+                delete_job: rec.job_name.clone(),
+                ..nothing
+            })
+        }
+        // A child that is between attempts has ended; one that runs is cancelled.
+        Some(StepKind::Workflow(_))
+            if rec.child_run.is_some() && rec.phase == StepPhase::Running =>
+        {
+            Some(Cleanup {
+                cancel_run: rec.child_run.clone(),
+                ..nothing
+            })
+        }
+        _ => None,
+    }
+}
 
 impl Machine<'_> {
     pub(super) fn begin_cancel(
@@ -71,37 +106,7 @@ impl Machine<'_> {
     /// Queue the cleanup of an interrupted step: its upstream task or its Job.
     pub(super) fn interrupt(&mut self, wf: &WorkflowSpec, i: usize) {
         let rec = &self.st.steps[i];
-        let kind = wf.step(&rec.name).map(|s| s.kind());
-        let cleanup = match kind {
-            Some(StepKind::Tool(_)) if rec.upstream_task_id.is_some() => {
-                Some(crate::api::Cleanup {
-                    step: rec.name.clone(),
-                    cancel_upstream_task: rec.upstream_task_id.clone(),
-                    delete_job: None,
-                    cancel_run: None,
-                })
-            }
-            Some(StepKind::Job(_)) if rec.job_name.is_some() && rec.phase == StepPhase::Running => {
-                Some(crate::api::Cleanup {
-                    step: rec.name.clone(),
-                    cancel_upstream_task: None,
-                    delete_job: rec.job_name.clone(),
-                    cancel_run: None,
-                })
-            }
-            // A child that is between attempts has ended; one that runs is cancelled.
-            Some(StepKind::Workflow(_))
-                if rec.child_run.is_some() && rec.phase == StepPhase::Running =>
-            {
-                Some(crate::api::Cleanup {
-                    step: rec.name.clone(),
-                    cancel_upstream_task: None,
-                    delete_job: None,
-                    cancel_run: rec.child_run.clone(),
-                })
-            }
-            _ => None,
-        };
+        let cleanup = cleanup_for(wf, rec);
         let keys: Vec<String> = rec.upstream_input_keys.keys().cloned().collect();
         for k in keys {
             self.st.input_requests.remove(&k);

@@ -5,6 +5,7 @@ use serde_json::json;
 use jiff::Timestamp;
 
 use super::budget::guard_text;
+use super::cancel::cleanup_for;
 use super::effects::Event;
 use super::{MAX_RESULT_BYTES, ts};
 use crate::api::{Ending, Run, RunError, RunPhase, RunStatus, conditions, event_reasons, reasons};
@@ -117,12 +118,22 @@ pub(super) fn outcome_summary(st: &RunStatus, phase: RunPhase) -> String {
 
 /// End a Run that this process could not handle (a panic while deciding or executing it, a
 /// status too large to write): it fails with an internal error naming why, instead of being
-/// retried forever. Cleanups recorded as pending are dropped: running them is what failed. The
-/// steps still running end failed with it, so that what their attempts report later (the
-/// controller aborts them) is recorded nowhere: a finished Run never starts again.
+/// retried forever. The steps still running end failed with it, so that what their attempts
+/// report later (the controller aborts them) is recorded nowhere: a finished Run never starts
+/// again. What they left running outside — an upstream task, a Job, a child Run — is queued
+/// as a cleanup, which the finished Run still performs (best effort; a panic while performing
+/// them gives them up: [`give_up_cleanups`]).
 pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
     let mut st = run.status.clone().unwrap_or_default();
-    st.cleanups.clear();
+    if let Some(wf) = run.workflow_snapshot() {
+        let running = st.steps.iter().filter(|r| !r.phase.is_terminal());
+        let undo: Vec<_> = running.filter_map(|r| cleanup_for(&wf, r)).collect();
+        for c in undo {
+            if !st.cleanups.contains(&c) {
+                st.cleanups.push(c);
+            }
+        }
+    }
     for rec in st.steps.iter_mut().filter(|r| !r.phase.is_terminal()) {
         rec.phase = crate::api::StepPhase::Failed;
         rec.finished_at = Some(ts(now));
@@ -133,4 +144,14 @@ pub fn fail_internal(run: &Run, why: &str, now: Timestamp) -> RunStatus {
     finalize(&mut st, run, now, &mut Vec::new());
     st.observed_generation = run.metadata.generation;
     st
+}
+
+/// A finished Run's status without its pending cleanups, when it has any: performing them
+/// failed in a way that would fail again (a panic).
+pub fn give_up_cleanups(run: &Run) -> Option<RunStatus> {
+    let st = run.status.as_ref()?;
+    (st.phase.is_terminal() && !st.cleanups.is_empty()).then(|| RunStatus {
+        cleanups: Vec::new(),
+        ..st.clone()
+    })
 }

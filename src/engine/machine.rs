@@ -124,6 +124,9 @@ impl Machine<'_> {
 
     pub(super) fn step(&mut self, live: Option<&WorkflowSpec>) -> Progress {
         if self.st.phase.is_terminal() {
+            if let Some(c) = self.st.cleanups.first().cloned() {
+                return Progress::Stop(self.cleanup(c));
+            }
             let wf = self.snapshot();
             let delete_at = self
                 .ttl(wf.as_deref())
@@ -264,15 +267,20 @@ impl Machine<'_> {
         }
     }
 
+    /// Perform cleanup `c`, the first of those queued.
+    fn cleanup(&self, c: crate::api::Cleanup) -> Next {
+        Next::Execute(Box::new(Effect {
+            step: c.step.clone(),
+            attempt: 0,
+            deadline: Some(self.now + CLEANUP_TIMEOUT),
+            idempotency_key: idempotency_key(self.run, &c.step),
+            action: Action::Cleanup(c),
+        }))
+    }
+
     pub(super) fn advance(&mut self, wf: &WorkflowSpec) -> Progress {
         if let Some(c) = self.st.cleanups.first().cloned() {
-            return Progress::Stop(Next::Execute(Box::new(Effect {
-                step: c.step.clone(),
-                attempt: 0,
-                deadline: Some(self.now + CLEANUP_TIMEOUT),
-                idempotency_key: idempotency_key(self.run, &c.step),
-                action: Action::Cleanup(c),
-            })));
+            return Progress::Stop(self.cleanup(c));
         }
         if let Some(told) = self.due_notice(wf) {
             return told;

@@ -41,7 +41,7 @@ pub use budget::guard_output;
 pub use effects::{
     Action, Body, Decision, Effect, Event, HeaderValue, HttpRequest, Next, Outcome, Recorded,
 };
-pub use endings::fail_internal;
+pub use endings::{fail_internal, give_up_cleanups};
 pub use follow::decide;
 pub use follow::record_and_decide;
 pub use record::{record, record_all, recorded_events};

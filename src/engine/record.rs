@@ -119,12 +119,13 @@ fn apply_outcome(
     outcome: Outcome,
     now: Timestamp,
 ) {
-    // A finished Run is final, whatever an attempt that outlived it reports.
-    if st.phase.is_terminal() {
-        return;
-    }
     if let Action::Cleanup(c) = &effect.action {
         return record_cleanup(st, c, outcome);
+    }
+    // A finished Run is final, whatever an attempt that outlived it reports (only the
+    // cleanups of the steps it ended are still noted).
+    if st.phase.is_terminal() {
+        return;
     }
     if let Action::Notify { key, reminder, .. } = &effect.action {
         return super::told::record_notice(st, key, *reminder, outcome, now);
@@ -284,6 +285,9 @@ fn fail_step(st: &mut RunStatus, idx: usize, message: String, error: RunError, n
 /// A cleanup's outcome. Best effort: whatever happened, the cleanup is done; a failure is noted
 /// on its step, and so is what a cleanup reports it did (a string output).
 fn record_cleanup(st: &mut RunStatus, c: &crate::api::Cleanup, outcome: Outcome) {
+    if !st.cleanups.contains(c) {
+        return;
+    }
     st.cleanups.retain(|x| x != c);
     let note = match outcome {
         Outcome::Succeeded(Value::String(done)) => Some(done),

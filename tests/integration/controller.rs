@@ -633,6 +633,81 @@ spec:
     assert_eq!(done.phase(), RunPhase::Succeeded);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_failed_internally_cancels_the_child_run_its_other_branch_started() {
+    // Items whose answers, once let through, are too large together for one Run's status;
+    // the last item never answers, so the items' outputs stay on their own records.
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let pad = json!({ "pad": "x".repeat(60 * 1024) }).to_string();
+    let app = axum::Router::new().fallback(move |uri: http::Uri| {
+        let (mut gate, pad) = (gate.clone(), pad.clone());
+        async move {
+            if uri.path() == "/item/39" {
+                std::future::pending::<()>().await;
+            }
+            let _ = gate.wait_for(|open| *open).await;
+            pad
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let parent = format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: parent, namespace: NS }}
+spec:
+  steps:
+    - {{ name: child, dependsOn: [], workflow: {{ name: nap }} }}
+    - name: fan
+      dependsOn: []
+      forEach: {{ items: "{{{{ range(40) | list }}}}", parallelism: 40 }}
+      http: {{ url: "{url}/item/{{{{ item }}}}" }}
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: nap, namespace: NS }}
+spec:
+  steps: [ {{ name: sleep, delay: {{ duration: 1h }} }} ]
+"#
+    );
+    let mcp = support::mcp::Mcp::start(&[("wf.yaml", &parent)]).await;
+    let task = mcp
+        .client("alice-token")
+        .call("parent", json!({}))
+        .await
+        .task_id();
+    let started = mcp
+        .wait(&task, "the child started", |r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.steps.iter().any(|x| x.child_run.is_some()))
+        })
+        .await;
+    let child = started.status.unwrap().steps[0].child_run.clone().unwrap();
+    mcp.wait(&child, "the child running", |r| {
+        r.phase() == RunPhase::Running
+    })
+    .await;
+    open.send(true).unwrap();
+    let done = mcp.wait(&task, "failed", |r| r.phase().is_terminal()).await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+    let error = done.status.as_ref().unwrap().error.clone().unwrap();
+    assert!(error.message.contains("status would be"), "{error:?}");
+    // The child it started is not left running until the parent's time to live.
+    let child = mcp
+        .wait(&child, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(child.phase(), RunPhase::Cancelled);
+    let done = mcp
+        .wait(&task, "cleaned up", |r| {
+            r.status.as_ref().is_some_and(|s| s.cleanups.is_empty())
+        })
+        .await;
+    assert_eq!(done.phase(), RunPhase::Failed);
+}
+
 /// A local endpoint that always answers `status` with a body of `size` bytes.
 async fn fixed_server(status: StatusCode, size: usize) -> String {
     let body = json!({ "pad": "x".repeat(size) }).to_string();

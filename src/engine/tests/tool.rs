@@ -644,3 +644,75 @@ fn an_upstream_question_a_run_cannot_pass_on_fails_the_step_and_cancels_the_task
         );
     }
 }
+
+#[test]
+fn a_run_failed_internally_still_cancels_its_upstream_task_and_deletes_its_job() {
+    let w = wf(json!({"steps": [
+        {"name": "up", "dependsOn": [], "tool": {"server": {"url": "http://b/mcp"}, "name": "t"}},
+        {"name": "build", "dependsOn": [], "job": {"template": {"spec": {}}}},
+    ], "finally": [{"name": "tidy", "delay": {"duration": "0s"}}]}));
+    let mut run = new_run(json!({}));
+    let Next::Branches { effects, .. } = settle(&mut run, &w, at(0)) else {
+        panic!("both steps start at once")
+    };
+    let (tool, job) = (effects[0].clone(), effects[1].clone());
+    report(
+        &mut run,
+        &Next::Execute(Box::new(tool.clone())),
+        task_started("up-7"),
+        at(1),
+    );
+    report(
+        &mut run,
+        &Next::Execute(Box::new(job)),
+        Outcome::Checkpoint {
+            upstream_task_id: None,
+            job_name: Some("wf-abc-build-1".into()),
+        },
+        at(1),
+    );
+    // The process cannot go on with the Run (a panic, a status refused).
+    run.status = Some(fail_internal(&run, "boom", at(2)));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.cleanups.len(), 2, "{:?}", st.cleanups);
+    // Finished, it undoes what its steps left running, and runs no `finally`.
+    let next = settle(&mut run, &w, at(3));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-7"));
+    report(
+        &mut run,
+        &next,
+        Outcome::Succeeded(json!("cancelled")),
+        at(4),
+    );
+    let next = settle(&mut run, &w, at(4));
+    let Next::Execute(e) = &next else {
+        panic!("{next:?}")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
+    // What else the steps report is not recorded; the cleanup's end is.
+    let before = run.status.clone().unwrap();
+    let late = Outcome::Succeeded(json!("late"));
+    assert_eq!(record(&run, &tool, late, at(5)), before);
+    report(&mut run, &next, Outcome::Succeeded(Value::Null), at(5));
+    assert!(matches!(settle(&mut run, &w, at(6)), Next::Finished { .. }));
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.cleanups.is_empty());
+    assert!(st.steps.iter().all(|r| r.name != "tidy"));
+    // A panic while cleaning up gives the rest up.
+    let mut again = run.clone();
+    again.status.as_mut().unwrap().cleanups = before.cleanups.clone();
+    let given_up = give_up_cleanups(&again).expect("a finished Run with cleanups");
+    assert!(given_up.cleanups.is_empty());
+    assert_eq!(give_up_cleanups(&run), None);
+}
