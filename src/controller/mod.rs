@@ -312,11 +312,14 @@ impl Controller {
 
     /// Decide what follows for `run` (starting it from its Workflow when it has not started)
     /// and write the status that decision gives.
-    async fn decide_and_write(self: &Arc<Self>, k: &Key, run: Arc<Run>) -> Written {
+    async fn decide_and_write(self: &Arc<Self>, k: &Key, mut run: Arc<Run>) -> Written {
         let live = match self.live_workflow(k, &run).await {
             Live::Ready(w) => Some(*w),
             Live::Absent => None,
-            Live::Validating if waited_for_validation(&run) => None,
+            // Only a Run never decided on gives up on a Workflow that is not validated: one
+            // already queued or held back was accepted, and waits while an edit (a resume, a
+            // raised limit) is validated, however long it has waited.
+            Live::Validating if run.status.is_none() && waited_for_validation(&run) => None,
             Live::Validating => {
                 tracing::debug!(workflow = %run.spec.workflow_ref.name, "waiting for the run's workflow to be validated");
                 self.queue
@@ -325,12 +328,16 @@ impl Controller {
             }
         };
         let spec = live.as_ref().map(|w| &w.spec);
-        if self.hold(k, &run, spec).await.is_some() {
-            return Written::Stop;
+        // A finished Run reads its Workflow only for how long it is kept.
+        if !run.phase().is_terminal() {
+            if self.hold(k, &run, spec).await.is_some() {
+                return Written::Stop;
+            }
+            run = match self.before_start(k, run, live.as_ref()).await {
+                Some(run) => run,
+                None => return Written::Stop,
+            };
         }
-        let Some(run) = self.before_start(k, run, live.as_ref()).await else {
-            return Written::Stop;
-        };
         let decision = decide(&run, spec).await;
         let Some(status) = decision.status else {
             return Written::Run(run, Some(decision.next));
@@ -345,9 +352,10 @@ impl Controller {
         }
     }
 
-    /// The Workflow to start `run` from: read only while the Run has no snapshot of its own.
+    /// The Workflow to start `run` from: read only while the Run has no snapshot of its own
+    /// (a Run that ended unstarted reads it for its time to live, and waits for nothing).
     async fn live_workflow(&self, k: &Key, run: &Run) -> Live {
-        if run.phase().is_terminal() || run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
+        if run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
             return Live::Absent;
         }
         match self
@@ -356,7 +364,7 @@ impl Controller {
             .await
         {
             Some(w) if w.is_ready() => Live::Ready(Box::new(w)),
-            Some(w) if !w.is_validated() => Live::Validating,
+            Some(w) if !w.is_validated() && !run.phase().is_terminal() => Live::Validating,
             _ => Live::Absent,
         }
     }

@@ -97,6 +97,19 @@ impl Machine<'_> {
             error: None,
             message: Some(format!("cancelled by {who} after its steps ended: {why}")),
         }));
+        // The cancel closes every question, those of `finally` steps too: a step waiting for
+        // an answer that can no longer be given ends, and `finally` goes on without it.
+        for rec in self
+            .st
+            .steps
+            .iter_mut()
+            .filter(|r| r.finally && r.phase == StepPhase::Waiting)
+        {
+            rec.phase = StepPhase::Cancelled;
+            rec.finished_at = Some(ts(self.now));
+            rec.wake_at = None;
+            rec.message = Some(format!("its question was closed by the cancel of {who}"));
+        }
         self.st.input_requests.clear();
         self.st.waiting_for = None;
         self.st.phase = RunPhase::Cancelling;

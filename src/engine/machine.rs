@@ -127,9 +127,11 @@ impl Machine<'_> {
             if let Some(c) = self.st.cleanups.first().cloned() {
                 return Progress::Stop(self.cleanup(c));
             }
+            // A Run that ended before it started has no snapshot: its Workflow as it is now
+            // says how long it is kept (kept forever, it would pile up under a queue timeout).
             let wf = self.snapshot();
             let delete_at = self
-                .ttl(wf.as_deref())
+                .ttl(wf.as_deref().or(live))
                 .zip(parse_ts(self.st.finished_at.as_deref()))
                 .map(|(ttl, at)| at + ttl);
             return Progress::Stop(Next::Finished { delete_at });
@@ -137,9 +139,9 @@ impl Machine<'_> {
         let paused = self.sync_pause();
         let Some(wf) = self.snapshot() else {
             return match live {
-                Some(w) if self.run.spec.cancel.is_some() && self.held_unstarted(w) => {
-                    self.cancel_unstarted()
-                }
+                // Cancelled before it started (held back, queued, or not yet looked at): no
+                // step has run, so none starts, `finally` included, and it takes no slot.
+                _ if self.run.spec.cancel.is_some() => self.cancel_unstarted(),
                 Some(w) if paused => self.wait_unstarted(w, "paused".into()),
                 Some(w) if w.suspend && self.run.spec.cancel.is_none() => {
                     let name = &self.run.spec.workflow_ref.name;

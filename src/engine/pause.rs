@@ -88,13 +88,6 @@ impl Machine<'_> {
         Progress::Stop(Next::WaitUntil(deadline))
     }
 
-    /// Whether a Run that has not started was held back, unstarted, by a pause of its own or
-    /// of its Workflow (as opposed to one that is only just being decided for the first time).
-    pub(super) fn held_unstarted(&self, wf: &WorkflowSpec) -> bool {
-        // As read, before this decision: acting on the cancel already ended the pause.
-        wf.suspend || self.run.status.as_ref().is_some_and(|s| s.paused.is_some())
-    }
-
     /// A cancel of a Run held back before it started: it ends cancelled, never started (no
     /// step, no `finally`), as a cancelled queued Run does.
     pub(super) fn cancel_unstarted(&mut self) -> Progress {

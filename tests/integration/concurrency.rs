@@ -222,7 +222,7 @@ kind: Workflow
 metadata: { name: release, namespace: NS }
 spec:
   tool: { description: One release at a time; nobody waits more than a second. }
-  execution: { concurrency: { limit: 1, queueTimeout: 1s } }
+  execution: { concurrency: { limit: 1, queueTimeout: 1s }, ttlAfterFinished: 1s }
   steps:
     - name: hold
       input:
@@ -301,5 +301,21 @@ async fn a_queued_run_fails_unstarted_when_its_queue_timeout_ends() {
     assert_eq!(t.result()["status"], "completed");
     assert_eq!(t.result()["result"]["isError"], true);
     // The one holding the slot is untouched.
+    assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
+    // Ended unstarted, it is kept as its Workflow says, and no longer.
+    let store = mcp.store();
+    let mut changes = runway::store::RunStore::watch(store, None);
+    let gone = async {
+        while runway::store::RunStore::get(store, "team-a", &second)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            futures::StreamExt::next(&mut changes).await;
+        }
+    };
+    tokio::time::timeout(support::harness::PATIENCE, gone)
+        .await
+        .expect("the second Run is deleted after its time to live");
     assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
 }

@@ -181,3 +181,72 @@ fn a_run_without_a_timeout_still_has_a_deadline_a_week_out() {
         st.conditions
     );
 }
+
+#[test]
+fn a_cancel_closes_the_question_of_a_finally_step_and_the_run_ends() {
+    let w = wf(json!({
+        "steps": [{"name": "call", "http": {"url": "http://x/call"}}],
+        "finally": [
+            {"name": "confirm", "input": {"requests": [{"name": "ok", "message": "Rolled back?"}]}},
+            {"name": "tidy", "delay": {"duration": "0s"}}
+        ]
+    }));
+    let mut run = new_run(json!({}));
+    let first = settle(&mut run, &w, at(0));
+    report(&mut run, &first, Outcome::Succeeded(json!(1)), at(1));
+    settle(&mut run, &w, at(1));
+    assert!(status(&run).input_requests.contains_key("confirm.ok"));
+    run.spec.cancel = Some(CancelRequest {
+        reason: Some("enough".into()),
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    settle(&mut run, &w, at(2));
+    let next = settle(&mut run, &w, at(3));
+    let st = status(&run);
+    assert!(st.input_requests.is_empty());
+    let confirm = st.steps.iter().find(|r| r.name == "confirm").unwrap();
+    assert_eq!(confirm.phase, StepPhase::Cancelled);
+    assert!(
+        confirm
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("closed by the cancel")
+    );
+    // `finally` goes on without it, and the Run ends.
+    assert_eq!(st.phase, RunPhase::Cancelled, "{next:?}");
+    assert!(
+        st.steps
+            .iter()
+            .any(|r| r.name == "tidy" && r.phase == StepPhase::Succeeded)
+    );
+}
+
+#[test]
+fn a_run_cancelled_before_it_started_runs_nothing_not_even_finally() {
+    let w = wf(json!({
+        "execution": {"ttlAfterFinished": "1h"},
+        "steps": [{"name": "deploy", "http": {"url": "http://x/deploy"}}],
+        "finally": [{"name": "release", "http": {"url": "http://x/release"}}]
+    }));
+    let mut run = new_run(json!({}));
+    run.spec.cancel = Some(CancelRequest {
+        reason: Some("never mind".into()),
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    let next = settle(&mut run, &w, at(0));
+    assert!(!matches!(next, Next::Execute(_)), "{next:?}");
+    let st = status(&run);
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert!(st.steps.is_empty(), "{:?}", st.steps);
+    assert!(st.workflow.is_none(), "it took no snapshot, so no slot");
+    // Its Workflow's time to live still applies.
+    assert_eq!(
+        settle(&mut run, &w, at(5)),
+        Next::Finished {
+            delete_at: Some(at(3600))
+        }
+    );
+}
