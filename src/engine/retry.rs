@@ -81,23 +81,31 @@ pub fn plan(
             .any(|r| r.name == step && r.phase == StepPhase::Succeeded)
     };
     let mut reused: Vec<&str> = Vec::new();
-    for (i, step) in live.steps.iter().enumerate() {
-        if !succeeded(&step.name) {
-            continue;
+    // In dependency order, not list order (`dependsOn` may name a step listed later): passes
+    // until one takes over nothing more.
+    loop {
+        let before = reused.len();
+        for (i, step) in live.steps.iter().enumerate() {
+            if reused.contains(&step.name.as_str()) || !succeeded(&step.name) {
+                continue;
+            }
+            let after_reused = dependencies(&live.steps, i)
+                .iter()
+                .all(|d| reused.contains(d));
+            if !after_reused || !(same_args || independent_of_arguments(step)) {
+                continue;
+            }
+            if ran.steps.iter().find(|s| s.name == step.name) != Some(step) {
+                return Err(RetryRefusal::Changed {
+                    name,
+                    step: step.name.clone(),
+                });
+            }
+            reused.push(&step.name);
         }
-        let after_reused = dependencies(&live.steps, i)
-            .iter()
-            .all(|d| reused.contains(d));
-        if !after_reused || !(same_args || independent_of_arguments(step)) {
-            continue;
+        if reused.len() == before {
+            break;
         }
-        if ran.steps.iter().find(|s| s.name == step.name) != Some(step) {
-            return Err(RetryRefusal::Changed {
-                name,
-                step: step.name.clone(),
-            });
-        }
-        reused.push(&step.name);
     }
     Ok(st
         .steps

@@ -190,3 +190,34 @@ fn with_other_arguments_questions_and_steps_that_read_them_run_again() {
     assert_eq!(reused(json!({"service": "api"})), ["ask", "build", "fetch"]);
     assert_eq!(reused(json!({"service": "web"})), ["fetch"]);
 }
+
+#[test]
+fn a_retry_takes_over_a_step_that_depends_on_one_listed_after_it() {
+    let w = wf(json!({"steps": [
+        {"name": "announce", "dependsOn": ["build"], "http": {"url": "http://x/announce"}},
+        {"name": "build", "dependsOn": [], "http": {"url": "http://x/build"}},
+        {"name": "deploy", "dependsOn": ["announce"], "http": {"url": "http://x/deploy"}},
+    ]}));
+    let mut run = new_run(json!({}));
+    for t in 0..10 {
+        let next = settle(&mut run, &w, at(t));
+        let effects = match &next {
+            Next::Execute(e) => vec![(**e).clone()],
+            Next::Branches { effects, .. } => effects.clone(),
+            _ => break,
+        };
+        for e in effects {
+            let outcome = if e.step == "deploy" {
+                server_error("down")
+            } else {
+                Outcome::Succeeded(json!(e.step))
+            };
+            report(&mut run, &Next::Execute(Box::new(e)), outcome, at(t));
+        }
+    }
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+    let records = plan(&retry_of(&run, json!({})), &run, &w).unwrap();
+    let mut names: Vec<_> = records.iter().map(|r| r.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["announce", "build"]);
+}
