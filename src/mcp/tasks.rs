@@ -31,9 +31,14 @@ pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api:
         .map(|w| w.spec)
 }
 
-/// The progress a held call owes its client for `run`: (done, total, message) when the step
-/// count or the message changed since `sent` without going backwards; `sent` remembers it.
-/// One rule for held calls of both protocol eras.
+/// The progress a held call owes its client for `run`: (progress, total, message) when the
+/// step count or the message changed since `sent`; `sent` remembers it. One rule for held calls
+/// of both protocol eras.
+///
+/// The protocol wants `progress` to increase with every notification. The finished steps
+/// count it; a new message within the same step (an item done, a question asked) moves it half
+/// the way left to the next step, so it still increases and never reaches a step that has not
+/// finished (nor `total`). When no increase is left to show, the message waits for the next step.
 pub(super) fn progress_due(
     run: &Run,
     sent: &mut Option<(f64, String)>,
@@ -44,12 +49,21 @@ pub(super) fn progress_due(
         .as_ref()
         .and_then(|s| s.status_message.clone())
         .unwrap_or_else(|| "queued".into());
-    let due = sent.as_ref() != Some(&(done, msg.clone()))
-        && sent.as_ref().is_none_or(|(d, _)| *d <= done);
-    due.then(|| {
-        *sent = Some((done, msg.clone()));
-        (done, total, msg)
-    })
+    let progress = match sent.as_ref() {
+        None => done,
+        Some((last, _)) if done > *last => done,
+        Some((_, told)) if *told == msg => return None,
+        Some((last, _)) if done.floor() < last.floor() => return None,
+        Some((last, _)) => {
+            let half = last + ((done + 1.0).min(total) - last) / 2.0;
+            if half <= *last {
+                return None;
+            }
+            half
+        }
+    };
+    *sent = Some((progress, msg.clone()));
+    Some((progress, total, msg))
 }
 
 /// (finished main steps, total main steps) of a Run; finished Runs are complete.
@@ -217,5 +231,59 @@ pub(super) fn bounded_reason(reason: &str) -> &str {
     match reason.char_indices().nth(MAX_CANCEL_REASON) {
         Some((at, _)) => &reason[..at],
         None => reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run_at(done_steps: usize, message: &str) -> Run {
+        let steps: Vec<_> = (0..4)
+            .map(|i| json!({"name": format!("s{i}"), "delay": {"duration": "1s"}}))
+            .collect();
+        let records: Vec<_> = (0..done_steps)
+            .map(|i| json!({"name": format!("s{i}"), "phase": "Succeeded"}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+            "metadata": {"name": "r", "namespace": "n"},
+            "spec": {"workflowRef": {"name": "w"}},
+            "status": {"phase": "Running", "statusMessage": message, "steps": records,
+                       "workflow": {"steps": steps}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn progress_increases_with_every_notification_and_stays_below_the_next_step() {
+        let mut sent = None;
+        let mut told = Vec::new();
+        for (done, message) in [
+            (0, "queued"),
+            (0, "step 1/4"),
+            (0, "step 1/4"),
+            (0, "step 1/4: 1/10 items"),
+            (0, "step 1/4: 2/10 items"),
+            (1, "step 2/4"),
+            (1, "step 2/4: asking"),
+            (4, "done"),
+            (4, "done, really"),
+        ] {
+            if let Some((p, total, _)) = progress_due(&run_at(done, message), &mut sent) {
+                assert_eq!(total, 4.0);
+                told.push((p, done));
+            }
+        }
+        assert_eq!(told.len(), 7, "{told:?}");
+        for pair in told.windows(2) {
+            assert!(pair[1].0 > pair[0].0, "{told:?}");
+        }
+        // Never past a step that has not finished, nor past the total.
+        for (p, done) in &told {
+            let done = *done as f64;
+            assert!(*p >= done && (*p < done + 1.0 || *p == 4.0), "{told:?}");
+        }
     }
 }

@@ -314,8 +314,10 @@ impl Held {
             if run.phase() == RunPhase::Waiting {
                 match self.ask(&run, &mut asked).await {
                     Asked::Gone => return None,
-                    Asked::NobodyHere => return Some(Ok(cannot_answer(&run))),
-                    Asked::Waiting => {}
+                    // A call answers at once that its client cannot answer; `tasks/result`
+                    // blocks until the task ends (someone else may answer), as 2025-11-25 says.
+                    Asked::NobodyHere if self.owns => return Some(Ok(cannot_answer(&run))),
+                    Asked::NobodyHere | Asked::Waiting => {}
                 }
             }
             let timeout = async {
@@ -391,11 +393,20 @@ impl Held {
             let wire_req = serde_json::to_value(&req).unwrap_or_else(|_| json!({}));
             let method = wire_req["method"].as_str().unwrap_or_default().to_owned();
             let mut params = wire_req.get("params").cloned().unwrap_or_else(|| json!({}));
-            if !self.session.has_tasks()
-                && let Value::Object(p) = &mut params
-            {
-                // `mode` came with 2025-11-25; older clients know forms only.
-                p.remove("mode");
+            if let Value::Object(p) = &mut params {
+                if !self.session.has_tasks() {
+                    // `mode` came with 2025-11-25; older clients know forms only.
+                    p.remove("mode");
+                }
+                // Asked on a `tasks/result` stream, a question says which task it is of.
+                if self.task_updates
+                    && let Value::Object(m) = p.entry("_meta").or_insert_with(|| json!({}))
+                {
+                    m.insert(
+                        META_RELATED_TASK.into(),
+                        json!({ "taskId": self.name.clone() }),
+                    );
+                }
             }
             if !self.send(&wire::request(&id, &method, params)).await {
                 return Asked::Gone;

@@ -13,7 +13,9 @@ use super::session::Session;
 use super::wire::{self, json_response, task};
 use crate::api::Run;
 use crate::auth::{Resource, Verb};
-use crate::mcp::access::{Access, allowed, is_owner, readable_run, task_run};
+use crate::mcp::access::{
+    Access, allowed, answered, awaits_answer_from, is_owner, readable_run, task_run,
+};
 use crate::mcp::config::TaskAccess;
 use crate::mcp::cursor::{Position, place};
 use crate::mcp::errors::{err, forbidden, internal, invalid, unknown_task};
@@ -118,7 +120,9 @@ async fn list(mcp: &RunwayMcp, t: &Tenant, params: &Value) -> Result<Value, Erro
     let mut found: Vec<&Run> = runs
         .iter()
         .map(|r| &**r)
-        .filter(|r| sees_all || is_owner(r, me))
+        // What `tasks/get` would show this caller: its own, those whose open questions name
+        // it, those it answered (2025-11-25: retrievable by one means listed by the other).
+        .filter(|r| sees_all || is_owner(r, me) || awaits_answer_from(r, me) || answered(r, me))
         .filter(|r| after.as_ref().is_none_or(|p| place(r) < p.place()))
         .collect();
     found.sort_by(|x, y| place(y).cmp(&place(x)));

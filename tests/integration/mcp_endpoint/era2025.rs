@@ -210,7 +210,7 @@ async fn a_held_call_streams_progress_and_the_result() {
         .map(|m| m["params"]["progress"].as_f64().unwrap())
         .collect();
     assert!(progress.len() >= 3, "{messages:?}");
-    assert!(progress.windows(2).all(|w| w[0] <= w[1]), "{progress:?}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
     let result = &messages.last().unwrap()["result"];
     assert_eq!(result["content"][0]["text"], "done");
     assert!(result.get("resultType").is_none());
@@ -611,6 +611,10 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
     assert_eq!(status["params"]["status"], "input_required");
     let ask = events.next().await.unwrap();
     assert_eq!(ask["method"], "elicitation/create");
+    assert_eq!(
+        ask["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
     // Going away from tasks/result does not cancel the task (it is not the call).
     drop(events);
     assert_eq!(
@@ -623,6 +627,54 @@ async fn tasks_result_asks_the_tasks_questions_on_its_stream() {
     );
     let result = c.result("tasks/result", json!({"taskId": task})).await;
     assert_eq!(result["content"][0]["text"], "hello Ada");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_result_of_a_client_that_cannot_answer_waits_for_the_task_to_end() {
+    let s = server().await;
+    // Tasks, but no elicitation: the question is answered elsewhere.
+    let c = Old::connect(&s.url(), "alice-token", json!({"tasks": {}})).await;
+    let created = c
+        .result(
+            "tools/call",
+            json!({"name": "ask-name", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    s.wait(&task, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let mut events = c.open("tasks/result", json!({"taskId": task})).await;
+    let status = events.next().await.unwrap();
+    assert_eq!(status["params"]["status"], "input_required", "{status}");
+    let key = runway::store::RunStore::get(s.store(), "team-a", &task)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+        .unwrap()
+        .input_requests
+        .into_keys()
+        .next()
+        .unwrap();
+    let answered = s
+        .client("alice-token")
+        .update(
+            &task,
+            json!({ key: {"action": "accept", "content": {"name": "Ada"}} }),
+        )
+        .await;
+    answered.assert_complete();
+    let mut answer = None;
+    while let Some(m) = events.next().await {
+        if m["id"] == "held" {
+            answer = Some(m);
+        }
+    }
+    let answer = answer.expect("an answer once the task ended");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "hello Ada",
+        "{answer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -639,6 +691,16 @@ async fn tasks_result_ends_once_its_caller_may_no_longer_read_the_task() {
         json!({"tasks": {}, "elicitation": {}}),
     )
     .await;
+    // What tasks/get shows her, tasks/list lists.
+    let listed = paula.result("tasks/list", json!({})).await;
+    assert!(
+        listed["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["taskId"] == id.as_str()),
+        "{listed}"
+    );
     let mut events = paula.open("tasks/result", json!({"taskId": id})).await;
     let mut seen = Vec::new();
     while let Some(m) = events.next().await {
@@ -655,6 +717,8 @@ async fn tasks_result_ends_once_its_caller_may_no_longer_read_the_task() {
     }
     let answer = seen.iter().find(|m| m["id"] == "held").expect("an answer");
     assert_eq!(answer["error"]["code"], -32602, "{seen:?}");
+    let listed = paula.result("tasks/list", json!({})).await;
+    assert_eq!(listed["tasks"], json!([]), "{listed}");
     assert!(
         seen.iter().all(|m| m["params"]["status"] != "cancelled"),
         "{seen:?}"
