@@ -476,6 +476,9 @@ enum MessageError {
     /// JSON, but not an object (a batch, say).
     #[error("one JSON-RPC object per request (batches are not supported)")]
     NotAnObject,
+    /// An object, but not a JSON-RPC 2.0 request, notification or response.
+    #[error("invalid request: {0}")]
+    NotJsonRpc(&'static str),
 }
 
 impl MessageError {
@@ -483,18 +486,40 @@ impl MessageError {
     fn code(&self) -> i64 {
         match self {
             Self::Parse(_) => codes::PARSE_ERROR,
-            Self::NotAnObject => codes::INVALID_REQUEST,
+            Self::NotAnObject | Self::NotJsonRpc(_) => codes::INVALID_REQUEST,
         }
     }
 }
 
 /// The request body as one JSON-RPC object, or why it is refused.
 fn parse_message(bytes: &[u8]) -> Result<Value, MessageError> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(msg) if msg.is_object() => Ok(msg),
-        Ok(_) => Err(MessageError::NotAnObject),
-        Err(e) => Err(MessageError::Parse(e)),
+    let msg = serde_json::from_slice::<Value>(bytes).map_err(MessageError::Parse)?;
+    let Some(fields) = msg.as_object() else {
+        return Err(MessageError::NotAnObject);
+    };
+    match not_json_rpc(fields) {
+        Some(why) => Err(MessageError::NotJsonRpc(why)),
+        None => Ok(msg),
     }
+}
+
+/// Why `msg` is not a JSON-RPC 2.0 message as MCP allows it, if it is not: the version, an id
+/// that is a string or an integer (never null), and a method or an answer. Both eras' handlers
+/// then meet only well-formed messages (rmcp refused the rest with a 415 and no JSON-RPC error;
+/// the 2025 path would have served a request with a null id).
+fn not_json_rpc(msg: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some("jsonrpc must be \"2.0\"");
+    }
+    match msg.get("id") {
+        None | Some(Value::String(_)) => {}
+        Some(Value::Number(n)) if n.is_i64() => {}
+        Some(_) => return Some("id must be a string or an integer"),
+    }
+    let request = msg.get("method").is_some_and(Value::is_string);
+    let answer =
+        msg.contains_key("id") && (msg.contains_key("result") || msg.contains_key("error"));
+    (!request && !answer).then_some("neither a method nor a result or error")
 }
 
 /// The `Mcp-Param-*` headers of a `tools/call` agree with the arguments its tool's schema marks

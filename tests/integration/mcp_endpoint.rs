@@ -449,6 +449,29 @@ async fn transport_rules() {
         (garbage.status, garbage.error_code()),
         (StatusCode::BAD_REQUEST, -32700)
     );
+    // Objects that are not JSON-RPC messages MCP allows: -32600, and nothing is served (in the
+    // 2025 era's shape too: an initialize with a null id opens no session).
+    let meta = c.meta();
+    for bad in [
+        json!({"jsonrpc": "2.0", "id": null, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"jsonrpc": "2.0", "id": true, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"jsonrpc": "2.0", "id": 1.5, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"jsonrpc": "2.0", "id": {}, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"jsonrpc": "1.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"id": 1, "method": "tools/list", "params": {"_meta": meta}}),
+        json!({"jsonrpc": "2.0", "id": 1}),
+        json!({"jsonrpc": "2.0", "id": null, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "x", "version": "1"}}}),
+    ] {
+        let r = c.send(c.request("tools/list", None).json(&bad)).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (StatusCode::BAD_REQUEST, -32600),
+            "{bad}"
+        );
+        assert!(r.last()["id"].is_null(), "{:?}", r.last());
+    }
 
     // removed methods
     for m in [
