@@ -214,19 +214,24 @@ fn succeeded(rec: &mut StepRecord, output: Value, now: Timestamp) {
     rec.message = None;
 }
 
-/// A child Run that a `workflow` step stopped waiting for runs on unless cancelled; one that
-/// ended (the failure reported) needs nothing.
+/// A child Run or a Job that a step stopped waiting for (its attempt timed out, or the watch
+/// on it was lost) runs on unless stopped: the child is cancelled, the Job deleted, before a
+/// retry starts another. One that ended (the failure reported) needs nothing.
 fn abandon_child(st: &mut RunStatus, effect: &Effect, class: ErrorClass) {
-    if let Action::Child { run_name, .. } = &effect.action
-        && matches!(class, ErrorClass::Timeout | ErrorClass::Connection)
-    {
-        st.cleanups.push(crate::api::Cleanup {
-            step: effect.step.clone(),
-            cancel_upstream_task: None,
-            delete_job: None,
-            cancel_run: Some(run_name.clone()),
-        });
+    if !matches!(class, ErrorClass::Timeout | ErrorClass::Connection) {
+        return;
     }
+    let (cancel_run, delete_job) = match &effect.action {
+        Action::Child { run_name, .. } => (Some(run_name.clone()), None),
+        Action::Job { job_name, .. } => (None, Some(job_name.clone())),
+        _ => return,
+    };
+    st.cleanups.push(crate::api::Cleanup {
+        step: effect.step.clone(),
+        cancel_upstream_task: None,
+        delete_job,
+        cancel_run,
+    });
 }
 
 /// The executor's detail of a failure, appended to the step's and the attempt's message.

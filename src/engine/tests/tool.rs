@@ -716,3 +716,60 @@ fn a_run_failed_internally_still_cancels_its_upstream_task_and_deletes_its_job()
     assert!(given_up.cleanups.is_empty());
     assert_eq!(give_up_cleanups(&run), None);
 }
+
+#[test]
+fn a_job_whose_watch_was_lost_is_deleted_before_the_retry_starts_another() {
+    let w = wf(
+        json!({"steps": [{"name": "build", "retry": {"limit": 1, "backoff": "1s"},
+        "job": {"template": {"spec": {}}}}]}),
+    );
+    let mut run = new_run(json!({}));
+    let first = settle(&mut run, &w, at(0));
+    report(
+        &mut run,
+        &first,
+        Outcome::Checkpoint {
+            upstream_task_id: None,
+            job_name: Some("wf-abc-build-1".into()),
+        },
+        at(0),
+    );
+    let next = settle(&mut run, &w, at(1));
+    report(
+        &mut run,
+        &next,
+        Outcome::Failed {
+            detail: None,
+            class: ErrorClass::Connection,
+            message: "watch ended".into(),
+        },
+        at(2),
+    );
+    let Next::Execute(e) = settle(&mut run, &w, at(2)) else {
+        panic!("the Job is cleaned up first")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(Value::Null),
+        at(2),
+    );
+    let mut next = settle(&mut run, &w, at(2));
+    for t in 3..10 {
+        if matches!(next, Next::Execute(_)) {
+            break;
+        }
+        next = settle(&mut run, &w, at(t));
+    }
+    let Next::Execute(e) = next else {
+        panic!("{next:?}")
+    };
+    let Action::Job { job_name, .. } = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(job_name, "wf-abc-build-2");
+}
