@@ -98,7 +98,8 @@ pub fn hold<P: Borrow<Run>>(
 }
 
 /// The Run's deadline (from its creation) and the end of its queue timeout (from its request,
-/// else its creation).
+/// but never before its creation: a schedule requests a Run for the time it was due, which may
+/// be long before it could be created, and a Run cannot have waited in line before it existed).
 fn deadlines(spec: &WorkflowSpec, run: &Run) -> (Option<Timestamp>, Option<Timestamp>) {
     let (created, requested, _) = place(run);
     let deadline = duration::run_timeout(spec.execution.timeout.as_deref())
@@ -110,7 +111,7 @@ fn deadlines(spec: &WorkflowSpec, run: &Run) -> (Option<Timestamp>, Option<Times
         .as_ref()
         .and_then(|c| c.queue_timeout.as_deref())
         .and_then(|d| duration::parse(d).ok());
-    let since = requested.unwrap_or(created);
+    let since = requested.map_or(created, |r| r.max(created));
     (deadline, queue_timeout.map(|d| since + d))
 }
 
@@ -485,6 +486,39 @@ mod tests {
             text.as_str().unwrap().contains("queueTimeout 30s"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_scheduled_run_created_late_waits_its_queue_timeout_from_its_creation() {
+        let mut s = spec(1, None, None);
+        s.execution.concurrency.as_mut().unwrap().queue_timeout = Some("30s".into());
+        let mut late = run("b", 2, "x");
+        // Requested for a time long past (a schedule's due time, created once a slot of its
+        // own schedule freed up).
+        late.metadata.annotations = Some(
+            [(
+                crate::api::annotations::REQUESTED_AT.to_owned(),
+                "2027-01-15T07:00:00Z".to_owned(),
+            )]
+            .into(),
+        );
+        let peers = vec![with_phase(run("a", 1, "x"), RunPhase::Running), late];
+        let created = Timestamp::from_second(1_800_000_002).unwrap();
+        let held = hold(&peers[1], Some(&s), &peers, created).unwrap();
+        let status = held.status.unwrap();
+        assert_eq!(status.phase, RunPhase::Queued, "it waits in line");
+        let mut b = peers[1].clone();
+        b.status = Some(status);
+        let at = created + jiff::SignedDuration::from_secs(30);
+        let before = hold(
+            &b,
+            Some(&s),
+            &peers,
+            at - jiff::SignedDuration::from_secs(1),
+        );
+        assert!(before.unwrap().status.is_none(), "still waiting");
+        let ended = hold(&b, Some(&s), &peers, at).unwrap().status.unwrap();
+        assert_eq!(ended.phase, RunPhase::Failed);
     }
 
     #[test]
