@@ -497,7 +497,7 @@ mod tests {
         // own schedule freed up).
         late.metadata.annotations = Some(
             [(
-                crate::api::annotations::REQUESTED_AT.to_owned(),
+                REQUESTED_AT.to_owned(),
                 "2027-01-15T07:00:00Z".to_owned(),
             )]
             .into(),
