@@ -495,13 +495,8 @@ mod tests {
         let mut late = run("b", 2, "x");
         // Requested for a time long past (a schedule's due time, created once a slot of its
         // own schedule freed up).
-        late.metadata.annotations = Some(
-            [(
-                REQUESTED_AT.to_owned(),
-                "2027-01-15T07:00:00Z".to_owned(),
-            )]
-            .into(),
-        );
+        late.metadata.annotations =
+            Some([(REQUESTED_AT.to_owned(), "2027-01-15T07:00:00Z".to_owned())].into());
         let peers = vec![with_phase(run("a", 1, "x"), RunPhase::Running), late];
         let created = Timestamp::from_second(1_800_000_002).unwrap();
         let held = hold(&peers[1], Some(&s), &peers, created).unwrap();

@@ -328,7 +328,10 @@ impl Machine<'_> {
             ))
         } else {
             let ctx = context(self.run, &self.st);
-            match result::render(wf.result.as_ref(), &self.st, &ctx) {
+            let rendered = result::render(wf.result.as_ref(), &self.st, &ctx)
+                .map_err(|e| e.to_string())
+                .and_then(|r| result::meets_output_schema(wf.tool.output_schema.as_ref(), r));
+            match rendered {
                 Ok(result) => Ending {
                     phase: RunPhase::Succeeded,
                     result: Some(Box::new(result)),

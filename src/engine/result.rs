@@ -40,3 +40,25 @@ pub fn render(
     }
     Ok(result)
 }
+
+/// `result`, when it meets the tool's `outputSchema` (MCP: a tool that declares one must give
+/// `structuredContent` that conforms to it); otherwise why not, which fails the Run rather than
+/// hand clients a result their SDK refuses.
+pub fn meets_output_schema(schema: Option<&Value>, result: Value) -> Result<Value, String> {
+    let Some(schema) = schema else {
+        return Ok(result);
+    };
+    let Some(structured) = result.get("structuredContent") else {
+        return Err("tool.outputSchema is declared, but result.structuredContent is not".into());
+    };
+    let errors = super::budget::schema_errors(schema, structured)
+        .map_err(|e| format!("tool.outputSchema: {e}"))?;
+    match errors.first() {
+        None => Ok(result),
+        Some(e) => Err(format!(
+            "structuredContent does not match tool.outputSchema at {}: {}",
+            e["path"].as_str().unwrap_or_default(),
+            e["message"].as_str().unwrap_or_default()
+        )),
+    }
+}

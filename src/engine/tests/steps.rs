@@ -329,6 +329,49 @@ fn structured_content_keeps_json_types_and_large_outputs_are_truncated() {
 }
 
 #[test]
+fn a_result_that_does_not_meet_the_tools_output_schema_fails_the_run_saying_why() {
+    let schema = json!({"type": "object", "required": ["n"],
+        "properties": {"n": {"type": "integer"}}});
+    let finish = |result: Value, n: Value| {
+        let w = wf(json!({
+            "tool": {"outputSchema": schema},
+            "steps": [{"name": "call", "http": {"url": "http://x"}}],
+            "result": result,
+        }));
+        let mut run = new_run(json!({"n": n}));
+        let next = settle(&mut run, &w, at(0));
+        report(&mut run, &next, Outcome::Succeeded(json!("ok")), at(1));
+        settle(&mut run, &w, at(1));
+        status(&run).clone()
+    };
+    let ok = finish(
+        json!({"structuredContent": {"n": "{{ args.n }}"}}),
+        json!(3),
+    );
+    assert_eq!(ok.phase, RunPhase::Succeeded);
+    let wrong = finish(
+        json!({"structuredContent": {"n": "{{ args.n }}"}}),
+        json!("three"),
+    );
+    assert_eq!(wrong.phase, RunPhase::Failed);
+    let message = &wrong.error.as_ref().unwrap().message;
+    assert!(
+        message.contains("does not match tool.outputSchema at /n"),
+        "{message}"
+    );
+    let none = finish(
+        json!({"content": [{"type": "text", "text": "done"}]}),
+        json!(3),
+    );
+    assert_eq!(none.phase, RunPhase::Failed);
+    let message = &none.error.as_ref().unwrap().message;
+    assert!(
+        message.contains("result.structuredContent is not"),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_fatal_executor_outcome_is_a_protocol_error() {
     let w = http_wf();
     let mut run = new_run(json!({"id": 1}));
