@@ -116,6 +116,8 @@ pub(crate) struct TaskView<'a> {
     pub ttl_ms: Option<u64>,
     /// How often the Workflow asks clients to poll.
     pub poll_interval_ms: u64,
+    /// Whether a cancel was requested: a Run that has one always ends cancelled.
+    pub cancel_requested: bool,
 }
 
 impl TaskView<'_> {
@@ -198,6 +200,7 @@ pub(crate) fn view<'a>(run: &'a Run, live: Option<&'a WorkflowSpec>) -> TaskView
         last_updated_at: last_updated(run),
         ttl_ms,
         poll_interval_ms: poll.map(ms).unwrap_or(DEFAULT_POLL_INTERVAL_MS),
+        cancel_requested: run.spec.cancel.is_some(),
     }
 }
 

@@ -97,11 +97,21 @@ pub(crate) struct OldTask<'a> {
 }
 
 impl<'a> OldTask<'a> {
-    /// The task `view` shows.
+    /// The task `view` shows. A task whose cancel was taken is `cancelled` at once: 2025-11-25
+    /// has `tasks/cancel` move it there before it answers, and a Run with a cancel ends
+    /// cancelled whatever it still runs (`finally`), so the status never changes again.
     pub(crate) fn of(view: &'a projection::TaskView<'a>) -> Self {
+        let ending = matches!(
+            view.status,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        );
         Self {
             task_id: view.task_id,
-            status: &view.status,
+            status: if view.cancel_requested && !ending {
+                &TaskStatus::Cancelled
+            } else {
+                &view.status
+            },
             status_message: view.status_message,
             created_at: Shown(view.created_at),
             last_updated_at: Shown(view.last_updated_at),
