@@ -5,8 +5,8 @@ use serde_json::json;
 use jiff::Timestamp;
 
 use super::budget::guard_text;
-use super::cancel::cleanup_for;
 use super::effects::Event;
+use super::undo::cleanup_for;
 use super::{MAX_RESULT_BYTES, ts};
 use crate::api::{Ending, Run, RunError, RunPhase, RunStatus, conditions, event_reasons, reasons};
 use crate::protocol::codes;

@@ -34,6 +34,7 @@ pub mod retry;
 mod sample;
 mod snapshot;
 mod told;
+mod undo;
 
 pub use branches::DEFAULT_PARALLELISM;
 pub(crate) use branches::dependencies;
