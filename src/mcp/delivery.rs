@@ -94,20 +94,19 @@ impl Drop for Guard {
 async fn cancel_when_stored(state: Arc<McpState>, tenant: Tenant, name: String) {
     let mut changes = state.events.subscribe(&tenant.namespace, &name);
     let until = tokio::time::Instant::now() + LANDING;
-    loop {
-        match state.store.get(&tenant.namespace, &name).await {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(namespace = %tenant.namespace, run = %name, error = %e, "cannot read the undelivered run to cancel it");
-                return;
+    // A change of the name says the Run is stored, even before a cache that follows another
+    // watch has it; a read that fails is tried again at the next change.
+    match state.store.get(&tenant.namespace, &name).await {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(_) => loop {
+            match tokio::time::timeout_at(until, changes.recv()).await {
+                Ok(Ok(crate::store::Change::Updated(_))) => break,
+                Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
+                // Never created (the create failed or never left), or the server is going
+                // down.
+                Ok(Err(_)) | Err(_) => return,
             }
-        }
-        match tokio::time::timeout_at(until, changes.recv()).await {
-            Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-            // Never created (the create failed or never left), or the server is going down.
-            Ok(Err(_)) | Err(_) => return,
-        }
+        },
     }
     let _ = RunwayMcp::new(state)
         .cancel(&tenant, &name, reasons::MCP_REQUEST_CANCELLED)

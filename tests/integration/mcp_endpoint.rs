@@ -837,9 +837,6 @@ async fn a_client_that_leaves_while_its_run_is_being_created_cancels_it() {
     // 4 slots: alice may have one request in progress, so her next one shows whether it is.
     let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 4).await;
     let c = s.client("alice-token");
-    let in_progress = || async {
-        c.rpc("tools/list", None, json!({})).await.status == StatusCode::TOO_MANY_REQUESTS
-    };
     let rv = runway::store::RunStore::resource_version(s.store())
         .await
         .unwrap();
@@ -847,24 +844,15 @@ async fn a_client_that_leaves_while_its_run_is_being_created_cancels_it() {
     // Another writer holds the database, so the call's create waits for it.
     let db = rusqlite::Connection::open(s.dir.path().join("runs.db")).unwrap();
     db.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let call = tokio::spawn({
+    let call = support::mcp::in_progress(&c, || {
         let c = c.clone();
-        async move { c.call("slow", json!({})).await }
-    });
-    let until = |want: bool| async move {
-        let seen = tokio::time::timeout(support::harness::PATIENCE, async {
-            while in_progress().await != want {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        assert!(seen.is_ok(), "alice's call in progress: never {want}");
-    };
-    until(true).await;
+        async move { c.call("slow", json!({})).await.status }
+    })
+    .await;
     // The client leaves; the server drops the call (its share comes back) while the create
     // still waits.
     call.abort();
-    until(false).await;
+    support::mcp::none_in_progress(&c).await;
     db.execute_batch("ROLLBACK").unwrap();
     let name = loop {
         let ev = created.next().await.unwrap().unwrap();

@@ -675,3 +675,47 @@ impl Old {
         self.post(&body).send().await.unwrap().status()
     }
 }
+
+/// Start `call` (a request of `probe`'s principal, on a server where a principal may have one
+/// request in progress) and return its task once it is in progress: `probe`'s next request
+/// is turned away. A probe that came first turns the call away instead; it is sent again.
+pub async fn in_progress<F, Fut>(probe: &Client, call: F) -> tokio::task::JoinHandle<StatusCode>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = StatusCode> + Send + 'static,
+{
+    let busy = || async {
+        probe.rpc("tools/list", None, json!({})).await.status == StatusCode::TOO_MANY_REQUESTS
+    };
+    let deadline = tokio::time::Instant::now() + super::harness::PATIENCE;
+    loop {
+        let task = tokio::spawn(call());
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the call never was in progress"
+            );
+            if busy().await {
+                return task;
+            }
+            if task.is_finished() {
+                let status = task.await.unwrap();
+                assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "the call ended");
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Wait until `probe`'s principal has no request in progress any more.
+pub async fn none_in_progress(probe: &Client) {
+    let idle = tokio::time::timeout(super::harness::PATIENCE, async {
+        while probe.rpc("tools/list", None, json!({})).await.status == StatusCode::TOO_MANY_REQUESTS
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(idle.is_ok(), "a request stayed in progress");
+}

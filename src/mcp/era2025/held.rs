@@ -83,6 +83,8 @@ pub(crate) async fn call(
         }
         Ok(Answer::Hold(run)) => {
             // The stream owns the Run from here: its end, not its first frame, is the delivery.
+            // Until now the guard did (a client that left during the create).
+            delivery.withdraw();
             let name = run.metadata.name.clone().unwrap_or_default();
             let limit = progress.is_none().then_some(mcp.state.config.hold_limit);
             let (tx, rx) = mpsc::channel(16);
@@ -163,15 +165,7 @@ async fn start(
         false => BTreeMap::from([(labels::CALL.to_owned(), call_label)]),
     };
     let run = mcp
-        .start(
-            t,
-            &wf,
-            args,
-            idem,
-            as_task.then_some(delivery),
-            as_task,
-            &labels,
-        )
+        .start(t, &wf, args, idem, Some(delivery), as_task, &labels)
         .await?;
     Ok(if as_task {
         Answer::Task(run)
