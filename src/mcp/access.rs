@@ -267,12 +267,27 @@ pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) ->
 
 /// Whether the caller may still read `run`, a version of a task it was shown before: a stream
 /// asks again at each change, since an answer given, a question closed or a RoleBinding
-/// removed can end what it was allowed to read.
+/// removed can end what it was allowed to read. An authorization check that fails (the
+/// access review unavailable for a moment) keeps the reader: it was allowed, and the next
+/// change asks again; only a "no" ends it.
 pub(super) async fn may_read(state: &McpState, t: &Tenant, run: &Run) -> bool {
-    allowed(state, t, Verb::Get, Resource::Runs)
+    let me = &t.identity.principal;
+    let Ok(get) = allowed(state, t, Verb::Get, Resource::Runs).await else {
+        return true;
+    };
+    if !get {
+        return false;
+    }
+    if awaits_answer_from(run, me)
+        || answered(run, me)
+        || state.config.task_access == TaskAccess::Namespace
+        || is_owner(run, me)
+    {
+        return true;
+    }
+    allowed(state, t, Verb::List, Resource::Runs)
         .await
-        .unwrap_or(false)
-        && owner_rule_allows(state, t, run, Access::Read).await
+        .unwrap_or(true)
 }
 
 /// The archive entry behind a task id if the caller may read it, under the rules of a live
