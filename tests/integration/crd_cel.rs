@@ -205,3 +205,24 @@ fn retry_limits_and_durations_are_capped() {
     );
     assert_eq!(validation(&ok), "");
 }
+
+#[test]
+fn an_output_schema_needs_the_structured_result_it_describes() {
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let without = workflow(json!({
+        "tool": {"outputSchema": schema},
+        "steps": [{"name": "a", "delay": {"duration": "1s"}}],
+        "result": {"content": [{"type": "text", "text": "done"}]},
+    }));
+    assert!(
+        validation(&without).contains("tool.outputSchema needs result.structuredContent"),
+        "{}",
+        validation(&without)
+    );
+    let with = workflow(json!({
+        "tool": {"outputSchema": schema},
+        "steps": [{"name": "a", "delay": {"duration": "1s"}}],
+        "result": {"structuredContent": {"n": 1}},
+    }));
+    assert_eq!(validation(&with), "");
+}

@@ -192,6 +192,18 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
     }
     if let Some(schema) = &spec.tool.output_schema {
         json_schema("tool.outputSchema", schema)?;
+        // MCP: a tool with an output schema answers with structured content that meets it.
+        // Without one, every Run would do its work and then fail on its result.
+        if spec
+            .result
+            .as_ref()
+            .is_none_or(|r| r.structured_content.is_none())
+        {
+            return Err(invalid(
+                reasons::INVALID_SPEC,
+                "tool.outputSchema needs result.structuredContent (the structured result it describes)",
+            ));
+        }
     }
     for e in &spec.elicit {
         json_schema(
