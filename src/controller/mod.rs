@@ -363,8 +363,9 @@ impl Controller {
             .get(&k.namespace, &run.spec.workflow_ref.name)
             .await
         {
-            Some(w) if w.is_ready() => Live::Ready(Box::new(w)),
-            Some(w) if !w.is_validated() && !run.phase().is_terminal() => Live::Validating,
+            // A finished Run reads only its time to live, valid or not.
+            Some(w) if w.is_ready() || run.phase().is_terminal() => Live::Ready(Box::new(w)),
+            Some(w) if !w.is_validated() => Live::Validating,
             _ => Live::Absent,
         }
     }

@@ -316,9 +316,12 @@ impl Scheduler {
 
     async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) {
         let newest = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
+        // A finished Run still undoing what its steps started (its cleanups) is kept until it
+        // has: deleted, it would never cancel an upstream task it left running.
         let finished: Vec<Finished> = mine
             .iter()
             .filter(|r| r.phase().is_terminal())
+            .filter(|r| r.status.as_ref().is_none_or(|s| s.cleanups.is_empty()))
             .filter_map(|r| {
                 Some(Finished {
                     name: r.metadata.name.clone()?,

@@ -84,7 +84,8 @@ async fn cancel(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<Value, Err
     let run = task_run(&mcp.state, t, task_id, Access::Cancel)
         .await?
         .ok_or_else(unknown_task)?;
-    if run.phase().is_terminal() {
+    // A task whose cancel was taken shows as `cancelled`, a terminal status, already.
+    if run.phase().is_terminal() || run.spec.cancel.is_some() {
         return Err(invalid(format!(
             "cannot cancel task {task_id}: it has already ended"
         )));
