@@ -833,41 +833,14 @@ async fn a_client_that_disconnects_from_a_blocking_call_cancels_its_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_leaves_while_its_run_is_being_created_cancels_it() {
-    use futures::StreamExt;
     // 4 slots: alice may have one request in progress, so her next one shows whether it is.
     let s = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 4).await;
     let c = s.client("alice-token");
-    let rv = runway::store::RunStore::resource_version(s.store())
-        .await
-        .unwrap();
-    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
-    // Another writer holds the database, so the call's create waits for it.
-    let db = rusqlite::Connection::open(s.dir.path().join("runs.db")).unwrap();
-    db.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let call = support::mcp::in_progress(&c, || {
+    support::mcp::leave_during_create(&s, &c, "slow", || {
         let c = c.clone();
         async move { c.call("slow", json!({})).await.status }
     })
     .await;
-    // The client leaves; the server drops the call (its share comes back) while the create
-    // still waits.
-    call.abort();
-    support::mcp::none_in_progress(&c).await;
-    db.execute_batch("ROLLBACK").unwrap();
-    let name = loop {
-        let ev = created.next().await.unwrap().unwrap();
-        if ev.run().spec.workflow_ref.name == "slow" {
-            break ev.run().metadata.name.clone().unwrap();
-        }
-    };
-    let done = s
-        .wait(&name, "cancelled", |r| r.phase().is_terminal())
-        .await;
-    assert_eq!(done.phase(), RunPhase::Cancelled);
-    assert_eq!(
-        done.spec.cancel.unwrap().reason.as_deref(),
-        Some("mcp-request-cancelled")
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -719,3 +719,38 @@ pub async fn none_in_progress(probe: &Client) {
     .await;
     assert!(idle.is_ok(), "a request stayed in progress");
 }
+
+/// A call whose client leaves while its Run is being created: another writer holds the
+/// database of `s`, so the create waits; `call` (a request of `probe`'s principal) is sent until
+/// it is in progress, then dropped; once the server has let go of it, the writes go on. The Run
+/// of `workflow` that lands then must end cancelled, as an answer that was never delivered.
+pub async fn leave_during_create<F, Fut>(s: &Mcp, probe: &Client, workflow: &str, call: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = StatusCode> + Send + 'static,
+{
+    let rv = runway::store::RunStore::resource_version(s.store())
+        .await
+        .unwrap();
+    let mut stored = runway::store::RunStore::watch(s.store(), Some(rv));
+    let db = rusqlite::Connection::open(s.dir.path().join("runs.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    in_progress(probe, call).await.abort();
+    // The server drops the call (its share comes back) while the create still waits.
+    none_in_progress(probe).await;
+    db.execute_batch("ROLLBACK").unwrap();
+    let name = loop {
+        let ev = stored.next().await.unwrap().unwrap();
+        if ev.run().spec.workflow_ref.name == workflow {
+            break ev.run().metadata.name.clone().unwrap();
+        }
+    };
+    let done = s
+        .wait(&name, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), runway::api::RunPhase::Cancelled);
+    assert_eq!(
+        done.spec.cancel.unwrap().reason.as_deref(),
+        Some("mcp-request-cancelled")
+    );
+}

@@ -739,45 +739,19 @@ async fn tasks_result_ends_once_its_caller_may_no_longer_read_the_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_call_whose_client_leaves_while_its_run_is_created_cancels_it() {
-    use futures::StreamExt;
     // 4 slots: alice may have one request in progress, so her next one shows whether it is.
     let s = Mcp::start_with(&[("tasks.yaml", TASK_WORKFLOWS)], |c| {
         c.max_concurrent_requests = 4
     })
     .await;
     let old = Old::connect(&s.url(), "alice-token", json!({})).await;
-    let probe = s.client("alice-token");
-    let rv = runway::store::RunStore::resource_version(s.store())
-        .await
-        .unwrap();
-    let mut created = runway::store::RunStore::watch(s.store(), Some(rv));
-    // Another writer holds the database, so the call's create waits for it.
-    let db = rusqlite::Connection::open(s.dir.path().join("runs.db")).unwrap();
-    db.execute_batch("BEGIN IMMEDIATE").unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "nap", "arguments": {}}});
-    let call = super::support::mcp::in_progress(&probe, || {
+    super::support::mcp::leave_during_create(&s, &s.client("alice-token"), "nap", || {
         let sent = old.post(&body).send();
         async move { sent.await.unwrap().status() }
     })
     .await;
-    call.abort();
-    super::support::mcp::none_in_progress(&probe).await;
-    db.execute_batch("ROLLBACK").unwrap();
-    let name = loop {
-        let ev = created.next().await.unwrap().unwrap();
-        if ev.run().spec.workflow_ref.name == "nap" {
-            break ev.run().metadata.name.clone().unwrap();
-        }
-    };
-    let done = s
-        .wait(&name, "cancelled", |r| r.phase().is_terminal())
-        .await;
-    assert_eq!(done.phase(), RunPhase::Cancelled);
-    assert_eq!(
-        done.spec.cancel.unwrap().reason.as_deref(),
-        Some("mcp-request-cancelled")
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
