@@ -173,15 +173,21 @@ fn an_upstream_question_in_a_finally_step_fails_it_and_cancels_the_task() {
     assert_eq!(status(&run).phase, RunPhase::Failed);
 }
 
+/// The cleanup `next` performs (the test fails when it is anything else).
+fn cleanup_of(next: &Next) -> &Cleanup {
+    match next {
+        Next::Execute(e) => match &e.action {
+            Action::Cleanup(c) => c,
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The next action is the cleanup that cancels `upstream`; report it done at `t + 1`.
 fn cleanup_cancels_upstream(run: &mut Run, w: &WorkflowSpec, t: i64, upstream: &str) {
     let next = settle(run, w, at(t));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
+    let c = cleanup_of(&next);
     assert_eq!(c.cancel_upstream_task.as_deref(), Some(upstream));
     report(
         run,
@@ -227,12 +233,7 @@ fn cancelling_cleans_up_the_upstream_task_before_finally() {
         requested_at: None,
     });
     let next = settle(&mut run, &w, at(1));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
+    let c = cleanup_of(&next);
     assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-1"));
     assert_eq!(status(&run).phase, RunPhase::Cancelling);
     // a failed cleanup is noted, and the run goes on to finally
@@ -678,12 +679,7 @@ fn a_run_failed_internally_still_cancels_its_upstream_task_and_deletes_its_job()
     assert_eq!(st.cleanups.len(), 2, "{:?}", st.cleanups);
     // Finished, it undoes what its steps left running, and runs no `finally`.
     let next = settle(&mut run, &w, at(3));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
+    let c = cleanup_of(&next);
     assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-7"));
     report(
         &mut run,
@@ -692,12 +688,7 @@ fn a_run_failed_internally_still_cancels_its_upstream_task_and_deletes_its_job()
         at(4),
     );
     let next = settle(&mut run, &w, at(4));
-    let Next::Execute(e) = &next else {
-        panic!("{next:?}")
-    };
-    let Action::Cleanup(c) = &e.action else {
-        panic!("{:?}", e.action)
-    };
+    let c = cleanup_of(&next);
     assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
     // What else the steps report is not recorded; the cleanup's end is.
     let before = run.status.clone().unwrap();
