@@ -118,6 +118,9 @@ pub(crate) struct TaskView<'a> {
     pub poll_interval_ms: u64,
     /// Whether a cancel was requested: a Run that has one always ends cancelled.
     pub cancel_requested: bool,
+    /// Whether the Run failed with a result (a tool error): `completed` here, as 2026-07-28
+    /// has it, and `failed` to 2025-11-25 clients, as that revision has it.
+    pub tool_error: bool,
 }
 
 impl TaskView<'_> {
@@ -201,6 +204,8 @@ pub(crate) fn view<'a>(run: &'a Run, live: Option<&'a WorkflowSpec>) -> TaskView
         ttl_ms,
         poll_interval_ms: poll.map(ms).unwrap_or(DEFAULT_POLL_INTERVAL_MS),
         cancel_requested: run.spec.cancel.is_some(),
+        tool_error: run.phase() == RunPhase::Failed
+            && run.status.as_ref().is_some_and(|s| s.error.is_none()),
     }
 }
 

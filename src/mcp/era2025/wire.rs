@@ -99,7 +99,8 @@ pub(crate) struct OldTask<'a> {
 impl<'a> OldTask<'a> {
     /// The task `view` shows. A task whose cancel was taken is `cancelled` at once: 2025-11-25
     /// has `tasks/cancel` move it there before it answers, and a Run with a cancel ends
-    /// cancelled whatever it still runs (`finally`), so the status never changes again.
+    /// cancelled whatever it still runs (`finally`), so the status never changes again. A tool
+    /// error (`isError: true`) is `failed`, as that revision has it.
     pub(crate) fn of(view: &'a projection::TaskView<'a>) -> Self {
         let ending = matches!(
             view.status,
@@ -107,7 +108,9 @@ impl<'a> OldTask<'a> {
         );
         Self {
             task_id: view.task_id,
-            status: if view.cancel_requested && !ending {
+            status: if view.tool_error {
+                &TaskStatus::Failed
+            } else if view.cancel_requested && !ending {
                 &TaskStatus::Cancelled
             } else {
                 &view.status
@@ -127,9 +130,15 @@ pub(crate) fn task(run: &Run, live: Option<&WorkflowSpec>) -> Value {
     serde_json::to_value(OldTask::of(&view)).unwrap_or_else(|_| json!({}))
 }
 
-/// The `CreateTaskResult` of a task-augmented `tools/call`.
+/// The `CreateTaskResult` of a task-augmented `tools/call`: the task as it begins, `working`
+/// (2025-11-25 has every task begin there), even when the Run got further before the answer
+/// (a call that found its Run by idempotency key, a Run that asked at once); `tasks/get`
+/// shows where it is.
 pub(crate) fn created(run: &Run, live: Option<&WorkflowSpec>) -> Value {
-    json!({ "task": task(run, live) })
+    let view = projection::view(run, live);
+    let mut task = OldTask::of(&view);
+    task.status = &TaskStatus::Working;
+    json!({ "task": task })
 }
 
 /// The `_meta` of a request's params.

@@ -485,6 +485,25 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
         "failed"
     );
 
+    // A tool error is `failed` in this revision, and its result is the tool's answer.
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "tool-error", "arguments": {}, "task": {}}),
+        )
+        .await;
+    assert_eq!(created["task"]["status"], "working");
+    let erring = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let result = alice
+        .result("tasks/result", json!({"taskId": erring}))
+        .await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["content"][0]["text"], "nope", "{result}");
+    assert_eq!(
+        alice.result("tasks/get", json!({"taskId": erring})).await["status"],
+        "failed"
+    );
+
     // Cancel a running one.
     let created = alice
         .result(
@@ -516,7 +535,7 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
         .await;
     assert_eq!(run.phase(), RunPhase::Cancelled);
 
-    // Listing: alice sees her three; dave (same group, no list right) sees none of them;
+    // Listing: alice sees her four; dave (same group, no list right) sees none of them;
     // bob (may list runs) sees all.
     let listed = alice.result("tasks/list", json!({})).await;
     let ids: Vec<&str> = listed["tasks"]
@@ -525,8 +544,8 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
         .iter()
         .map(|t| t["taskId"].as_str().unwrap())
         .collect();
-    assert_eq!(ids.len(), 3, "{listed}");
-    for mine in [&task, &failing, &napping] {
+    assert_eq!(ids.len(), 4, "{listed}");
+    for mine in [&task, &failing, &erring, &napping] {
         assert!(ids.contains(&mine.as_str()), "{mine} in {listed}");
     }
     let dave = Old::connect(&s.url(), "dave-token", json!({"tasks": {}})).await;
@@ -540,7 +559,7 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
             .as_array()
             .unwrap()
             .len(),
-        3
+        4
     );
     assert_eq!(
         dave.error("tasks/list", json!({"cursor": "garbage"})).await["code"],
@@ -571,6 +590,9 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
             json!({"name": "quick", "arguments": {}, "task": {}, "_meta": key}),
         )
         .await;
+    let first = once["task"]["taskId"].as_str().unwrap();
+    s.wait(first, "done", |r| r.phase() == RunPhase::Succeeded)
+        .await;
     let again = alice
         .result(
             "tools/call",
@@ -578,6 +600,13 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
         )
         .await;
     assert_eq!(once["task"]["taskId"], again["task"]["taskId"]);
+    // Every task of this revision begins `working`, even one found already done; `tasks/get`
+    // tells where it is.
+    assert_eq!(again["task"]["status"], "working", "{again}");
+    assert_eq!(
+        alice.result("tasks/get", json!({"taskId": first})).await["status"],
+        "completed"
+    );
     let other = alice
         .error(
             "tools/call",
@@ -839,6 +868,7 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_the_general_one() {
     };
     let done = start("quick").await;
     let failed = start("proto-error").await;
+    let erring = start("tool-error").await;
     let working = start("nap").await;
     let waiting = start("form").await;
     let cancelled = start("nap").await;
@@ -848,6 +878,7 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_the_general_one() {
     for (task, phase) in [
         (&done, RunPhase::Succeeded),
         (&failed, RunPhase::Failed),
+        (&erring, RunPhase::Failed),
         (&waiting, RunPhase::Waiting),
         (&cancelled, RunPhase::Cancelled),
     ] {
@@ -857,6 +888,7 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_the_general_one() {
         (&alice, json!(7), done.as_str(), "completed"),
         (&alice, json!("a string id"), done.as_str(), "completed"),
         (&alice, json!(8), failed.as_str(), "failed"),
+        (&alice, json!(14), erring.as_str(), "failed"),
         (&alice, json!(9), working.as_str(), "working"),
         (&alice, json!(10), waiting.as_str(), "input_required"),
         (&alice, json!(11), cancelled.as_str(), "cancelled"),
