@@ -54,8 +54,9 @@ enum Answer {
     Now(Value),
     /// A task of this revision for the Run.
     Task(Run),
-    /// Hold the request until the Run ends.
-    Hold(Run),
+    /// Hold the request until the Run ends; whether answers Runway makes up may carry
+    /// `structuredContent` ([`Held::structured`]).
+    Hold(Run, bool),
 }
 
 /// `tools/call` of a 2025-era client.
@@ -81,7 +82,7 @@ pub(crate) async fn call(
             let body = wire::result(&id, created(&run, live.as_ref()));
             json_response(StatusCode::OK, &body).map(|b| guard.watch(b, false))
         }
-        Ok(Answer::Hold(run)) => {
+        Ok(Answer::Hold(run, structured)) => {
             // The stream owns the Run from here: its end, not its first frame, is the delivery.
             // Until now the guard did (a client that left during the create).
             delivery.withdraw();
@@ -96,6 +97,7 @@ pub(crate) async fn call(
                 name,
                 progress,
                 owns: true,
+                structured,
                 limit,
                 task_updates: false,
                 tx,
@@ -170,7 +172,7 @@ async fn start(
     Ok(if as_task {
         Answer::Task(run)
     } else {
-        Answer::Hold(run)
+        Answer::Hold(run, wf.spec.tool.output_schema.is_none())
     })
 }
 
@@ -185,6 +187,10 @@ pub(crate) struct Held {
     /// Whether the Run belongs to this request (a call), so that the client's going away
     /// cancels it; a `tasks/result` only watches.
     owns: bool,
+    /// Whether the answers Runway makes up for a call (it goes on, it waits for someone
+    /// else) may carry `structuredContent`: not for a tool that declares `outputSchema`, which
+    /// that content would not meet, so those answers are tool errors with text only.
+    structured: bool,
     /// How long to hold at most.
     limit: Option<std::time::Duration>,
     /// Whether to send `notifications/tasks/status` as the task changes (`tasks/result`).
@@ -213,6 +219,7 @@ impl Held {
             name,
             progress: None,
             owns: false,
+            structured: true,
             limit: None,
             task_updates: true,
             tx,
@@ -235,7 +242,7 @@ impl Held {
                 () = self.tx.closed() => None,
                 // A server going down leaves the Runs alone; a call it held is told which Run
                 // goes on, so that the client need not start the work again.
-                () = shutdown.cancelled() => self.owns.then(|| Ok(stopped_under(&self.name))),
+                () = shutdown.cancelled() => self.owns.then(|| Ok(stopped_under(&self.name, self.structured))),
             };
             match last {
                 Some(outcome) => {
@@ -310,7 +317,9 @@ impl Held {
                     Asked::Gone => return None,
                     // A call answers at once that its client cannot answer; `tasks/result`
                     // blocks until the task ends (someone else may answer), as 2025-11-25 says.
-                    Asked::NobodyHere if self.owns => return Some(Ok(cannot_answer(&run))),
+                    Asked::NobodyHere if self.owns => {
+                        return Some(Ok(cannot_answer(&run, self.structured)));
+                    }
                     Asked::NobodyHere | Asked::Waiting => {}
                 }
             }
@@ -332,7 +341,7 @@ impl Held {
                         };
                     }
                 },
-                () = timeout => return Some(Ok(still_running(&run))),
+                () = timeout => return Some(Ok(still_running(&run, self.structured))),
             }
         }
     }
@@ -426,7 +435,7 @@ enum Asked {
 
 /// The result of a call whose Run waits for answers this client cannot give: a tool error
 /// that says where they can be given. The Run goes on.
-fn cannot_answer(run: &Run) -> Value {
+fn cannot_answer(run: &Run, structured: bool) -> Value {
     let name = run.metadata.name.clone().unwrap_or_default();
     let text = format!(
         "Run {name} waits for input that this client cannot give. Answer it in the Runway \
@@ -434,38 +443,48 @@ fn cannot_answer(run: &Run) -> Value {
          follow it with runway_get_run."
     );
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(json!({"taskId": name, "status": "input_required"}));
+    if structured {
+        result.structured_content = Some(json!({"taskId": name, "status": "input_required"}));
+    }
     older(result)
 }
 
 /// The result of a call held as long as the endpoint holds calls without progress: the Run
 /// goes on; the result names it.
-fn still_running(run: &Run) -> Value {
+fn still_running(run: &Run, structured: bool) -> Value {
     let name = run.metadata.name.clone().unwrap_or_default();
-    goes_on(&name, format!("Run {name} is still running."))
+    goes_on(&name, format!("Run {name} is still running."), structured)
 }
 
 /// The result of a call held when the server stops: the Run goes on (any replica, or this one
 /// after its restart, drives it), and the result names it. The 2025 revisions have no way to
 /// resume a blocking call, so this is the way back: the Run's name, where to follow it, and
 /// the idempotency key that makes a repeated call find it instead of starting the work again.
-fn stopped_under(name: &str) -> Value {
+fn stopped_under(name: &str, structured: bool) -> Value {
     goes_on(
         name,
         format!(
             "The server stopped while this call waited; run {name} goes on. A call repeated \
              with the same `{META_IDEMPOTENCY_KEY}` finds it again."
         ),
+        structured,
     )
 }
 
-/// A successful result saying Run `name` goes on (`lead`) and where to follow it.
-fn goes_on(name: &str, lead: String) -> Value {
+/// A result saying Run `name` goes on (`lead`) and where to follow it: a success naming the
+/// task in `structuredContent`, or, where that content is not the tool's to give
+/// (`structured` false: the tool declares `outputSchema`), a tool error with the text alone —
+/// a success must meet the schema.
+fn goes_on(name: &str, lead: String, structured: bool) -> Value {
     let text = format!(
         "{lead} Follow it with the runway_get_run tool, in the Runway console (/ui/), or with \
          `runway tasks get {name}`."
     );
-    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    let content = vec![ContentBlock::text(text)];
+    if !structured {
+        return older(CallToolResult::error(content));
+    }
+    let mut result = CallToolResult::success(content);
     result.structured_content = Some(json!({"taskId": name, "status": "working"}));
     older(result)
 }

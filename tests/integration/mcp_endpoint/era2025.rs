@@ -53,6 +53,30 @@ spec:
   tool: { description: Task only. }
   execution: { mode: task }
   steps: [ { name: w, delay: { duration: 10ms } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: typed-nap, namespace: NS }
+spec:
+  tool:
+    description: Naps, then answers with a typed result.
+    outputSchema: { type: object, properties: { slept: { type: boolean } }, required: [slept] }
+  steps: [ { name: sleep, delay: { duration: 1h } } ]
+  result: { content: [ { type: text, text: "slept" } ], structuredContent: { slept: true } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: typed-ask, namespace: NS }
+spec:
+  tool:
+    description: Asks for a name, then answers with a typed result.
+    outputSchema: { type: object, properties: { name: { type: string } }, required: [name] }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - { name: who, message: "Your name?", requestedSchema: { type: object, properties: { name: { type: string } }, required: [name] } }
+  result: { content: [ { type: text, text: "hello" } ], structuredContent: { name: "{{ inputs.who.name }}" } }
 "#;
 
 async fn server() -> Mcp {
@@ -327,6 +351,21 @@ async fn a_client_that_cannot_answer_is_told_where_to_and_the_run_waits() {
         .wait(task, "waiting", |r| r.phase() == RunPhase::Waiting)
         .await;
     assert!(run.spec.cancel.is_none());
+
+    // A tool with an `outputSchema`: the same, in the text alone.
+    let (_, messages) = c
+        .rpc("tools/call", json!({"name": "typed-ask", "arguments": {}}))
+        .await;
+    let result = &messages.last().unwrap()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let typed = text
+        .split_whitespace()
+        .find(|w| w.starts_with("typed-ask-"))
+        .unwrap_or_else(|| panic!("the Run is named: {text}"));
+    s.wait(typed, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,6 +413,23 @@ async fn a_dropped_held_call_cancels_its_run_and_one_past_the_hold_limit_does_no
         .unwrap();
     assert!(run.spec.cancel.is_none());
     assert!(!run.phase().is_terminal());
+
+    // A tool with an `outputSchema` gets no made-up `structuredContent` (it would not meet the
+    // schema): the answer is a tool error whose text names the Run, which goes on.
+    let result = c
+        .result("tools/call", json!({"name": "typed-nap", "arguments": {}}))
+        .await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(result.get("structuredContent").is_none(), "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let typed = text
+        .split_whitespace()
+        .find(|w| w.starts_with("typed-nap-"))
+        .unwrap_or_else(|| panic!("the Run is named: {text}"));
+    let run = s
+        .wait(typed, "running", |r| r.phase() == RunPhase::Running)
+        .await;
+    assert!(run.spec.cancel.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
