@@ -303,10 +303,16 @@ async fn a_queued_run_fails_unstarted_when_its_queue_timeout_ends() {
     // The one holding the slot is untouched.
     assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
     // Ended unstarted, it is kept as its Workflow says, and no longer.
+    deleted(&mcp, &second).await;
+    assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
+}
+
+/// Wait until Run `task` is deleted (its time to live over).
+async fn deleted(mcp: &Mcp, task: &str) {
     let store = mcp.store();
     let mut changes = runway::store::RunStore::watch(store, None);
     let gone = async {
-        while runway::store::RunStore::get(store, "team-a", &second)
+        while runway::store::RunStore::get(store, "team-a", task)
             .await
             .unwrap()
             .is_some()
@@ -316,6 +322,56 @@ async fn a_queued_run_fails_unstarted_when_its_queue_timeout_ends() {
     };
     tokio::time::timeout(support::harness::PATIENCE, gone)
         .await
-        .expect("the second Run is deleted after its time to live");
+        .unwrap_or_else(|_| panic!("{task} is deleted after its time to live"));
+}
+
+const GUARDED: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: guarded, namespace: NS }
+spec:
+  tool: { description: "One at a time, kept a second once finished." }
+  execution: { concurrency: { limit: 1 }, ttlAfterFinished: 1s }
+  steps:
+    - name: hold
+      input:
+        requests:
+          - { name: go, message: "Go?" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_whose_workflow_turns_invalid_fails_and_is_still_collected() {
+    let mcp = Mcp::start(&[("guarded.yaml", GUARDED)]).await;
+    let alice = mcp.client("alice-token");
+    let start = |c: Client| async move {
+        let r = c.call("guarded", json!({})).await;
+        r.result()["taskId"].as_str().unwrap().to_owned()
+    };
+    let first = start(alice.clone()).await;
+    mcp.wait(&first, "first asks", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let second = start(alice.clone()).await;
+    mcp.wait(&second, "second queued", queued_behind(1)).await;
+    // An edit the validator refuses (two steps of one name): the Workflow is no longer Ready.
+    let broken = GUARDED
+        .replace("namespace: NS", "namespace: team-a")
+        .replace(
+            "  steps:\n",
+            "  steps:\n    - { name: hold, delay: { duration: 1s } }\n",
+        );
+    std::fs::write(mcp.dir.path().join("workflows/guarded.yaml"), broken).unwrap();
+    let workflows = &mcp.server.as_ref().unwrap().workflows;
+    assert!(workflows.reload());
+    let now = runway::store::WorkflowSource::get(workflows, "team-a", "guarded").await;
+    assert!(!now.unwrap().is_ready());
+    // The queued Run cannot start from it and fails unstarted; its time to live still comes
+    // from that Workflow, so it does not stay forever.
+    let ended = mcp
+        .wait(&second, "second fails", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(ended.phase(), RunPhase::Failed);
+    assert!(ended.status.as_ref().unwrap().steps.is_empty());
+    deleted(&mcp, &second).await;
+    // The started one runs on from its own snapshot.
     assert_eq!(phase(&mcp, &first).await, RunPhase::Waiting);
 }
