@@ -21,9 +21,10 @@ use super::config::MAX_BODY_BYTES;
 use super::errors::{busy, rpc_error, too_many};
 use super::handler::RunwayMcp;
 use super::headers::{ParamHeaderError, check_param_headers, protocol_headers, task_headers_agree};
+use super::message::{MessageError, member, parse_message};
 use super::state::{McpState, Tenant};
 use super::{console, delivery, era2025, fast, listen};
-use crate::protocol::{METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, codes};
+use crate::protocol::{HEADER_SESSION_ID, METHOD_CALL_TOOL, METHOD_GET_TASK, METHOD_LISTEN, codes};
 
 /// rmcp's Streamable HTTP service, as the gate hands requests on to it.
 type Rmcp = StreamableHttpService<RunwayMcp, NeverSessionManager>;
@@ -312,6 +313,16 @@ async fn admitted(
     }
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
+        // Only a 2025-era session (one of revision 2025-03-26, it checks) may send a batch.
+        Err(MessageError::Batch(items)) if parts.headers.contains_key(HEADER_SESSION_ID) => {
+            let caller = era2025::Caller {
+                identity: caller_identity,
+                path: parts.uri.path().to_owned(),
+                tenant,
+            };
+            let items = items.into_iter().map(member).collect();
+            return Box::pin(era2025::serve_batch(state, caller, &parts.headers, items)).await;
+        }
         Err(why) => {
             let message = why.to_string();
             return rpc_error(StatusCode::BAD_REQUEST, Value::Null, why.code(), &message);
@@ -465,61 +476,6 @@ async fn read_body(state: &McpState, body: Body) -> Result<bytes::Bytes, Respons
             "request body not received in time",
         )),
     }
-}
-
-/// Why a request body is not one JSON-RPC object.
-#[derive(Debug, thiserror::Error)]
-enum MessageError {
-    /// Not JSON.
-    #[error("parse error: {0}")]
-    Parse(#[source] serde_json::Error),
-    /// JSON, but not an object (a batch, say).
-    #[error("one JSON-RPC object per request (batches are not supported)")]
-    NotAnObject,
-    /// An object, but not a JSON-RPC 2.0 request, notification or response.
-    #[error("invalid request: {0}")]
-    NotJsonRpc(&'static str),
-}
-
-impl MessageError {
-    /// The JSON-RPC code that refuses the request.
-    fn code(&self) -> i64 {
-        match self {
-            Self::Parse(_) => codes::PARSE_ERROR,
-            Self::NotAnObject | Self::NotJsonRpc(_) => codes::INVALID_REQUEST,
-        }
-    }
-}
-
-/// The request body as one JSON-RPC object, or why it is refused.
-fn parse_message(bytes: &[u8]) -> Result<Value, MessageError> {
-    let msg = serde_json::from_slice::<Value>(bytes).map_err(MessageError::Parse)?;
-    let Some(fields) = msg.as_object() else {
-        return Err(MessageError::NotAnObject);
-    };
-    match not_json_rpc(fields) {
-        Some(why) => Err(MessageError::NotJsonRpc(why)),
-        None => Ok(msg),
-    }
-}
-
-/// Why `msg` is not a JSON-RPC 2.0 message as MCP allows it, if it is not: the version, an id
-/// that is a string or an integer (never null), and a method or an answer. Both eras' handlers
-/// then meet only well-formed messages (rmcp refused the rest with a 415 and no JSON-RPC error;
-/// the 2025 path would have served a request with a null id).
-fn not_json_rpc(msg: &serde_json::Map<String, Value>) -> Option<&'static str> {
-    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Some("jsonrpc must be \"2.0\"");
-    }
-    match msg.get("id") {
-        None | Some(Value::String(_)) => {}
-        Some(Value::Number(n)) if n.is_i64() => {}
-        Some(_) => return Some("id must be a string or an integer"),
-    }
-    let request = msg.get("method").is_some_and(Value::is_string);
-    let answer =
-        msg.contains_key("id") && (msg.contains_key("result") || msg.contains_key("error"));
-    (!request && !answer).then_some("neither a method nor a result or error")
 }
 
 /// The `Mcp-Param-*` headers of a `tools/call` agree with the arguments its tool's schema marks

@@ -29,6 +29,7 @@ mod gate;
 mod handler;
 mod headers;
 mod listen;
+mod message;
 mod own_tools;
 mod pausing;
 mod projection;

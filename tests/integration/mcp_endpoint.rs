@@ -1,6 +1,7 @@
 //! The MCP endpoint over real HTTP: transport rules, identity and tenants, blocking calls,
 //! progress, MRTR and disconnects.
 
+mod batches;
 mod era2025;
 mod window;
 use crate::support;

@@ -600,8 +600,13 @@ pub async fn initialize(
 impl Old {
     /// A client that has opened a 2025-11-25 session at `url`.
     pub async fn connect(url: &str, token: &str, caps: Value) -> Self {
-        let (resp, body) = initialize(url, token, "2025-11-25", caps).await;
-        assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+        Self::connect_at(url, token, caps, "2025-11-25").await
+    }
+
+    /// A client that has opened a session of revision `version` at `url`.
+    pub async fn connect_at(url: &str, token: &str, caps: Value, version: &str) -> Self {
+        let (resp, body) = initialize(url, token, version, caps).await;
+        assert_eq!(body["result"]["protocolVersion"], version, "{body}");
         let session = resp.headers()["mcp-session-id"]
             .to_str()
             .unwrap()
@@ -611,7 +616,7 @@ impl Old {
             url: url.into(),
             token: token.into(),
             session,
-            version: "2025-11-25".into(),
+            version: version.into(),
         }
     }
 
@@ -655,7 +660,12 @@ impl Old {
     /// Send a request whose answer is a stream, and read it as it comes.
     pub async fn open(&self, method: &str, params: Value) -> Events {
         let body = json!({"jsonrpc": "2.0", "id": "held", "method": method, "params": params});
-        let resp = self.post(&body).send().await.unwrap();
+        self.open_body(&body).await
+    }
+
+    /// POST `body` (a message or a batch) whose answer is a stream, and read it as it comes.
+    pub async fn open_body(&self, body: &Value) -> Events {
+        let resp = self.post(body).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         assert!(
             resp.headers()["content-type"]

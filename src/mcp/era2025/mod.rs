@@ -4,8 +4,10 @@
 //! questions a held call asks carry sealed ids, so any replica serves any request.
 //!
 //! `session` and `wire` are leaves; `tasks` and `held` serve the methods `serve` dispatches;
-//! `fast` answers the hot `tasks/get` before the general path reads the message.
+//! `fast` answers the hot `tasks/get` before the general path reads the message; `batch`
+//! serves the arrays of revision 2025-03-26 one message at a time through `serve`.
 
+mod batch;
 mod fast;
 mod held;
 mod serve;
@@ -13,5 +15,6 @@ mod session;
 mod tasks;
 mod wire;
 
+pub(crate) use batch::serve_batch;
 pub(crate) use fast::get_task as fast_get_task;
 pub(crate) use serve::{Caller, recognise, serve};

@@ -59,6 +59,7 @@ pub(crate) fn recognise(headers: &HeaderMap, msg: &Value) -> bool {
 
 /// Who is asking, where: the caller, the path (sessions are bound to both) and the tenant,
 /// when the path or the caller names a namespace.
+#[derive(Clone)]
 pub(crate) struct Caller {
     /// The authenticated caller.
     pub identity: Arc<Identity>,
@@ -147,7 +148,7 @@ pub(crate) async fn serve(
 
 /// The session a request names, opened for this caller on this path, with the protocol
 /// version header (when sent) agreeing with it; otherwise the refusal to answer with.
-fn open_session(
+pub(super) fn open_session(
     state: &McpState,
     headers: &HeaderMap,
     sealed: &str,
