@@ -236,22 +236,40 @@ fn controlled_by(
 }
 
 impl JobExecutor {
-    /// The termination message of the Job's pod; only pods the Job controls are read.
-    async fn output(&self, ns: &str, job: &str, job_uid: &str) -> Value {
+    /// The output of the succeeded `job`: the termination message of the first container of
+    /// its pod that succeeded (not one of a failed attempt's pods, not a sidecar's). Only pods
+    /// the Job controls are read; a failed list is tried again.
+    async fn output(&self, ns: &str, job: &Job) -> Value {
+        let name = job.metadata.name.as_deref().unwrap_or_default();
+        let uid = job.metadata.uid.as_deref().unwrap_or_default();
+        let first = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let list = pods
-            .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}")))
-            .await;
-        let message = list.ok().and_then(|l| {
-            l.items.into_iter().find_map(|p| {
-                if !controlled_by(p.metadata.owner_references.as_ref(), job_uid) {
-                    return None;
-                }
-                p.status?
-                    .container_statuses?
-                    .into_iter()
-                    .find_map(|c| c.state?.terminated?.message)
-            })
+        let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"));
+        let list = again(&format!("the pods of job {name}"), || async {
+            pods.list(&params).await.map_err(|e| e.to_string())
+        })
+        .await;
+        let message = list.items.into_iter().find_map(|p| {
+            if !controlled_by(p.metadata.owner_references.as_ref(), uid) {
+                return None;
+            }
+            let status = p.status?;
+            if status.phase.as_deref() != Some("Succeeded") {
+                return None;
+            }
+            status
+                .container_statuses?
+                .into_iter()
+                .find(|c| c.name == first)?
+                .state?
+                .terminated?
+                .message
         });
         match message {
             Some(m) => serde_json::from_str(&m).unwrap_or(Value::String(m)),
@@ -276,53 +294,84 @@ impl JobExecutor {
         {
             return Some(failed);
         }
-        let wait = await_condition(api, job_name, |j: Option<&Job>| {
-            j.and_then(finished).is_some()
-        });
+        let ended = async {
+            let job = until_finished(&api, job_name).await;
+            let output = match job.as_ref() {
+                Some(j) if finished(j) == Some(true) => Some(self.output(&ns, j).await),
+                _ => None,
+            };
+            (job, output)
+        };
         let timeout = left.unwrap_or(Duration::MAX);
         let done = tokio::select! {
             _ = cancel.cancelled() => return None,
-            r = tokio::time::timeout(timeout, wait) => r,
+            r = tokio::time::timeout(timeout, ended) => r,
         };
-        match done {
-            Err(_) => Some(Outcome::Failed {
+        let Ok((job, output)) = done else {
+            return Some(Outcome::Failed {
                 detail: None,
                 class: ErrorClass::Timeout,
                 message: format!("job {job_name} timed out"),
-            }),
-            Ok(Err(e)) => Some(Outcome::Failed {
-                detail: None,
-                class: ErrorClass::Connection,
-                message: e.to_string(),
-            }),
-            Ok(Ok(job)) => {
-                let job_uid = job
-                    .as_ref()
-                    .and_then(|j| j.metadata.uid.clone())
-                    .unwrap_or_default();
-                let output = self.output(&ns, job_name, &job_uid).await;
-                match job.as_ref().and_then(finished) {
-                    Some(true) => Some(Outcome::Succeeded(output)),
-                    _ => {
-                        let why = job
-                            .and_then(|j| {
-                                j.status?
-                                    .conditions?
-                                    .into_iter()
-                                    .find(|c| c.type_ == "Failed")
-                            })
-                            .and_then(|c| c.message)
-                            .unwrap_or_else(|| "failed".into());
-                        Some(Outcome::Failed {
-                            detail: None,
-                            class: ErrorClass::ServerError,
-                            message: format!("job {job_name}: {why}"),
-                        })
-                    }
-                }
+            });
+        };
+        if let Some(output) = output {
+            return Some(Outcome::Succeeded(output));
+        }
+        let why = match job {
+            None => "deleted before it finished".to_owned(),
+            Some(j) => j
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Failed"))
+                .and_then(|c| c.message)
+                .unwrap_or_else(|| "failed".into()),
+        };
+        Some(Outcome::Failed {
+            detail: None,
+            class: ErrorClass::ServerError,
+            message: format!("job {job_name}: {why}"),
+        })
+    }
+}
+
+/// How long a broken read of a Job or its pods waits before it is tried again, at first and
+/// at most.
+const AGAIN_FIRST: Duration = Duration::from_secs(1);
+const AGAIN_MAX: Duration = Duration::from_secs(30);
+
+/// `read` until it succeeds, pausing longer each time it fails. The reads of a Job already
+/// running are retried rather than failed: failing the step would delete a Job that runs on
+/// fine (an API server restarting, a watch expired with 410), and its retry would start the
+/// work again. The step's timeout and the Run's deadline bound the wait.
+async fn again<T, F, Fut>(what: &str, mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let mut pause = AGAIN_FIRST;
+    loop {
+        match read().await {
+            Ok(v) => return v,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading {what} failed; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(AGAIN_MAX);
             }
         }
     }
+}
+
+/// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
+/// will never finish).
+async fn until_finished(api: &Api<Job>, name: &str) -> Option<Job> {
+    let what = format!("job {name}");
+    again(&what, || async {
+        let done = |j: Option<&Job>| j.is_none_or(|j| finished(j).is_some());
+        await_condition(api.clone(), name, done)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
 }
 
 #[async_trait]

@@ -1216,10 +1216,34 @@ spec:
   result:
     content: [ { type: text, text: "built" } ]
     structuredContent: { each: "{{ steps.compile.output }}" }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: build-twice }
+spec:
+  steps:
+    - name: compile
+      job:
+        backoffLimit: 1
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+              - name: main
+                image: busybox:1.36
+                command: [sh, -c, "echo done"]
+  result:
+    content: [ { type: text, text: "built {{ steps.compile.output.artifacts }}" } ]
 "#;
 
 /// Play the kubelet: the Job's Pod ends with `message` as its termination message.
 fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
+    end_pod(c, ns, job, "Succeeded", message);
+}
+
+/// Play the kubelet: the Job's Pod that has not ended yet ends in `phase` (`Succeeded` or
+/// `Failed`) with `message` as its termination message.
+fn end_pod(c: &Cluster, ns: &str, job: &str, phase: &str, message: &str) {
     // The Job controller has made the Pod once the Job counts it as active.
     c.wait_jsonpath(ns, &format!("job/{job}"), "{.status.active}", "1");
     let pod = c
@@ -1230,16 +1254,18 @@ fn finish_pod(c: &Cluster, ns: &str, job: &str, message: &str) {
             ns,
             "-l",
             &format!("job-name={job}"),
+            "--field-selector=status.phase=Pending",
             "-o",
             "jsonpath={.items[0].metadata.name}",
         ])
         .trim()
         .to_owned();
     let now = jiff::Timestamp::now().to_string();
-    let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
+    let exit = i32::from(phase != "Succeeded");
+    let status = json!({"status": {"phase": phase, "containerStatuses": [{
         "name": "main", "image": "busybox:1.36", "imageID": "x", "ready": false,
         "restartCount": 0, "started": false,
-        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message,
+        "state": {"terminated": {"exitCode": exit, "reason": "Completed", "message": message,
             "startedAt": now, "finishedAt": now}}}]}});
     c.admin(&[
         "patch",
@@ -1319,6 +1345,39 @@ async fn job_steps_run_as_owned_jobs_and_cancel_deletes_them() {
     assert_eq!(
         done["result"]["structuredContent"]["each"],
         json!([{"arch": "arm"}, {"arch": "x86"}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_step_reads_the_pod_that_succeeded_and_fails_when_its_job_is_deleted() {
+    let c = up();
+    let ns = c.namespace("job-pods");
+    apply_ok(c, &ns, JOB);
+    let alice = mcp(c, 0, "alice", &ns);
+    // The first pod fails with a message of its own; the Job's second pod succeeds: the
+    // output is the second pod's.
+    let id = task_id(&alice.call("build-twice", json!({})).await);
+    let job = job_of(c, &ns, &id);
+    end_pod(c, &ns, &job, "Failed", r#"{"artifacts": 1}"#);
+    c.wait_jsonpath(&ns, &format!("job/{job}"), "{.status.failed}", "1");
+    finish_pod(c, &ns, &job, r#"{"artifacts": 2}"#);
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], "built 2", "{done}");
+
+    // A Job deleted by someone else never finishes: the step fails at once, saying so.
+    let id = task_id(&alice.call("build", json!({})).await);
+    let job = job_of(c, &ns, &id);
+    c.admin(&["delete", "-n", &ns, &format!("job/{job}"), "--wait=false"]);
+    let done = alice.await_status(&id, "completed").await;
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let run = get_json(c, &ns, &format!("run/{id}"));
+    let message = run["status"]["steps"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("deleted before it finished"),
+        "{}",
+        run["status"]["steps"]
     );
 }
 
