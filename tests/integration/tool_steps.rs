@@ -427,6 +427,46 @@ async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_the_upstream_refuses_fails_the_step_and_cancels_the_upstream_task() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let a = Mcp::start_in(server_dir(
+        &[(
+            "relay.yaml",
+            &relay("relay-approve", "approve", &endpoint(proxy.addr), "", ""),
+        )],
+        &auth_a(),
+    ))
+    .await;
+    let c = a.client("alice-token");
+    let id = c
+        .call("relay-approve", json!({"msg": "deploy"}))
+        .await
+        .task_id();
+    c.await_status(&id, "input_required").await;
+    let upstream = upstream_task(
+        &a.wait(&id, "following", |r| upstream_task(r).is_some())
+            .await,
+    )
+    .unwrap();
+    // The upstream refuses the answer: its task is still there, waiting for one.
+    proxy.refuse_next("tasks/update", 1, -32602);
+    c.update(
+        &id,
+        json!({"call.approval.decision": {"action": "accept", "content": {"ok": true}}}),
+    )
+    .await;
+    let t = c.await_status(&id, "failed").await;
+    assert_eq!(t["error"]["code"], -32602, "{t}");
+    assert_eq!(proxy.count("tasks/update refused"), 1);
+    // Nobody follows that task any more: it is cancelled, not left waiting for a week.
+    let on_b = b
+        .wait(&upstream, "cancelled", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(on_b.phase(), RunPhase::Cancelled, "{:?}", on_b.status);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_end() {
     let (a, b) = servers(&[("relay-forever", "forever", "timeout: 1s", "")], None).await;
     let c = a.client("alice-token");

@@ -23,6 +23,8 @@ struct Seen {
     by_method: Mutex<BTreeMap<String, usize>>,
     /// Requests of a method to answer with an HTTP status instead of forwarding them.
     failing: Mutex<BTreeMap<String, (usize, u16)>>,
+    /// Requests of a method to answer with a JSON-RPC error of this code instead.
+    refusing: Mutex<BTreeMap<String, (usize, i64)>>,
     /// The idempotency keys of each `tools/call` forwarded: its `Idempotency-Key` header and
     /// its `_meta` key.
     call_keys: Mutex<Vec<(Option<String>, Option<String>)>>,
@@ -105,6 +107,35 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
             _ => None,
         }
     };
+    let refused = {
+        let mut refusing = s.seen.refusing.lock().unwrap();
+        match refusing.get_mut(&method) {
+            Some((n, code)) if *n > 0 => {
+                *n -= 1;
+                Some(*code)
+            }
+            _ => None,
+        }
+    };
+    if let Some(code) = refused {
+        let id = serde_json::from_slice::<serde_json::Value>(&body)
+            .map(|v| v["id"].clone())
+            .unwrap_or_default();
+        *s.seen
+            .by_method
+            .lock()
+            .unwrap()
+            .entry(format!("{method} refused"))
+            .or_default() += 1;
+        s.changes.send_modify(|n| *n += 1);
+        let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": code, "message": "refused by the proxy"}});
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Body::from(error.to_string()))
+            .unwrap();
+    }
     if let Some(status) = injected {
         *s.seen
             .by_method
@@ -172,6 +203,16 @@ impl Proxy {
             .lock()
             .unwrap()
             .insert(method.to_owned(), (n, status));
+    }
+
+    /// Answer the next `n` requests with this `Mcp-Method` with a JSON-RPC error of `code`
+    /// instead of forwarding them (counted as `"<method> refused"`).
+    pub fn refuse_next(&self, method: &str, n: usize, code: i64) {
+        self.seen
+            .refusing
+            .lock()
+            .unwrap()
+            .insert(method.to_owned(), (n, code));
     }
 
     /// The idempotency keys (header, `_meta`) of every `tools/call` seen, in order.

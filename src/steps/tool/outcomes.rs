@@ -136,6 +136,26 @@ pub(super) fn rpc_failure(what: &str, code: i64, message: &str, data: Option<Val
     }
 }
 
+/// A failure of a request about a task that goes on whatever its answer: the task is still
+/// there (a refused `tasks/update` leaves it waiting for an answer), so the step keeps its id
+/// and the cleanup cancels it, whatever the error's class.
+pub(super) fn task_goes_on(failure: Outcome) -> Outcome {
+    match failure {
+        Outcome::UpstreamFailed {
+            class,
+            message,
+            error,
+            ..
+        } => Outcome::UpstreamFailed {
+            class,
+            message,
+            error,
+            call_ended: false,
+        },
+        other => other,
+    }
+}
+
 pub(super) fn service_failure(what: &str, e: rmcp::ServiceError) -> Outcome {
     match e {
         rmcp::ServiceError::McpError(err) => {

@@ -136,7 +136,9 @@ impl Upstream {
             let update = session.update_task(UpdateTaskParams::new(id.to_owned(), responses));
             match tokio::time::timeout(REQUEST_TIMEOUT, update).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => return service_failure(&format!("tasks/update {id}"), e),
+                Ok(Err(e)) => {
+                    return task_goes_on(service_failure(&format!("tasks/update {id}"), e));
+                }
                 Err(_) => return request_timeout(&format!("tasks/update {id}")),
             }
         }
