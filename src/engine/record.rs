@@ -46,7 +46,11 @@ pub fn recorded_events(before: Option<&RunStatus>, after: &RunStatus) -> Vec<Eve
             }),
             StepPhase::Failed => Some(Event {
                 reason: event_reasons::STEP_FAILED,
-                message: match &r.message {
+                message: match r
+                    .message
+                    .as_deref()
+                    .and_then(|m| m.split(DETAIL_MARK).next())
+                {
                     Some(m) => format!("step {}: {m}", r.name),
                     None => format!("step {} failed", r.name),
                 },
@@ -234,9 +238,18 @@ fn abandon_child(st: &mut RunStatus, effect: &Effect, class: ErrorClass) {
     });
 }
 
-/// The executor's detail of a failure, appended to the step's and the attempt's message.
+/// What separates a failure's message from the executor's detail (an upstream's answer) in a
+/// step's record; an Event shows only what comes before it.
+const DETAIL_MARK: &str = "; response body: ";
+
+/// The executor's detail of a failure, appended to the step's and the attempt's message. The
+/// detail is what an upstream answered, for those who may read the Run: never in an Event
+/// ([`recorded_events`]), which reach whoever may read Events and the operator's log.
 fn add_detail(rec: &mut StepRecord, detail: &str) {
-    let full = format!("{}: {detail}", rec.message.as_deref().unwrap_or_default());
+    let full = format!(
+        "{}{DETAIL_MARK}{detail}",
+        rec.message.as_deref().unwrap_or_default()
+    );
     if let Some(last) = rec.attempts.last_mut() {
         last.message = full.clone();
     }

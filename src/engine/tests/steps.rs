@@ -195,6 +195,7 @@ fn an_upstream_body_stays_in_the_step_record_not_in_the_task_message() {
     let w = wf(json!({"steps": [{"name": "call", "http": {"url": "http://x"}}]}));
     let mut run = new_run(json!({}));
     let next = settle(&mut run, &w, at(0));
+    let before = run.status.clone();
     report(
         &mut run,
         &next,
@@ -220,6 +221,13 @@ fn an_upstream_body_stays_in_the_step_record_not_in_the_task_message() {
     let text = result["content"][0]["text"].as_str().unwrap();
     assert!(!text.contains("sk-live"), "{text}");
     assert!(!st.conditions[0].message.contains("sk-live"));
+    // Nor does its Event (it reaches whoever may read Events, and the operator's log).
+    let events = recorded_events(before.as_ref(), st);
+    let failed = events
+        .iter()
+        .find(|e| e.reason == event_reasons::STEP_FAILED)
+        .expect("a StepFailed event");
+    assert_eq!(failed.message, "step call: HTTP 401");
 }
 
 #[test]
