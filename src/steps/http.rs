@@ -114,9 +114,11 @@ impl HttpExecutor {
         for (name, value) in crate::telemetry::current_context() {
             builder = builder.header(name, value);
         }
+        let mut typed = false;
         match super::resolve_headers(&*self.secrets, run, &req.headers).await {
             Ok(headers) => {
                 for (name, value) in headers {
+                    typed |= name.eq_ignore_ascii_case("content-type");
                     builder = builder.header(name, value);
                 }
             }
@@ -124,6 +126,9 @@ impl HttpExecutor {
         }
         builder = match &req.body {
             None => builder,
+            // The step's own Content-Type names a text body's type (a form, XML); reqwest
+            // would send a second header beside it rather than replace it.
+            Some(Body::Text(t)) if typed => builder.body(t.clone()),
             Some(Body::Text(t)) => builder
                 .header("content-type", "text/plain; charset=utf-8")
                 .body(t.clone()),

@@ -17,6 +17,7 @@ mod crd_cel;
 mod examples;
 mod first_decision;
 mod hostile;
+mod http_steps;
 mod kube_wiring;
 mod layering;
 mod manifests;

@@ -1,11 +1,14 @@
 //! A local HTTP endpoint that webhook steps post to: it answers `{"ok": true}` and counts the
-//! deliveries per `Idempotency-Key`, the `Authorization` and `traceparent` headers it saw and
-//! the JSON bodies.
+//! deliveries per `Idempotency-Key`, the `Authorization`, `traceparent` and `Content-Type`
+//! headers it saw and the bodies.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
+
+/// One request as sent: its `Content-Type` headers (all of them) and its body as text.
+pub type Raw = (Vec<String>, String);
 
 pub struct Sink {
     /// `http://127.0.0.1:<port>/hook`.
@@ -18,6 +21,8 @@ pub struct Sink {
     pub traceparent: Arc<Mutex<Vec<String>>>,
     /// Every JSON body received, in order (`null` for others).
     pub bodies: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Every request's `Content-Type` headers (all of them) and its body as text, in order.
+    pub raw: Arc<Mutex<Vec<Raw>>>,
     /// Told of every delivery.
     pub arrived: Arc<tokio::sync::Notify>,
 }
@@ -28,14 +33,15 @@ impl Sink {
         let authorization: Arc<Mutex<Vec<String>>> = Arc::default();
         let traceparent: Arc<Mutex<Vec<String>>> = Arc::default();
         let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let raw: Arc<Mutex<Vec<Raw>>> = Arc::default();
         let arrived: Arc<tokio::sync::Notify> = Arc::default();
         let (k, a, t) = (by_key.clone(), authorization.clone(), traceparent.clone());
-        let (b, n) = (bodies.clone(), arrived.clone());
+        let (b, r, n) = (bodies.clone(), raw.clone(), arrived.clone());
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |headers: http::HeaderMap, body: String| {
                 let (k, a, t) = (k.clone(), a.clone(), t.clone());
-                let (b, n) = (b.clone(), n.clone());
+                let (b, r, n) = (b.clone(), r.clone(), n.clone());
                 async move {
                     let header = |name: &str, default: &str| {
                         headers
@@ -52,6 +58,12 @@ impl Sink {
                     if headers.contains_key("traceparent") {
                         t.lock().unwrap().push(header("traceparent", ""));
                     }
+                    let types = headers
+                        .get_all("content-type")
+                        .iter()
+                        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+                        .collect();
+                    r.lock().unwrap().push((types, body.clone()));
                     let parsed = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
                     b.lock().unwrap().push(parsed);
                     n.notify_waiters();
@@ -68,6 +80,7 @@ impl Sink {
             authorization,
             traceparent,
             bodies,
+            raw,
             arrived,
         }
     }
