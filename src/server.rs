@@ -237,7 +237,7 @@ impl Server {
         let token = shutdown.clone();
         tasks.spawn(async move { ctl.run(token).await });
         let scheduler = Scheduler::new(run_store, wf_source, events, name_key, marks)
-            .with_archive(archive.clone());
+            .with_archive(archive.clone(), opts.mcp.metrics.clone());
         if let Some(a) = archive {
             tasks.spawn(a.prune_until(shutdown.clone()));
         }

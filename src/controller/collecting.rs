@@ -14,6 +14,8 @@ use crate::telemetry::ErrorKind;
 
 /// Pause before archiving a Run again after the archive failed.
 const ARCHIVE_RETRY: Duration = Duration::from_secs(10);
+/// Pause before looking again at a Run whose child Runs have not all finished.
+const CHILDREN_RETRY: Duration = Duration::from_secs(5);
 
 impl Controller {
     /// Delete `decided`, a finished Run whose time to live is over, and the child Runs below
@@ -35,6 +37,11 @@ impl Controller {
                 tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
             }
             Err(RetireError::Store(e)) => self.retry_later(k, e),
+            Err(e @ RetireError::Unfinished(_)) => {
+                tracing::debug!(namespace = %k.namespace, run = %k.name, reason = %e, "finished run kept until its children have finished");
+                self.queue
+                    .add_at(k.clone(), Instant::now() + CHILDREN_RETRY);
+            }
             Err(RetireError::Archive { run, name, source }) => {
                 self.config.metrics.reconcile_error(ErrorKind::Archive);
                 tracing::error!(namespace = %k.namespace, run = %name, error = %source, "cannot archive a finished run; it is kept until it can be");

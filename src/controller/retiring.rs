@@ -25,13 +25,19 @@ pub(super) enum RetireError {
         #[source]
         source: ArchiveError,
     },
+    /// A child Run below it has not finished (a parent can end while a child it cancelled
+    /// still runs its `finally` steps or cleanups): nothing was removed.
+    #[error("child run {0} has not finished")]
+    Unfinished(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
 /// Archive and delete `run` and the children this process sealed below it (by its uid as
-/// their root); a child that merely carries the label is left alone.
+/// their root); a child that merely carries the label is left alone. While any of those
+/// children still runs or owes cleanups, nothing is removed: deleting it would cut its
+/// `finally` steps short and leave what it started running.
 pub(super) async fn retire_tree(
     store: &dyn RunStore,
     archive: Option<&Archiver>,
@@ -42,14 +48,24 @@ pub(super) async fn retire_tree(
     if let Some(uid) = run.metadata.uid.clone() {
         let below = BTreeMap::from([(crate::api::labels::ROOT.to_owned(), uid)]);
         let children = store.list(Some(namespace), &below).await?;
-        for child in children
+        let sealed: Vec<_> = children
             .iter()
             .filter(|c| crate::steps::child::sealed_child(marks, c))
-        {
+            .collect();
+        if let Some(busy) = sealed.iter().find(|c| !done(c)) {
+            let name = busy.metadata.name.clone().unwrap_or_default();
+            return Err(RetireError::Unfinished(name));
+        }
+        for child in sealed {
             retire(store, archive, child).await?;
         }
     }
     retire(store, archive, run).await
+}
+
+/// Whether `run` has finished and has nothing left to undo.
+fn done(run: &Run) -> bool {
+    run.phase().is_terminal() && run.status.as_ref().is_none_or(|s| s.cleanups.is_empty())
 }
 
 /// Archive `run`, then delete it: that Run only, by its uid. A Run made under the same name

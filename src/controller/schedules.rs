@@ -44,6 +44,8 @@ pub struct Scheduler {
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
     /// Where the Runs the history limits let go are archived first.
     archive: Option<Arc<Archiver>>,
+    /// Counts a Run kept because the archive failed, as the controller's collection does.
+    metrics: Option<crate::telemetry::Metrics>,
     /// The key of scheduled Run names.
     name_key: Vec<u8>,
     /// The seals on scheduled Runs: a Run is this schedule's only when its seal holds, so a
@@ -51,6 +53,10 @@ pub struct Scheduler {
     /// write those) moves no schedule and is never cancelled or pruned by it.
     marks: Marks,
 }
+
+/// How soon a schedule looks again at a Run its history limit let go that the archive could
+/// not take.
+const ARCHIVE_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
 
 /// How soon a schedule whose time waits behind an unfinished Run (`Forbid`) looks again.
 const FORBID_RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
@@ -74,14 +80,20 @@ impl Scheduler {
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
             archive: None,
+            metrics: None,
         })
     }
 
     /// This scheduler, archiving the Runs its history limits let go before it deletes them.
-    pub fn with_archive(mut self: Arc<Self>, archive: Option<Arc<Archiver>>) -> Arc<Self> {
-        Arc::get_mut(&mut self)
-            .expect("with_archive is called before the scheduler is shared")
-            .archive = archive;
+    pub fn with_archive(
+        mut self: Arc<Self>,
+        archive: Option<Arc<Archiver>>,
+        metrics: crate::telemetry::Metrics,
+    ) -> Arc<Self> {
+        let me =
+            Arc::get_mut(&mut self).expect("with_archive is called before the scheduler is shared");
+        me.archive = archive;
+        me.metrics = Some(metrics);
         self
     }
 
@@ -219,7 +231,11 @@ impl Scheduler {
                     .insert(key.clone(), at);
             }
         }
-        self.prune(spec, mine).await;
+        if self.prune(spec, mine).await {
+            // A Run the archive could not take is tried again soon, as the controller tries
+            // one whose time to live is over.
+            recheck = Some(recheck.map_or(now + ARCHIVE_RETRY, |r| r.min(now + ARCHIVE_RETRY)));
+        }
         match (plan.next, recheck) {
             (Some(n), Some(r)) => Some(n.min(r)),
             (n, r) => n.or(r),
@@ -314,7 +330,9 @@ impl Scheduler {
         tracing::warn!(namespace = %ns, run = %name, "schedule: the replaced run kept changing; the next pass cancels it");
     }
 
-    async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) {
+    /// Let the oldest finished Runs go past the history limits; whether one was kept because
+    /// the archive could not take it.
+    async fn prune(&self, spec: &ScheduleSpec, mine: &[&Run]) -> bool {
         let newest = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
         // A finished Run still undoing what its steps started (its cleanups) is kept until it
         // has: deleted, it would never cancel an upstream task it left running.
@@ -330,6 +348,7 @@ impl Scheduler {
                 })
             })
             .collect();
+        let mut kept = false;
         for name in schedule::prune(spec, newest, &finished) {
             let ns = mine
                 .first()
@@ -347,13 +366,27 @@ impl Scheduler {
                 Ok(()) => {
                     tracing::info!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run removed by the history limit");
                 }
-                Err(e @ RetireError::Archive { .. }) => {
-                    tracing::error!(namespace = %ns, run = %name, error = %e, "schedule: an old run is kept until it can be archived");
+                Err(RetireError::Archive { run, name, source }) => {
+                    tracing::error!(namespace = %ns, run = %name, error = %source, "schedule: an old run is kept until it can be archived");
+                    if let Some(m) = &self.metrics {
+                        m.reconcile_error(crate::telemetry::ErrorKind::Archive);
+                    }
+                    let event = Event {
+                        reason: event_reasons::ARCHIVE_FAILED,
+                        message: format!("not deleted yet: {source}"),
+                        warning: true,
+                    };
+                    self.events.record(&run, &event);
+                    kept = true;
+                }
+                Err(e @ RetireError::Unfinished(_)) => {
+                    tracing::debug!(namespace = %ns, run = %name, reason = %e, "schedule: an old run is kept until its children have finished");
                 }
                 Err(e) => {
                     tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot delete old run")
                 }
             }
         }
+        kept
     }
 }

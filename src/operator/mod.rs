@@ -198,7 +198,7 @@ async fn lead(
         name_key,
         marks.clone(),
     )
-    .with_archive(archive.clone());
+    .with_archive(archive.clone(), metrics.clone());
     let ctl = Controller::new(
         Arc::new(store),
         Arc::new(workflows.clone()),

@@ -500,6 +500,61 @@ async fn a_run_stays_in_the_store_while_the_archive_refuses_it_and_goes_once_arc
     assert_eq!(rows.trim(), "1");
 }
 
+const TICKING: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: tick, namespace: NS }
+spec:
+  tool: { description: "Ends at once, every second; keeps one." }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  schedules:
+    - { name: every-second, cron: "* * * * * *", successfulRunsHistoryLimit: 1 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_the_archive_refuses_is_kept_with_an_event_and_goes_once_archived() {
+    let url = support::postgres::database();
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let pg = support::postgres::server();
+    let dir = Mcp::prepare(&[("wf.yaml", TICKING)]);
+    let mcp = Mcp::start_archived(dir, |_| {}, postgres_settings(url)).await;
+    pg.psql(&db, "ALTER TABLE archived_runs RENAME TO elsewhere");
+    // Past the history limit, the oldest succeeded Run is let go, and kept unarchived.
+    let store = mcp.store();
+    let mut watch = store.watch(None);
+    let oldest = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let mut done: Vec<Run> = store
+                .list(Some("team-a"), &Default::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.phase() == RunPhase::Succeeded)
+                .map(|r| (*r).clone())
+                .collect();
+            if done.len() >= 3 {
+                done.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
+                return done.remove(0).metadata.name.unwrap();
+            }
+            watch.next().await;
+        }
+    })
+    .await
+    .expect("three scheduled Runs succeed");
+    let olga = mcp.client("olga-token");
+    let refused = wait_for_event(&olga, &oldest, "ArchiveFailed").await;
+    assert!(refused.contains("not deleted yet"), "{refused}");
+    pg.psql(&db, "ALTER TABLE elsewhere RENAME TO archived_runs");
+    deleted(&mcp, &oldest).await;
+    let rows = pg.psql(
+        &db,
+        &format!(
+            "SELECT count(*) FROM archived_runs WHERE entry->'run'->'metadata'->>'name' = '{oldest}'"
+        ),
+    );
+    assert_eq!(rows.trim(), "1");
+}
+
 /// Follow the Run's Events (through `runway_get_run`, as a person would) until one with
 /// `reason` shows; its message.
 async fn wait_for_event(c: &support::mcp::Client, id: &str, reason: &str) -> String {

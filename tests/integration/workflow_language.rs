@@ -551,3 +551,56 @@ async fn a_restart_while_a_child_runs_finds_the_same_child() {
         assert!(keys.iter().all(|k| *k == format!("{uid}/push")), "{keys:?}");
     });
 }
+
+const KEPT: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: parent, namespace: NS }
+spec:
+  tool: { description: Runs a child; kept a second once finished. }
+  execution: { ttlAfterFinished: 1s }
+  steps: [ { name: sub, workflow: { name: child } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: child, namespace: NS }
+spec:
+  tool: { description: Waits long; cleans up for two seconds. }
+  steps: [ { name: wait, delay: { duration: 1h } } ]
+  finally: [ { name: tidy, delay: { duration: 2s } } ]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_is_deleted_only_after_its_children_have_finished() {
+    let mcp = Mcp::start(&[("kept.yaml", KEPT)]).await;
+    let alice = mcp.client("alice-token");
+    let id = alice.call("parent", json!({})).await.task_id();
+    let child = format!("{id}-sub-1");
+    mcp.wait(&child, "the child waits", |r| {
+        step_phase(r, "wait") == Some(StepPhase::Running)
+    })
+    .await;
+    alice.cancel(&id).await.assert_complete();
+    // The child's `finally` outlasts the parent's time to live: the child is not deleted
+    // (nor archived) in the middle of it, and ends as it would have.
+    let ended = mcp
+        .wait(&child, "the child ends", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(ended.phase(), RunPhase::Cancelled);
+    assert_eq!(step_phase(&ended, "tidy"), Some(StepPhase::Succeeded));
+    // Then both go.
+    let mut changes = mcp.store().watch(None);
+    let gone = async {
+        loop {
+            let left = [&id, &child].map(|n| mcp.store().get("team-a", n));
+            let [a, b] = futures::future::join_all(left).await.try_into().unwrap();
+            if a.unwrap().is_none() && b.unwrap().is_none() {
+                return;
+            }
+            futures::StreamExt::next(&mut changes).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, gone)
+        .await
+        .expect("the parent and its child are deleted once both have finished");
+}
