@@ -19,11 +19,19 @@ pub const DEFAULT_FAILED_KEPT: u32 = 1;
 /// Missed times counted at most (Runway down for long under a fast schedule).
 const MAX_MISSED: usize = 10_000;
 
-/// A schedule's times, in its time zone.
+/// A schedule's times, in its time zone: those of one cron expression, or, when both the day
+/// of the month and the day of the week are restricted, the union of two (one for each day
+/// field), since a CronJob runs when either matches while the cron library wants both.
 #[derive(Debug, Clone)]
 pub struct Timetable {
-    cron: jiff_cron::Schedule,
+    crons: Vec<jiff_cron::Schedule>,
     tz: TimeZone,
+}
+
+/// Whether a day field lets every day through (`*`, `*/n`, `?`): a CronJob then reads the
+/// other day field alone, and both together otherwise.
+fn unrestricted(field: &str) -> bool {
+    field.starts_with('*') || field == "?"
 }
 
 const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
@@ -160,8 +168,8 @@ pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, ScheduleError> {
         source,
     })?;
     let text = spec.cron.trim();
-    let expr = if text.starts_with('@') {
-        text.to_owned()
+    let exprs = if text.starts_with('@') {
+        vec![text.to_owned()]
     } else {
         let fields: Vec<&str> = text.split_whitespace().collect();
         let (seconds, rest) = match fields.len() {
@@ -178,25 +186,36 @@ pub fn timetable(spec: &ScheduleSpec) -> Result<Timetable, ScheduleError> {
             cron: text.to_owned(),
             source,
         })?;
-        format!(
-            "{seconds} {} {} {} {} {dow}",
-            rest[0], rest[1], rest[2], rest[3]
-        )
+        let (minute, hour, dom, month) = (rest[0], rest[1], rest[2], rest[3]);
+        if unrestricted(dom) || unrestricted(rest[4]) {
+            vec![format!("{seconds} {minute} {hour} {dom} {month} {dow}")]
+        } else {
+            vec![
+                format!("{seconds} {minute} {hour} {dom} {month} *"),
+                format!("{seconds} {minute} {hour} * {month} {dow}"),
+            ]
+        }
     };
-    let cron = jiff_cron::Schedule::from_str(&expr).map_err(|source| ScheduleError::Cron {
-        cron: text.to_owned(),
-        source,
-    })?;
-    Ok(Timetable { cron, tz })
+    let crons = exprs
+        .iter()
+        .map(|expr| jiff_cron::Schedule::from_str(expr))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| ScheduleError::Cron {
+            cron: text.to_owned(),
+            source,
+        })?;
+    Ok(Timetable { crons, tz })
 }
 
 impl Timetable {
     /// The first time strictly after `t`.
     pub fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
-        self.cron
-            .after(t.to_zoned(self.tz.clone()))
-            .next()
+        let from = t.to_zoned(self.tz.clone());
+        self.crons
+            .iter()
+            .filter_map(|c| c.after(from.clone()).next())
             .map(|z| z.timestamp())
+            .min()
     }
 }
 
@@ -462,6 +481,45 @@ mod tests {
         assert_eq!(day_of_week("MON-FRI").unwrap(), "MON-FRI");
         assert_eq!(day_of_week("0,3").unwrap(), "SUN,WED");
         assert_eq!(day_of_week("1-6/2").unwrap(), "MON,WED,FRI");
+    }
+
+    #[test]
+    fn with_both_day_fields_restricted_either_one_matching_is_a_time_as_in_a_cronjob() {
+        let tt = timetable(&spec(json!({"cron": "0 9 1,15 * 1"}))).unwrap();
+        let mut times = Vec::new();
+        let mut t = at("2026-12-01T10:00:00Z");
+        for _ in 0..7 {
+            t = tt.next_after(t).unwrap();
+            times.push(t);
+        }
+        // Mondays, and the 1st and the 15th whatever weekday they are.
+        let want = [
+            "2026-12-07T09:00:00Z",
+            "2026-12-14T09:00:00Z",
+            "2026-12-15T09:00:00Z",
+            "2026-12-21T09:00:00Z",
+            "2026-12-28T09:00:00Z",
+            "2027-01-01T09:00:00Z",
+            "2027-01-04T09:00:00Z",
+        ]
+        .map(at);
+        assert_eq!(times, want);
+        // A day field that lets every day through leaves the other one alone to decide:
+        // `*/2` days of the month on Mondays are the odd-numbered Mondays.
+        let odd_mondays = timetable(&spec(json!({"cron": "0 9 */2 * MON"}))).unwrap();
+        assert_eq!(
+            odd_mondays.next_after(at("2026-12-01T10:00:00Z")),
+            Some(at("2026-12-07T09:00:00Z"))
+        );
+        assert_eq!(
+            odd_mondays.next_after(at("2026-12-07T10:00:00Z")),
+            Some(at("2026-12-21T09:00:00Z"))
+        );
+        let first_only = timetable(&spec(json!({"cron": "0 9 1 * ?"}))).unwrap();
+        assert_eq!(
+            first_only.next_after(at("2026-12-01T10:00:00Z")),
+            Some(at("2027-01-01T09:00:00Z"))
+        );
     }
 
     #[test]
