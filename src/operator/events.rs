@@ -187,9 +187,19 @@ impl EventLog for KubeEventLog {
                 message: e.message.unwrap_or_default(),
             })
             .collect();
-        events.sort_by(|a, b| a.time.cmp(&b.time));
+        oldest_first(&mut events);
         Ok(events)
     }
+}
+
+/// Sort `events` by their instant, not their text: times are written with as few fractional
+/// digits as they need, so `…:05.12Z` would sort after `…:05.123Z`.
+fn oldest_first(events: &mut [RecordedEvent]) {
+    events.sort_by_key(|e| {
+        e.time
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    });
 }
 
 #[cfg(test)]
@@ -197,6 +207,31 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    #[test]
+    fn events_are_ordered_by_their_instant_not_their_text() {
+        let at = |t: &str| RecordedEvent {
+            time: Some(t.to_owned()),
+            type_: "Normal".into(),
+            reason: t.to_owned(),
+            message: String::new(),
+        };
+        let mut events = vec![
+            at("2026-12-07T10:00:05.12Z"),
+            at("2026-12-07T10:00:05.123Z"),
+            at("2026-12-07T10:00:05Z"),
+        ];
+        oldest_first(&mut events);
+        let order: Vec<_> = events.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "2026-12-07T10:00:05Z",
+                "2026-12-07T10:00:05.12Z",
+                "2026-12-07T10:00:05.123Z"
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn every_item_is_written_when_the_writers_keep_up() {
