@@ -126,6 +126,9 @@ fn apply_outcome(
     if let Action::Cleanup(c) = &effect.action {
         return record_cleanup(st, c, outcome);
     }
+    if orphaned(st, effect, &outcome) {
+        return;
+    }
     // A finished Run is final, whatever an attempt that outlived it reports (only the
     // cleanups of the steps it ended are still noted).
     if st.phase.is_terminal() {
@@ -187,6 +190,45 @@ fn apply_outcome(
             cancel_abandoned_upstream_task(st, idx);
         }
     }
+}
+
+/// Whether the attempt of `effect` is still its step's, which follows what it started.
+fn followed(st: &RunStatus, effect: &Effect) -> bool {
+    !st.phase.is_terminal()
+        && st
+            .steps
+            .iter()
+            .any(|r| r.name == effect.step && r.attempt == effect.attempt && !r.phase.is_terminal())
+}
+
+/// Whether `outcome` reports what an attempt started (an upstream task, a Job) after its step
+/// stopped (failFast, a cancel, the Run's end): nobody follows that, so its cleanup is queued,
+/// once, as the step's own would have been.
+fn orphaned(st: &mut RunStatus, effect: &Effect, outcome: &Outcome) -> bool {
+    let Outcome::Checkpoint {
+        upstream_task_id,
+        job_name,
+    } = outcome
+    else {
+        return false;
+    };
+    if followed(st, effect) {
+        return false;
+    }
+    let (task, job) = (upstream_task_id.as_deref(), job_name.as_deref());
+    let queued = st.cleanups.iter().any(|c| {
+        (task.is_some() && c.cancel_upstream_task.as_deref() == task)
+            || (job.is_some() && c.delete_job.as_deref() == job)
+    });
+    if !queued && (task.is_some() || job.is_some()) {
+        st.cleanups.push(crate::api::Cleanup {
+            step: effect.step.clone(),
+            cancel_upstream_task: task.map(str::to_owned),
+            delete_job: job.map(str::to_owned),
+            cancel_run: None,
+        });
+    }
+    true
 }
 
 /// Why a `finally` step's upstream cannot be answered: no deadline bounds the steps that run

@@ -164,6 +164,40 @@ fn with_fail_fast_a_failure_stops_the_other_branches_cleans_up_and_runs_finally(
 }
 
 #[test]
+fn an_upstream_task_that_starts_after_its_step_was_stopped_is_cancelled() {
+    let w = wf(json!({
+        "steps": [
+            {"name": "a", "dependsOn": [], "http": {"url": "http://svc/a"}},
+            {"name": "b", "dependsOn": [], "tool": {"server": {"url": "http://up/mcp"}, "name": "slow"}}
+        ]
+    }));
+    let mut run = new_run(json!({}));
+    let next = settle(&mut run, &w, at(0));
+    // a fails while b's call is still on its way: b is stopped with nothing to clean up yet.
+    report_step(&mut run, &next, "a", refused(), at(1));
+    settle(&mut run, &w, at(1));
+    assert_eq!(rec(&run, "b").unwrap().phase, StepPhase::Cancelled);
+    // Then b's call comes back with a task: nobody follows it, so it is cancelled.
+    let started = Outcome::Checkpoint {
+        upstream_task_id: Some("up-2".into()),
+        job_name: None,
+    };
+    report_step(&mut run, &next, "b", started.clone(), at(2));
+    report_step(&mut run, &next, "b", started, at(2));
+    let st = status(&run);
+    assert_eq!(st.cleanups.len(), 1, "{:?}", st.cleanups);
+    assert_eq!(st.cleanups[0].cancel_upstream_task.as_deref(), Some("up-2"));
+    let d = decide(&run, Some(&w), at(3));
+    let Next::Execute(cleanup) = &d.next else {
+        panic!("{:?}", d.next)
+    };
+    let Action::Cleanup(c) = &cleanup.action else {
+        panic!()
+    };
+    assert_eq!(c.cancel_upstream_task.as_deref(), Some("up-2"));
+}
+
+#[test]
 fn without_fail_fast_what_does_not_depend_on_the_failure_runs_to_its_end() {
     let w = wf(json!({
         "execution": {"failFast": false},
