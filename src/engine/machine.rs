@@ -284,9 +284,11 @@ impl Machine<'_> {
         if let Some(c) = self.st.cleanups.first().cloned() {
             return Progress::Stop(self.cleanup(c));
         }
-        if let Some(told) = self.due_notice(wf) {
-            return told;
-        }
+        self.advance_telling(wf)
+    }
+
+    /// What the steps do next (the main ones, or `finally`), or how the Run ends.
+    pub(super) fn advance_steps(&mut self, wf: &WorkflowSpec) -> Progress {
         let main = self.running(false);
         let failing = self.st.ending.is_some();
         if failing && !main.is_empty() && wf.fail_fast() {

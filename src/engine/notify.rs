@@ -11,8 +11,20 @@ use crate::api::{StepKind, WorkflowSpec, event_reasons};
 use crate::protocol::METHOD_ELICITATION;
 
 impl Machine<'_> {
-    /// The next message owed to the approvers of an open question, if any: its effect, or
-    /// the status saying it cannot be sent.
+    /// What the steps do next, with the message owed to approvers (if any) performed beside
+    /// it, never before it: a slow webhook holds nothing up.
+    pub(super) fn advance_telling(&mut self, wf: &WorkflowSpec) -> Progress {
+        let told = match self.due_notice(wf) {
+            None => return self.advance_steps(wf),
+            Some(Progress::Stop(Next::Execute(told))) => *told,
+            Some(noted) => return noted,
+        };
+        beside(told, self.advance_steps(wf))
+    }
+
+    /// The next message owed to the approvers of an open question, if any: its effect (as
+    /// `Next::Execute`, which the machine performs beside the steps' own), or the status
+    /// saying it cannot be sent (`Changed`).
     pub(super) fn due_notice(&mut self, wf: &WorkflowSpec) -> Option<Progress> {
         let notify = wf.notify.as_ref()?;
         let ctx = super::context(self.run, &self.st);
@@ -56,7 +68,8 @@ impl Machine<'_> {
             let kind = if reminder { "reminder" } else { "asked" };
             return Some(Progress::Stop(Next::Execute(Box::new(Effect {
                 step: format!("notify {key}"),
-                attempt: 0,
+                // The first message and the reminder are two effects, each performed once.
+                attempt: u32::from(reminder),
                 deadline: Some(self.now + NOTIFY_TIMEOUT),
                 idempotency_key: format!("{}/{key}/{kind}", idempotency_key(self.run, "notify")),
                 action: told::message(self.run, wf, notify, (key, req), reminder, due, headers),
@@ -89,4 +102,26 @@ impl Machine<'_> {
             .filter_map(|r| told::reminder_at(notify, r, wake))
             .min()
     }
+}
+
+/// `told` (a message to approvers) performed beside what `rest` asks for. A change is decided
+/// again first (the message is still due then); a finished Run owes no message.
+fn beside(told: Effect, rest: Progress) -> Progress {
+    let next = match rest {
+        Progress::Changed => return Progress::Changed,
+        Progress::Stop(Next::Execute(e)) => Next::Branches {
+            effects: vec![told, *e],
+            wake: None,
+        },
+        Progress::Stop(Next::Branches { mut effects, wake }) => {
+            effects.insert(0, told);
+            Next::Branches { effects, wake }
+        }
+        Progress::Stop(Next::WaitUntil(wake)) => Next::Branches {
+            effects: vec![told],
+            wake,
+        },
+        Progress::Stop(finished @ Next::Finished { .. }) => finished,
+    };
+    Progress::Stop(next)
 }
