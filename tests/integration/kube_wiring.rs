@@ -182,17 +182,18 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     assert!((100..=120).contains(&deadline), "{deadline}");
     assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
 
-    // the container finishes with a JSON termination message; the Job completes. A pod with
-    // the Job's label that the Job does not control is never read.
+    // the container finishes with a JSON termination message (its pod `Succeeded`, as the
+    // kubelet says of a pod whose containers all exited 0); the Job completes. A pod with the
+    // Job's label that the Job does not control is never read.
     let job_uid = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap()["metadata"]["uid"].clone();
     api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-fake", "namespace": "team-a",
         "labels": {"batch.kubernetes.io/job-name": "deploy-abc-build-1"}},
-        "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"evil\"}"}}}]}}));
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"evil\"}"}}}]}}));
     api.put("v1/pods", json!({"metadata": {"name": "deploy-abc-build-1-x", "namespace": "team-a",
         "labels": {"batch.kubernetes.io/job-name": "deploy-abc-build-1"},
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "deploy-abc-build-1",
             "uid": job_uid, "controller": true}]},
-        "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"api:v2\"}"}}}]}}));
+        "status": {"phase": "Succeeded", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0, "message": "{\"image\":\"api:v2\"}"}}}]}}));
     let mut done = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
     done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
     api.put(JOBS, done);
@@ -229,6 +230,65 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         .unwrap();
     assert_eq!(del.body["propagationPolicy"], "Background");
     assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_watch_is_watched_again_and_a_deleted_job_fails_the_attempt() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let exec = std::sync::Arc::new(JobExecutor::new(api.client(), test_marks()));
+    // The API server stumbles twice as the Job is watched (its list and its watch): the step
+    // waits on instead of failing, which would delete a Job that runs on fine.
+    api.fail_next(2, 500, |r| {
+        r.method == "GET" && r.path.ends_with("/jobs") && r.query.contains_key("fieldSelector")
+    });
+    let pending = {
+        let (run, effect, exec) = (run.clone(), job_effect(60), exec.clone());
+        tokio::spawn(async move { exec.execute(&run, &effect, CancellationToken::new()).await })
+    };
+    api.wait_until("the watch failed twice and was started again", |a| {
+        a.requests("GET", "/namespaces/team-a/jobs")
+            .iter()
+            .filter(|r| r.path.ends_with("/jobs") && r.query.contains_key("fieldSelector"))
+            .count()
+            >= 3
+    })
+    .await;
+    let mut done = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
+    done["status"] = json!({"conditions": [{"type": "Complete", "status": "True"}]});
+    api.put(JOBS, done);
+    assert_eq!(
+        pending.await.unwrap(),
+        Some(Outcome::Succeeded(json!(null)))
+    );
+
+    // A Job deleted by someone else will never finish: the attempt fails at once, saying so.
+    let other = Effect {
+        attempt: 2,
+        action: Action::Job {
+            step: serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}})).unwrap(),
+            job_name: "deploy-abc-build-2".into(),
+            env: vec![],
+        },
+        ..job_effect(60)
+    };
+    let pending = {
+        let (run, exec) = (run.clone(), exec.clone());
+        tokio::spawn(async move { exec.execute(&run, &other, CancellationToken::new()).await })
+    };
+    api.wait_until("second job created", |a| {
+        a.get(JOBS, "team-a", "deploy-abc-build-2").is_some()
+    })
+    .await;
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(api.client(), "team-a");
+    jobs.delete("deploy-abc-build-2", &Default::default())
+        .await
+        .unwrap();
+    let Some(Outcome::Failed { message, .. }) = pending.await.unwrap() else {
+        panic!("the attempt fails")
+    };
+    assert!(message.contains("deleted before it finished"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,8 @@ pub struct Recorded {
 }
 
 type Responder = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+/// Which requests an injected failure answers.
+type Matcher = Arc<dyn Fn(&Recorded) -> bool + Send + Sync>;
 
 #[derive(Default)]
 struct Inner {
@@ -36,6 +38,8 @@ struct Inner {
     log: Vec<Recorded>,
     /// resource → responder for create-only review APIs
     reviews: BTreeMap<String, Responder>,
+    /// Requests to answer with an HTTP status instead: (which, how many more, status).
+    failing: Vec<(Matcher, usize, u16)>,
 }
 
 #[derive(Clone)]
@@ -44,6 +48,8 @@ pub struct FakeApi {
     events: broadcast::Sender<(u64, String, String, Value)>,
     /// Write-held while watches are held: live events wait for a read of it.
     watches: Arc<tokio::sync::RwLock<()>>,
+    /// Told of every request, for [`FakeApi::wait_until`].
+    requested: Arc<tokio::sync::Notify>,
     pub addr: SocketAddr,
 }
 
@@ -139,6 +145,7 @@ impl FakeApi {
             inner: Arc::default(),
             events,
             watches: Arc::default(),
+            requested: Arc::default(),
             addr: "127.0.0.1:0".parse().unwrap(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -151,6 +158,21 @@ impl FakeApi {
     /// Hold every watch's live events (a reflector falling behind) until the guard is dropped.
     pub async fn hold_watches(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         Arc::clone(&self.watches).write_owned().await
+    }
+
+    /// Answer the next `n` requests that `which` picks with HTTP `code` instead of serving them
+    /// (an API server restarting, say).
+    pub fn fail_next(
+        &self,
+        n: usize,
+        code: u16,
+        which: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
+    ) {
+        self.inner
+            .lock()
+            .unwrap()
+            .failing
+            .push((Arc::new(which), n, code));
     }
 
     /// A kube client for this server.
@@ -169,15 +191,22 @@ impl FakeApi {
             .insert(collection.into(), Arc::new(f));
     }
 
-    /// Wait until `pred` holds, re-checking after every change the server makes.
+    /// Wait until `pred` holds, re-checking after every change the server makes and every
+    /// request it gets.
     pub async fn wait_until(&self, what: &str, pred: impl Fn(&FakeApi) -> bool) {
         let mut rx = self.events.subscribe();
         let ok = tokio::time::timeout(super::harness::PATIENCE, async {
             loop {
+                let requested = self.requested.notified();
+                tokio::pin!(requested);
+                requested.as_mut().enable();
                 if pred(self) {
                     return;
                 }
-                let _ = rx.recv().await;
+                tokio::select! {
+                    _ = rx.recv() => {}
+                    () = requested => {}
+                }
             }
         })
         .await;
@@ -299,13 +328,30 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
         .await
         .unwrap_or_default();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    api.inner.lock().unwrap().log.push(Recorded {
+    let seen = Recorded {
         method: method.to_string(),
         path: path.clone(),
         query: query.clone(),
         content_type: content_type.clone(),
         body: body.clone(),
-    });
+    };
+    let injected = {
+        let mut inner = api.inner.lock().unwrap();
+        let hit = inner
+            .failing
+            .iter_mut()
+            .find(|(which, left, _)| *left > 0 && which(&seen));
+        let code = hit.map(|(_, left, code)| {
+            *left -= 1;
+            *code
+        });
+        inner.log.push(seen);
+        code
+    };
+    api.requested.notify_waiters();
+    if let Some(code) = injected {
+        return status(code, "InternalError", "failure injected by the test");
+    }
     let Some((collection, ns, name, sub)) = parse(&path) else {
         return status(404, "NotFound", "no such path");
     };
