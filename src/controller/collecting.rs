@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::Controller;
 use super::queue::Key;
 use super::retiring::{RetireError, retire_tree};
-use crate::api::Run;
+use crate::api::{Run, labels};
 use crate::engine::Event;
+use crate::engine::schedule;
 use crate::telemetry::ErrorKind;
 
 /// Pause before archiving a Run again after the archive failed.
@@ -18,6 +20,39 @@ const ARCHIVE_RETRY: Duration = Duration::from_secs(10);
 const CHILDREN_RETRY: Duration = Duration::from_secs(5);
 
 impl Controller {
+    /// A finished Run the engine keeps for good because a schedule started it (its history
+    /// limits keep such Runs instead of a time to live): when that schedule is gone (removed,
+    /// renamed, or its Workflow deleted), nothing would ever delete it, so its own time to live
+    /// applies. Runs that had finished before the schedule went are the scheduler's to find.
+    pub(super) async fn collect_orphan(&self, k: &Key, run: &Run) {
+        let Some(l) = run.metadata.labels.as_ref() else {
+            return;
+        };
+        let (Some(workflow), Some(name)) = (l.get(labels::WORKFLOW), l.get(labels::SCHEDULE))
+        else {
+            return;
+        };
+        if !schedule::started_by(&self.config.marks, run, workflow, name) {
+            return;
+        }
+        let Some(at) = schedule::orphan_delete_at(run) else {
+            return;
+        };
+        let standing = self
+            .workflows
+            .get(&k.namespace, workflow)
+            .await
+            .is_some_and(|w| w.spec.schedules.iter().any(|s| &s.name == name));
+        if standing {
+            return;
+        }
+        if at <= Timestamp::now() {
+            self.collect(k, run).await;
+        } else {
+            self.queue.add_at(k.clone(), super::work::instant_at(at));
+        }
+    }
+
     /// Delete `decided`, a finished Run whose time to live is over, and the child Runs below
     /// it (they are kept as long as their top-level Run: they are the count that bounds its
     /// tree). It is read again for the archive; a Run that has taken its name since is not it.

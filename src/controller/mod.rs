@@ -304,7 +304,7 @@ impl Controller {
                 Next::Finished { delete_at: Some(t) } => {
                     return self.queue.add_at(k.clone(), instant_at(t));
                 }
-                Next::Finished { delete_at: None } => return,
+                Next::Finished { delete_at: None } => return self.collect_orphan(k, &run).await,
             }
         }
         self.queue.add(k.clone());

@@ -42,6 +42,10 @@ pub struct Scheduler {
     /// The latest time each schedule acted on (started, or given up past `startingDeadline`),
     /// so that such a time is not started later; Runs carry the rest of the state.
     handled: Mutex<HashMap<ScheduleKey, Timestamp>>,
+    /// When to look next for finished Runs of schedules that are gone ([`Self::sweep`]):
+    /// at once after a Workflow changed, then when the first of them is due, at the latest
+    /// after [`SWEEP_EVERY`].
+    sweep_at: Mutex<Option<Timestamp>>,
     /// Where the Runs the history limits let go are archived first.
     archive: Option<Arc<Archiver>>,
     /// Counts a Run kept because the archive failed, as the controller's collection does.
@@ -57,6 +61,9 @@ pub struct Scheduler {
 /// How soon a schedule looks again at a Run its history limit let go that the archive could
 /// not take.
 const ARCHIVE_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
+
+/// How often finished Runs of schedules that are gone are looked for, at the longest.
+const SWEEP_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
 
 /// How soon a schedule whose time waits behind an unfinished Run (`Forbid`) looks again.
 const FORBID_RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
@@ -79,6 +86,7 @@ impl Scheduler {
             marks,
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
+            sweep_at: Mutex::new(None),
             archive: None,
             metrics: None,
         })
@@ -114,7 +122,9 @@ impl Scheduler {
                 .min(MAX_SLEEP);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = changes.changed() => {}
+                // A schedule removed or renamed, or a Workflow deleted, leaves Runs that no
+                // history limit keeps: look for them now.
+                _ = changes.changed() => *self.sweep_at.lock().expect("sweep lock") = None,
                 _ = tokio::time::sleep(sleep) => {}
             }
         }
@@ -122,7 +132,7 @@ impl Scheduler {
 
     /// Act on every schedule of every Ready Workflow; the earliest next time of any.
     pub async fn pass(&self, now: Timestamp) -> Option<Timestamp> {
-        let mut next: Option<Timestamp> = None;
+        let mut next = Some(self.sweep(now).await);
         for ns in self.workflows.namespaces().await {
             for wf in self.workflows.list(&ns).await {
                 if wf.spec.schedules.is_empty() || !wf.is_ready() {
@@ -328,6 +338,65 @@ impl Scheduler {
             }
         }
         tracing::warn!(namespace = %ns, run = %name, "schedule: the replaced run kept changing; the next pass cancels it");
+    }
+
+    /// Delete (archived first, with their children) the finished Runs of schedules that are
+    /// gone whose time to live is over, when a look is due; when to look next.
+    async fn sweep(&self, now: Timestamp) -> Timestamp {
+        let due = *self.sweep_at.lock().expect("sweep lock");
+        if let Some(at) = due
+            && at > now
+        {
+            return at;
+        }
+        let mut next = now + SWEEP_EVERY;
+        let runs = match self.store.list(None, &BTreeMap::new()).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "schedules: cannot list runs to find those of schedules that are gone");
+                return next;
+            }
+        };
+        for run in &runs {
+            let Some(l) = run.metadata.labels.as_ref() else {
+                continue;
+            };
+            let (Some(workflow), Some(name)) = (l.get(labels::WORKFLOW), l.get(labels::SCHEDULE))
+            else {
+                continue;
+            };
+            let Some(at) = schedule::orphan_delete_at(run) else {
+                continue;
+            };
+            if !self.started(run, workflow, name) || self.still_has(run, workflow, name).await {
+                continue;
+            }
+            if at > now {
+                next = next.min(at);
+                continue;
+            }
+            match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
+                Ok(()) => {
+                    tracing::info!(run = ?run.metadata.name, schedule = %name, "a run of a schedule that is gone removed after its time to live");
+                }
+                Err(e) => {
+                    tracing::warn!(run = ?run.metadata.name, error = %e, "schedules: a run of a schedule that is gone is kept for now");
+                    next = next.min(now + ARCHIVE_RETRY);
+                }
+            }
+        }
+        *self.sweep_at.lock().expect("sweep lock") = Some(next);
+        next
+    }
+
+    /// Whether `workflow` (of `run`'s namespace) still has schedule `name`, Ready or not: a
+    /// Workflow edited into an invalid state keeps its schedules' history.
+    async fn still_has(&self, run: &Run, workflow: &str, name: &str) -> bool {
+        let ns = run.metadata.namespace.as_deref().unwrap_or_default();
+        self.workflows
+            .get(ns, workflow)
+            .await
+            .is_some_and(|w| w.spec.schedules.iter().any(|s| s.name == name))
     }
 
     /// Let the oldest finished Runs go past the history limits; whether one was kept because

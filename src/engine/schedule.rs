@@ -410,6 +410,26 @@ pub fn mark_of(run: &Run) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// When a finished Run of a schedule that is gone (removed or renamed, or its Workflow
+/// deleted) is deleted: no history limit keeps it any more, so its time to live does, read
+/// from its own snapshot and counted from its end as for any Run. `None` keeps it: it has not
+/// finished, still owes cleanups, or its Workflow set no `ttlAfterFinished`.
+pub fn orphan_delete_at(run: &Run) -> Option<Timestamp> {
+    let st = run.status.as_ref()?;
+    if !st.phase.is_terminal() || !st.cleanups.is_empty() {
+        return None;
+    }
+    let ttl = st
+        .workflow
+        .as_ref()?
+        .get("execution")?
+        .get("ttlAfterFinished")?
+        .as_str()?;
+    let ttl = duration::parse(ttl).ok()?;
+    let finished: Timestamp = st.finished_at.as_deref()?.parse().ok()?;
+    Some(finished + ttl)
+}
+
 /// The schedule time a scheduled Run was started for.
 pub fn scheduled_for(run: &Run) -> Option<Timestamp> {
     run.metadata

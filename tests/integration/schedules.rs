@@ -324,3 +324,68 @@ async fn a_run_the_history_limit_removes_takes_its_child_runs_with_it() {
     assert!(left.is_empty(), "{child} and its like are gone: {left:?}");
     assert!(mcp.store().get("team-a", &child).await.unwrap().is_none());
 }
+
+const ROTATING: &str = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: rotate, namespace: NS }
+spec:
+  tool: { description: "Ends at once; kept a second once finished, unless a schedule keeps it." }
+  execution: { ttlAfterFinished: 1s }
+  steps: [ { name: work, delay: { duration: 10ms } } ]
+  schedules:
+    - { name: old-name, cron: "* * * * * *", successfulRunsHistoryLimit: 10 }
+"#;
+
+/// Succeeded Runs of schedule `schedule` in the store now.
+async fn succeeded_of(mcp: &Mcp, schedule: &str) -> Vec<Run> {
+    mcp.store()
+        .list(Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (*r).clone())
+        .filter(|r| of_schedule(r, schedule) && r.phase() == RunPhase::Succeeded)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_of_a_schedule_that_is_gone_are_kept_by_their_time_to_live() {
+    let mcp = Mcp::start(&[("wf.yaml", ROTATING)]).await;
+    // While the schedule stands, its history limit keeps its Runs, not their time to live:
+    // the first one outlives its second by far.
+    let first = follow(&mcp, "old-name", "a run finished", |evs| {
+        evs.iter().any(|e| e.run().phase() == RunPhase::Succeeded)
+    })
+    .await;
+    let first = first
+        .iter()
+        .find(|e| e.run().phase() == RunPhase::Succeeded)
+        .and_then(|e| e.run().metadata.name.clone())
+        .unwrap();
+    follow(&mcp, "old-name", "three more runs", |evs| {
+        created(evs).len() >= 3
+    })
+    .await;
+    assert!(mcp.store().get("team-a", &first).await.unwrap().is_some());
+    // The schedule is renamed: nothing keeps the old name's Runs but their time to live.
+    let renamed = ROTATING
+        .replace("namespace: NS", "namespace: team-a")
+        .replace("old-name", "new-name");
+    std::fs::write(mcp.dir.path().join("workflows/wf.yaml"), renamed).unwrap();
+    assert!(mcp.server.as_ref().unwrap().workflows.reload());
+    let store = mcp.store();
+    let mut watch = store.watch(None);
+    tokio::time::timeout(PATIENCE, async {
+        while !succeeded_of(&mcp, "old-name").await.is_empty() {
+            watch.next().await;
+        }
+    })
+    .await
+    .expect("the old schedule's finished Runs are deleted");
+    // The new name's Runs are kept by its history limit as before.
+    follow(&mcp, "new-name", "a run of the new name", |evs| {
+        evs.iter().any(|e| e.run().phase() == RunPhase::Succeeded)
+    })
+    .await;
+}
