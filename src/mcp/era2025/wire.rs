@@ -131,13 +131,16 @@ pub(crate) fn task(run: &Run, live: Option<&WorkflowSpec>) -> Value {
 }
 
 /// The `CreateTaskResult` of a task-augmented `tools/call`: the task as it begins, `working`
-/// (2025-11-25 has every task begin there), even when the Run got further before the answer
-/// (a call that found its Run by idempotency key, a Run that asked at once); `tasks/get`
-/// shows where it is.
+/// with no message and no `ttl` (2025-11-25 has every task begin there), even when the Run got
+/// further before the answer (a call that found its Run by idempotency key, a Run that asked
+/// at once); `tasks/get` shows where it is.
 pub(crate) fn created(run: &Run, live: Option<&WorkflowSpec>) -> Value {
     let view = projection::view(run, live);
     let mut task = OldTask::of(&view);
+    // As it begins: no message of a later state, and no expiry (it has not ended).
     task.status = &TaskStatus::Working;
+    task.status_message = None;
+    task.ttl = None;
     json!({ "task": task })
 }
 

@@ -659,6 +659,8 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
     // Every task of this revision begins `working`, even one found already done; `tasks/get`
     // tells where it is.
     assert_eq!(again["task"]["status"], "working", "{again}");
+    assert!(again["task"]["ttl"].is_null(), "{again}");
+    assert!(again["task"].get("statusMessage").is_none(), "{again}");
     assert_eq!(
         alice.result("tasks/get", json!({"taskId": first})).await["status"],
         "completed"
