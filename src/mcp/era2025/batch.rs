@@ -17,6 +17,11 @@ use crate::protocol::{HEADER_SESSION_ID, METHOD_INITIALIZE, codes};
 /// The one revision whose sessions may send batches (2025-06-18 removed them).
 pub(crate) const BATCH_REVISION: &str = "2025-03-26";
 
+/// The most messages one batch may carry. A batch takes one of its caller's request shares,
+/// however many calls it holds; this bounds what one HTTP request can set going (Runs, held
+/// streams, answers kept until the last member is served).
+pub(crate) const MAX_BATCH: usize = 16;
+
 /// The largest whole-JSON answer read back to be put in the array; every answer this era
 /// makes as a whole response (not a stream) is far smaller.
 const MAX_ANSWER_BYTES: usize = 16 << 20;
@@ -50,12 +55,16 @@ pub(crate) async fn serve_batch(
             &why,
         );
     }
-    if items.is_empty() {
+    if items.is_empty() || items.len() > MAX_BATCH {
+        let why = format!(
+            "a batch carries 1 to {MAX_BATCH} messages, not {}",
+            items.len()
+        );
         return rpc_error(
             StatusCode::BAD_REQUEST,
             Value::Null,
             codes::INVALID_REQUEST,
-            "an empty batch",
+            &why,
         );
     }
     let mut answers = Vec::new();
@@ -104,6 +113,9 @@ enum Answer {
 }
 
 impl Answer {
+    /// What `resp` carries. A whole JSON body is read here, before the batch's answer goes
+    /// out: no such body is a task handed over (a `CreateTaskResult`, whose delivery the
+    /// client's leaving would undo), since 2025-03-26 sessions have no tasks.
     async fn of(resp: Response) -> Self {
         if resp.status() == StatusCode::ACCEPTED {
             return Self::Nothing;

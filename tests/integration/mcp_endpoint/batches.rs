@@ -144,10 +144,24 @@ async fn each_bad_member_of_a_batch_gets_its_own_error_and_the_rest_are_served()
     }
     assert_eq!(by_id(&answers, &json!(9))["error"]["code"], -32601);
 
-    // An empty batch is one invalid request.
+    // An empty batch is one invalid request, and so is one of more than 16 messages (a batch
+    // takes one of the caller's request shares): nothing of it is served.
     let (status, _, answers) = post(&c, json!([])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(answers[0]["error"]["code"], -32600, "{answers:?}");
+    let calls: Vec<Value> = (0..17)
+        .map(|i| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": "steps", "arguments": {}}})
+        })
+        .collect();
+    let (status, _, answers) = post(&c, Value::Array(calls)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(answers[0]["error"]["code"], -32600, "{answers:?}");
+    let runs = runway::store::RunStore::list(s.store(), None, &Default::default())
+        .await
+        .unwrap();
+    assert!(runs.is_empty(), "nothing was started: {runs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
