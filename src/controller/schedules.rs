@@ -31,6 +31,9 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// Where a schedule lives: namespace, Workflow, schedule name.
 type ScheduleKey = (String, String, String);
 
+/// The schedules each Workflow (namespace, name) lists, as one sweep has read them.
+type Known = HashMap<(String, String), Vec<String>>;
+
 /// Starts scheduled Runs.
 pub struct Scheduler {
     store: Arc<dyn RunStore>,
@@ -46,6 +49,9 @@ pub struct Scheduler {
     /// at once after a Workflow changed, then when the first of them is due, at the latest
     /// after [`SWEEP_EVERY`].
     sweep_at: Mutex<Option<Timestamp>>,
+    /// When the last sweep was: Workflow changes bring the next one forward, to no sooner than
+    /// [`SWEEP_GAP`] after it.
+    swept_at: Mutex<Option<Timestamp>>,
     /// Where the Runs the history limits let go are archived first.
     archive: Option<Arc<Archiver>>,
     /// Counts a Run kept because the archive failed, as the controller's collection does.
@@ -64,6 +70,10 @@ const ARCHIVE_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
 
 /// How often finished Runs of schedules that are gone are looked for, at the longest.
 const SWEEP_EVERY: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
+
+/// The shortest time between two sweeps, however often Workflows change (status writes
+/// included): each sweep reads every Run in the store.
+const SWEEP_GAP: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
 
 /// How soon a schedule whose time waits behind an unfinished Run (`Forbid`) looks again.
 const FORBID_RECHECK: jiff::SignedDuration = jiff::SignedDuration::from_secs(1);
@@ -87,6 +97,7 @@ impl Scheduler {
             first_seen: Mutex::new(HashMap::new()),
             handled: Mutex::new(HashMap::new()),
             sweep_at: Mutex::new(None),
+            swept_at: Mutex::new(None),
             archive: None,
             metrics: None,
         })
@@ -124,7 +135,7 @@ impl Scheduler {
                 _ = shutdown.cancelled() => return,
                 // A schedule removed or renamed, or a Workflow deleted, leaves Runs that no
                 // history limit keeps: look for them now.
-                _ = changes.changed() => *self.sweep_at.lock().expect("sweep lock") = None,
+                _ = changes.changed() => self.sweep_soon(),
                 _ = tokio::time::sleep(sleep) => {}
             }
         }
@@ -350,6 +361,7 @@ impl Scheduler {
             return at;
         }
         let mut next = now + SWEEP_EVERY;
+        let mut known = Known::new();
         let runs = match self.store.list(None, &BTreeMap::new()).await {
             Ok(r) => r,
             Err(e) => {
@@ -368,35 +380,88 @@ impl Scheduler {
             let Some(at) = schedule::orphan_delete_at(run) else {
                 continue;
             };
-            if !self.started(run, workflow, name) || self.still_has(run, workflow, name).await {
+            if !self.started(run, workflow, name)
+                || self.still_has(&mut known, run, workflow, name).await
+            {
                 continue;
             }
             if at > now {
                 next = next.min(at);
                 continue;
             }
-            match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
-                Ok(()) => {
-                    tracing::info!(run = ?run.metadata.name, schedule = %name, "a run of a schedule that is gone removed after its time to live");
-                }
-                Err(e) => {
-                    tracing::warn!(run = ?run.metadata.name, error = %e, "schedules: a run of a schedule that is gone is kept for now");
-                    next = next.min(now + ARCHIVE_RETRY);
-                }
+            if self.let_go(run, "time to live, its schedule gone").await {
+                next = next.min(now + ARCHIVE_RETRY);
             }
         }
         *self.sweep_at.lock().expect("sweep lock") = Some(next);
+        *self.swept_at.lock().expect("sweep lock") = Some(now);
         next
     }
 
-    /// Whether `workflow` (of `run`'s namespace) still has schedule `name`, Ready or not: a
-    /// Workflow edited into an invalid state keeps its schedules' history.
-    async fn still_has(&self, run: &Run, workflow: &str, name: &str) -> bool {
+    /// Archive and delete `run` with the child Runs below it (`why` says what let it go);
+    /// whether it was kept because the archive could not take it, which is reported as the
+    /// controller's collection reports it. Kept otherwise (children still running, the store
+    /// failing), it is tried again on a later pass.
+    async fn let_go(&self, run: &Run, why: &str) -> bool {
+        let (ns, name) = (&run.metadata.namespace, &run.metadata.name);
+        match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
+            Ok(()) => {
+                tracing::info!(namespace = ?ns, run = ?name, why, "scheduled run removed");
+                false
+            }
+            Err(RetireError::Archive { run, name, source }) => {
+                tracing::error!(namespace = ?ns, run = %name, error = %source, "schedule: an old run is kept until it can be archived");
+                if let Some(m) = &self.metrics {
+                    m.reconcile_error(crate::telemetry::ErrorKind::Archive);
+                }
+                let event = Event {
+                    reason: event_reasons::ARCHIVE_FAILED,
+                    message: format!("not deleted yet: {source}"),
+                    warning: true,
+                };
+                self.events.record(&run, &event);
+                true
+            }
+            Err(e @ RetireError::Unfinished(_)) => {
+                tracing::debug!(namespace = ?ns, run = ?name, reason = %e, "schedule: an old run is kept until its children have finished");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(namespace = ?ns, run = ?name, error = %e, "schedule: cannot delete old run");
+                false
+            }
+        }
+    }
+
+    /// Bring the next sweep forward (a Workflow changed: a schedule may be gone), to no sooner
+    /// than [`SWEEP_GAP`] after the last.
+    fn sweep_soon(&self) {
+        let earliest = self
+            .swept_at
+            .lock()
+            .expect("sweep lock")
+            .map(|t| t + SWEEP_GAP);
+        let mut at = self.sweep_at.lock().expect("sweep lock");
+        *at = match (*at, earliest) {
+            (Some(due), Some(e)) => Some(due.min(e)),
+            (_, e) => e,
+        };
+    }
+
+    /// Whether `workflow` (of `run`'s namespace) still lists schedule `name`, Ready or not (a
+    /// Workflow edited into an invalid state keeps its schedules' history). Each Workflow is
+    /// read once per sweep, into `known`.
+    async fn still_has(&self, known: &mut Known, run: &Run, workflow: &str, name: &str) -> bool {
         let ns = run.metadata.namespace.as_deref().unwrap_or_default();
-        self.workflows
-            .get(ns, workflow)
-            .await
-            .is_some_and(|w| w.spec.schedules.iter().any(|s| s.name == name))
+        let key = (ns.to_owned(), workflow.to_owned());
+        if !known.contains_key(&key) {
+            let names = match self.workflows.get(ns, workflow).await {
+                Some(w) => w.spec.schedules.iter().map(|s| s.name.clone()).collect(),
+                None => Vec::new(),
+            };
+            known.insert(key.clone(), names);
+        }
+        known[&key].iter().any(|s| s == name)
     }
 
     /// Let the oldest finished Runs go past the history limits; whether one was kept because
@@ -429,32 +494,8 @@ impl Scheduler {
             else {
                 continue;
             };
-            // With the child Runs below it, as its time to live would have; what is kept
-            // (not archived yet, or the store failed) is tried again on the next pass.
-            match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
-                Ok(()) => {
-                    tracing::info!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run removed by the history limit");
-                }
-                Err(RetireError::Archive { run, name, source }) => {
-                    tracing::error!(namespace = %ns, run = %name, error = %source, "schedule: an old run is kept until it can be archived");
-                    if let Some(m) = &self.metrics {
-                        m.reconcile_error(crate::telemetry::ErrorKind::Archive);
-                    }
-                    let event = Event {
-                        reason: event_reasons::ARCHIVE_FAILED,
-                        message: format!("not deleted yet: {source}"),
-                        warning: true,
-                    };
-                    self.events.record(&run, &event);
-                    kept = true;
-                }
-                Err(e @ RetireError::Unfinished(_)) => {
-                    tracing::debug!(namespace = %ns, run = %name, reason = %e, "schedule: an old run is kept until its children have finished");
-                }
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot delete old run")
-                }
-            }
+            kept |= self.let_go(run, "history limit").await;
+            tracing::debug!(namespace = %ns, run = %name, schedule = %spec.name, "scheduled run let go by the history limit");
         }
         kept
     }
