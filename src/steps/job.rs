@@ -239,7 +239,7 @@ impl JobExecutor {
     /// The output of the succeeded `job`: the termination message of the first container of
     /// its pod that succeeded (not one of a failed attempt's pods, not a sidecar's). Only pods
     /// the Job controls are read; a failed list is tried again.
-    async fn output(&self, ns: &str, job: &Job) -> Value {
+    async fn output(&self, ns: &str, job: &Job) -> Result<Value, String> {
         let name = job.metadata.name.as_deref().unwrap_or_default();
         let uid = job.metadata.uid.as_deref().unwrap_or_default();
         let first = job
@@ -252,9 +252,9 @@ impl JobExecutor {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"));
         let list = again(&format!("the pods of job {name}"), || async {
-            pods.list(&params).await.map_err(|e| e.to_string())
+            Ok(pods.list(&params).await?)
         })
-        .await;
+        .await?;
         let message = list.items.into_iter().find_map(|p| {
             if !controlled_by(p.metadata.owner_references.as_ref(), uid) {
                 return None;
@@ -271,10 +271,10 @@ impl JobExecutor {
                 .terminated?
                 .message
         });
-        match message {
+        Ok(match message {
             Some(m) => serde_json::from_str(&m).unwrap_or(Value::String(m)),
             None => Value::Null,
-        }
+        })
     }
 
     async fn run_job(
@@ -295,24 +295,36 @@ impl JobExecutor {
             return Some(failed);
         }
         let ended = async {
-            let job = until_finished(&api, job_name).await;
+            let job = until_finished(&api, job_name).await?;
             let output = match job.as_ref() {
-                Some(j) if finished(j) == Some(true) => Some(self.output(&ns, j).await),
+                Some(j) if finished(j) == Some(true) => Some(self.output(&ns, j).await?),
                 _ => None,
             };
-            (job, output)
+            Ok::<_, String>((job, output))
         };
         let timeout = left.unwrap_or(Duration::MAX);
         let done = tokio::select! {
             _ = cancel.cancelled() => return None,
             r = tokio::time::timeout(timeout, ended) => r,
         };
-        let Ok((job, output)) = done else {
-            return Some(Outcome::Failed {
-                detail: None,
-                class: ErrorClass::Timeout,
-                message: format!("job {job_name} timed out"),
-            });
+        let (job, output) = match done {
+            Ok(Ok(ended)) => ended,
+            // A refusal that will not pass (the operator's rights, say): the Job is left to
+            // its Run (a retry finds it by name) and the step says why.
+            Ok(Err(refused)) => {
+                return Some(Outcome::Failed {
+                    detail: None,
+                    class: ErrorClass::ClientError,
+                    message: refused,
+                });
+            }
+            Err(_) => {
+                return Some(Outcome::Failed {
+                    detail: None,
+                    class: ErrorClass::Timeout,
+                    message: format!("job {job_name} timed out"),
+                });
+            }
         };
         if let Some(output) = output {
             return Some(Outcome::Succeeded(output));
@@ -339,21 +351,71 @@ impl JobExecutor {
 const AGAIN_FIRST: Duration = Duration::from_secs(1);
 const AGAIN_MAX: Duration = Duration::from_secs(30);
 
-/// `read` until it succeeds, pausing longer each time it fails. The reads of a Job already
-/// running are retried rather than failed: failing the step would delete a Job that runs on
-/// fine (an API server restarting, a watch expired with 410), and its retry would start the
-/// work again. The step's timeout and the Run's deadline bound the wait.
-async fn again<T, F, Fut>(what: &str, mut read: F) -> T
+/// A failed read of a Job or its pods: what went wrong, and whether it may pass.
+struct ReadError {
+    message: String,
+    transient: bool,
+}
+
+/// Whether an API status may pass: the API server restarting or overloaded (5xx, 429), a
+/// watch expired (410). A refusal (403: the operator's rights; 404; 400) will not.
+fn passing(code: u16) -> bool {
+    code >= 500 || code == 410 || code == 429
+}
+
+/// Whether a client error may pass: an API status that may, or the connection (refused,
+/// reset, timed out).
+fn client_passing(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => passing(s.code),
+        _ => true,
+    }
+}
+
+impl From<kube::Error> for ReadError {
+    fn from(e: kube::Error) -> Self {
+        Self {
+            transient: client_passing(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<kube::runtime::wait::Error> for ReadError {
+    fn from(e: kube::runtime::wait::Error) -> Self {
+        use kube::runtime::watcher::Error as W;
+        let kube::runtime::wait::Error::ProbeFailed(w) = &e;
+        let transient = match w {
+            W::InitialListFailed(k) | W::WatchStartFailed(k) | W::WatchFailed(k) => {
+                client_passing(k)
+            }
+            W::WatchError(s) => passing(s.code),
+            W::NoResourceVersion => false,
+        };
+        Self {
+            message: e.to_string(),
+            transient,
+        }
+    }
+}
+
+/// `read` until it succeeds, pausing longer each time it fails for a reason that may pass;
+/// the error of one that will not. The reads of a Job already running are retried rather
+/// than failed: failing the step would delete a Job that runs on fine (an API server
+/// restarting, a watch expired with 410), and its retry would start the work again. The
+/// step's timeout and the Run's deadline bound the wait.
+async fn again<T, F, Fut>(what: &str, mut read: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
+    Fut: Future<Output = Result<T, ReadError>>,
 {
     let mut pause = AGAIN_FIRST;
     loop {
         match read().await {
-            Ok(v) => return v,
+            Ok(v) => return Ok(v),
+            Err(e) if !e.transient => return Err(format!("reading {what}: {}", e.message)),
             Err(e) => {
-                tracing::debug!(error = %e, "reading {what} failed; trying again");
+                tracing::warn!(error = %e.message, "reading {what} failed; trying again in {pause:?}");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(AGAIN_MAX);
             }
@@ -363,13 +425,11 @@ where
 
 /// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
 /// will never finish).
-async fn until_finished(api: &Api<Job>, name: &str) -> Option<Job> {
+async fn until_finished(api: &Api<Job>, name: &str) -> Result<Option<Job>, String> {
     let what = format!("job {name}");
     again(&what, || async {
         let done = |j: Option<&Job>| j.is_none_or(|j| finished(j).is_some());
-        await_condition(api.clone(), name, done)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(await_condition(api.clone(), name, done).await?)
     })
     .await
 }

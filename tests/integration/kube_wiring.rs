@@ -289,6 +289,31 @@ async fn a_broken_watch_is_watched_again_and_a_deleted_job_fails_the_attempt() {
         panic!("the attempt fails")
     };
     assert!(message.contains("deleted before it finished"), "{message}");
+
+    // A refusal that will not pass (the operator lost its rights to watch Jobs) fails the
+    // attempt at once, saying why, and leaves the Job alone.
+    api.fail_next(1, 403, |r| {
+        r.method == "GET" && r.path.ends_with("/jobs") && r.query.contains_key("fieldSelector")
+    });
+    let third = Effect {
+        attempt: 3,
+        action: Action::Job {
+            step: serde_json::from_value(json!({"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}})).unwrap(),
+            job_name: "deploy-abc-build-3".into(),
+            env: vec![],
+        },
+        ..job_effect(60)
+    };
+    let out = exec.execute(&run, &third, CancellationToken::new()).await;
+    let Some(Outcome::Failed { class, message, .. }) = out else {
+        panic!("the attempt fails: {out:?}")
+    };
+    assert_eq!(class, runway::api::ErrorClass::ClientError);
+    assert!(
+        message.contains("reading job deploy-abc-build-3"),
+        "{message}"
+    );
+    assert!(api.get(JOBS, "team-a", "deploy-abc-build-3").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
