@@ -256,6 +256,17 @@ impl Mcp {
     ) -> runway::api::Run {
         super::harness::wait_for_in(self.store(), "team-a", task, what, pred).await
     }
+
+    /// Wait until Run `task` ends, and check it ended cancelled because the client that held
+    /// its call went away.
+    pub async fn cancelled_as_left(&self, task: &str) {
+        let run = self.wait(task, "ended", |r| r.phase().is_terminal()).await;
+        assert_eq!(run.phase(), runway::api::RunPhase::Cancelled, "{task}");
+        assert_eq!(
+            run.spec.cancel.unwrap().reason.as_deref(),
+            Some("mcp-request-cancelled")
+        );
+    }
 }
 
 #[derive(Clone)]
@@ -631,17 +642,23 @@ impl Old {
             .json(body)
     }
 
-    /// Send a request; the status and every message of the answer.
-    pub async fn rpc(&self, method: &str, params: Value) -> (StatusCode, Vec<Value>) {
-        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        let resp = self.post(&body).send().await.unwrap();
+    /// POST `body` (a message or a batch); the status, content type and text of the answer.
+    pub async fn exchange(&self, body: &Value) -> (StatusCode, String, String) {
+        let resp = self.post(body).send().await.unwrap();
         let status = resp.status();
         let ct = resp
             .headers()
             .get("content-type")
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
-        (status, parse_body(&ct, &resp.text().await.unwrap()))
+        (status, ct, resp.text().await.unwrap())
+    }
+
+    /// Send a request; the status and every message of the answer.
+    pub async fn rpc(&self, method: &str, params: Value) -> (StatusCode, Vec<Value>) {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let (status, ct, text) = self.exchange(&body).await;
+        (status, parse_body(&ct, &text))
     }
 
     pub async fn result(&self, method: &str, params: Value) -> Value {

@@ -2,7 +2,6 @@
 //! accept them); every other session, and 2026-07-28 requests, are refused with nothing served.
 
 use reqwest::StatusCode;
-use runway::api::RunPhase;
 use serde_json::{Value, json};
 
 use super::support::mcp::{Mcp, Old, TASK_WORKFLOWS, parse_body};
@@ -28,14 +27,7 @@ async fn server() -> Mcp {
 /// POST `body`: the status, the content type and every message of the answer (a JSON array's
 /// members one by one).
 async fn post(c: &Old, body: Value) -> (StatusCode, String, Vec<Value>) {
-    let resp = c.post(&body).send().await.unwrap();
-    let status = resp.status();
-    let ct = resp
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let text = resp.text().await.unwrap();
+    let (status, ct, text) = c.exchange(&body).await;
     let messages = match serde_json::from_str::<Value>(&text) {
         Ok(Value::Array(all)) => all,
         _ => parse_body(&ct, &text),
@@ -232,12 +224,5 @@ async fn a_client_that_leaves_a_batch_with_a_held_call_cancels_that_run() {
         .unwrap();
     let held = runs[0].metadata.name.clone().unwrap();
     drop(events);
-    let run = s
-        .wait(&held, "cancelled", |r| r.phase().is_terminal())
-        .await;
-    assert_eq!(run.phase(), RunPhase::Cancelled);
-    assert_eq!(
-        run.spec.cancel.unwrap().reason.as_deref(),
-        Some("mcp-request-cancelled")
-    );
+    s.cancelled_as_left(&held).await;
 }

@@ -153,12 +153,7 @@ async fn a_cut_after_progress_but_before_the_answer_cancels_the_run() {
     )
     .await;
     let name = only_run(&s, "pause").await.metadata.name.unwrap();
-    let run = s.wait(&name, "finished", |r| r.phase().is_terminal()).await;
-    assert_eq!(run.phase(), RunPhase::Cancelled);
-    assert_eq!(
-        run.spec.cancel.unwrap().reason.as_deref(),
-        Some("mcp-request-cancelled")
-    );
+    s.cancelled_as_left(&name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,12 +211,7 @@ async fn an_mrtr_retry_owns_its_run_until_its_own_answer_has_left() {
     let round = first_round(&s, "ask-then-wait").await;
     cut_call(&s, PROGRESS, retry("ask-then-wait", &round)).await;
     let name = only_run(&s, "ask-then-wait").await.metadata.name.unwrap();
-    let run = s.wait(&name, "finished", |r| r.phase().is_terminal()).await;
-    assert_eq!(run.phase(), RunPhase::Cancelled);
-    assert_eq!(
-        run.spec.cancel.unwrap().reason.as_deref(),
-        Some("mcp-request-cancelled")
-    );
+    s.cancelled_as_left(&name).await;
 
     // Cut right after the retry's own answer (the next question): the Run goes on.
     let round = first_round(&s, "two-asks").await;
