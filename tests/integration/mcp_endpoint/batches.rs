@@ -4,24 +4,11 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use super::era2025::WORKFLOWS;
 use super::support::mcp::{Mcp, Old, TASK_WORKFLOWS, parse_body};
 
-const STEPS: &str = r#"
-apiVersion: runway.dev/v1alpha1
-kind: Workflow
-metadata: { name: steps, namespace: NS }
-spec:
-  tool: { description: Three short steps. }
-  execution: { mode: sync }
-  steps:
-    - { name: one, delay: { duration: 20ms } }
-    - { name: two, delay: { duration: 20ms } }
-    - { name: three, delay: { duration: 20ms } }
-  result: { content: [ { type: text, text: "done" } ] }
-"#;
-
 async fn server() -> Mcp {
-    Mcp::start(&[("steps.yaml", STEPS), ("tasks.yaml", TASK_WORKFLOWS)]).await
+    Mcp::start(&[("era.yaml", WORKFLOWS), ("tasks.yaml", TASK_WORKFLOWS)]).await
 }
 
 /// POST `body`: the status, the content type and every message of the answer (a JSON array's

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 use super::support::mcp::{Mcp, Old, TASK_WORKFLOWS, initialize};
 
-const WORKFLOWS: &str = r#"
+/// Workflows of the 2025-era tests (for namespace `NS`): `steps`, `ask-name`, `pause`,
+/// `only-task`, and two that declare `outputSchema`.
+pub(super) const WORKFLOWS: &str = r#"
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
 metadata: { name: steps, namespace: NS }
