@@ -20,6 +20,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::compact::Compactor;
+use super::overlay::{is_gone, overlay};
 use super::recent::{Known, Recent, rv_num};
 use super::{RunStore, StoreError, WatchEvent, labels_match};
 use crate::api::Run;
@@ -162,12 +163,6 @@ fn spec_patch(run: &Run) -> Result<json_patch::Patch, StoreError> {
         ops.push(json!({"op": "add", "path": format!("/spec/{field}"), "value": value}));
     }
     serde_json::from_value(Value::Array(ops)).map_err(|e| StoreError::Invalid(e.to_string()))
-}
-
-/// Whether the reflector's copy `r` of `k` is of a Run deleted moments ago (`gone`, by uid).
-fn is_gone(gone: &HashMap<Key, String>, k: &Key, r: &Run) -> bool {
-    gone.get(k)
-        .is_some_and(|uid| r.metadata.uid.as_ref() == Some(uid))
 }
 
 /// What one event of the API server's watch means for the watchers of Runs.
@@ -353,28 +348,8 @@ impl RunStore for KubeStore {
         // this read is in the next. The other way round, a Run created here could miss both.
         let own = self.own_writes();
         let gone = self.own.gone();
-        let mut all: HashMap<Key, Arc<Run>> = HashMap::new();
-        for r in self.runs.state().into_iter().filter(|r| wanted(r)) {
-            let k = key_of(&r)?;
-            if !is_gone(&gone, &k, &r) {
-                all.insert(k, r);
-            }
-        }
-        // Own writes the reflector has not caught up with yet (newer resourceVersion wins).
-        for r in own {
-            let k = key_of(&r)?;
-            let cached = self.runs.get(&ObjectRef::new(&k.name).within(&k.namespace));
-            let newer =
-                cached.is_none_or(|c| rv_num(&c).zip(rv_num(&r)).is_some_and(|(a, b)| b > a));
-            if newer {
-                // The write may have changed the labels: it replaces the cached version either way.
-                all.remove(&k);
-                if wanted(&r) {
-                    all.insert(k, r);
-                }
-            }
-        }
-        Ok(all.into_values().collect())
+        let cached_now = |k: &Key| self.runs.get(&ObjectRef::new(&k.name).within(&k.namespace));
+        overlay(self.runs.state(), own, &gone, wanted, cached_now)
     }
 
     async fn update(&self, run: Run) -> Result<Run, StoreError> {

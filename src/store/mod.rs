@@ -14,6 +14,7 @@ mod manifest_files;
 pub mod manifests;
 
 mod ordered;
+mod overlay;
 mod recent;
 pub mod sqlite;
 
