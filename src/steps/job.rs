@@ -251,7 +251,7 @@ impl JobExecutor {
             .unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let params = ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}"));
-        let list = again(&format!("the pods of job {name}"), || async {
+        let list = again(&format!("reading the pods of job {name}"), || async {
             Ok(pods.list(&params).await?)
         })
         .await?;
@@ -346,12 +346,12 @@ impl JobExecutor {
     }
 }
 
-/// How long a broken read of a Job or its pods waits before it is tried again, at first and
-/// at most.
+/// How long a failed call about a Job or its pods waits before it is tried again, at first
+/// and at most.
 const AGAIN_FIRST: Duration = Duration::from_secs(1);
 const AGAIN_MAX: Duration = Duration::from_secs(30);
 
-/// A failed read of a Job or its pods: what went wrong, and whether it may pass.
+/// A failed call about a Job or its pods: what went wrong, and whether it may pass.
 struct ReadError {
     message: String,
     transient: bool,
@@ -399,11 +399,11 @@ impl From<kube::runtime::wait::Error> for ReadError {
     }
 }
 
-/// `read` until it succeeds, pausing longer each time it fails for a reason that may pass;
-/// the error of one that will not. The reads of a Job already running are retried rather
-/// than failed: failing the step would delete a Job that runs on fine (an API server
-/// restarting, a watch expired with 410), and its retry would start the work again. The
-/// step's timeout and the Run's deadline bound the wait.
+/// `read` (`what` says what it does) until it succeeds, pausing longer each time it fails for a
+/// reason that may pass; the error of one that will not. The reads of a Job already running
+/// are retried rather than failed: failing the step would delete a Job that runs on fine (an
+/// API server restarting, a watch expired with 410), and its retry would start the work
+/// again. The step's timeout and the Run's deadline bound the wait.
 async fn again<T, F, Fut>(what: &str, mut read: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
@@ -413,9 +413,9 @@ where
     loop {
         match read().await {
             Ok(v) => return Ok(v),
-            Err(e) if !e.transient => return Err(format!("reading {what}: {}", e.message)),
+            Err(e) if !e.transient => return Err(format!("{what}: {}", e.message)),
             Err(e) => {
-                tracing::warn!(error = %e.message, "reading {what} failed; trying again in {pause:?}");
+                tracing::warn!(error = %e.message, "{what} failed; trying again in {pause:?}");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(AGAIN_MAX);
             }
@@ -423,10 +423,24 @@ where
     }
 }
 
+/// Delete Job `name` and, in the background, its pods; already gone counts as deleted. A
+/// refusal that may pass is tried again (the cleanup's deadline bounds it): a Job left behind
+/// runs its containers on until its Run is deleted.
+async fn delete_job(api: &Api<Job>, name: &str) -> Result<(), String> {
+    again(&format!("deleting job {name}"), || async {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(ReadError::from(e)),
+        }
+    })
+    .await
+}
+
 /// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
 /// will never finish).
 async fn until_finished(api: &Api<Job>, name: &str) -> Result<Option<Job>, String> {
-    let what = format!("job {name}");
+    let what = format!("reading job {name}");
     again(&what, || async {
         let done = |j: Option<&Job>| j.is_none_or(|j| finished(j).is_some());
         Ok(await_condition(api.clone(), name, done).await?)
@@ -454,17 +468,22 @@ impl Executor for JobExecutor {
                 };
                 let ns = run.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-                match api.delete(name, &DeleteParams::background()).await {
-                    Ok(_) => Some(Outcome::Succeeded(json!({"deleted": name}))),
-                    Err(kube::Error::Api(s)) if s.code == 404 => {
-                        Some(Outcome::Succeeded(json!({"deleted": name})))
+                let deleting = async {
+                    match delete_job(&api, name).await {
+                        Ok(()) => Outcome::Succeeded(json!({"deleted": name})),
+                        Err(message) => Outcome::Failed {
+                            detail: None,
+                            class: ErrorClass::ClientError,
+                            message,
+                        },
                     }
-                    Err(e) => Some(Outcome::Failed {
-                        detail: None,
-                        class: ErrorClass::Connection,
-                        message: e.to_string(),
-                    }),
-                }
+                };
+                let timed_out = || Outcome::Failed {
+                    detail: None,
+                    class: ErrorClass::Timeout,
+                    message: format!("deleting job {name}: not done in the time a cleanup has"),
+                };
+                Some(super::within_deadline(effect, deleting, timed_out).await)
             }
             _ => Some(Outcome::internal("not a job action")),
         }

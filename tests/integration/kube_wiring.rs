@@ -210,7 +210,13 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     assert_eq!(again, Some(Outcome::Succeeded(json!({"image": "api:v2"}))));
     assert_eq!(api.requests("POST", "/namespaces/team-a/jobs").len(), 1);
 
-    // cleanup deletes it with background propagation
+    // cleanup deletes it with background propagation, through an API server that stumbles
+    // twice first (a Job left behind would run on until its Run is deleted)
+    let deletes = |a: &FakeApi| {
+        a.requests("DELETE", "/namespaces/team-a/jobs/deploy-abc-build-1")
+            .len()
+    };
+    api.fail_next(2, 500, |r| r.method == "DELETE");
     let cleanup = Effect {
         action: Action::Cleanup(runway::api::Cleanup {
             step: "build".into(),
@@ -223,13 +229,34 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
     let out = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &cleanup, CancellationToken::new())
         .await;
-    assert!(matches!(out, Some(Outcome::Succeeded(_))));
+    assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+    assert_eq!(deletes(&api), 3, "two refused, the third deletes");
     let del = api
         .requests("DELETE", "/namespaces/team-a/jobs/deploy-abc-build-1")
         .pop()
         .unwrap();
     assert_eq!(del.body["propagationPolicy"], "Background");
     assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_none());
+
+    // A Job already gone is deleted; a refusal that will not pass fails the cleanup at once,
+    // naming it (the engine notes it on the step).
+    let again = JobExecutor::new(api.client(), test_marks());
+    let out = again
+        .execute(&run, &cleanup, CancellationToken::new())
+        .await;
+    assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+    api.fail_next(1, 403, |r| r.method == "DELETE");
+    let out = again
+        .execute(&run, &cleanup, CancellationToken::new())
+        .await;
+    let Some(Outcome::Failed { message, .. }) = out else {
+        panic!("the cleanup fails: {out:?}")
+    };
+    assert!(
+        message.starts_with("deleting job deploy-abc-build-1: "),
+        "{message}"
+    );
+    assert_eq!(deletes(&api), 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
