@@ -280,6 +280,42 @@ async fn cancelling_the_run_cancels_the_upstream_task() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_the_upstream_makes_its_task_cancels_that_task() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let a = Mcp::start_in(server_dir(
+        &[(
+            "relay.yaml",
+            &relay("relay-forever", "forever", &endpoint(proxy.addr), "", ""),
+        )],
+        &auth_a(),
+    ))
+    .await;
+    // B makes the task, and its answer naming it is held on the way back to A.
+    proxy.hold_next("tools/call", 1);
+    let c = a.client("alice-token");
+    let id = c.call("relay-forever", json!({"msg": "x"})).await.task_id();
+    proxy.wait_for("tools/call held", 1).await;
+    let made = b_runs(&b, "forever").await;
+    let [upstream] = made.as_slice() else {
+        panic!("one task made upstream: {made:?}")
+    };
+    let upstream = upstream.metadata.name.clone().unwrap();
+    // The Run is cancelled while its call is still waiting for that answer: nothing recorded
+    // names the task, so no cleanup will follow.
+    c.cancel(&id).await;
+    let run = a.wait(&id, "cancelled", |r| r.phase().is_terminal()).await;
+    assert_eq!(run.phase(), RunPhase::Cancelled);
+    assert_eq!(upstream_task(&run), None);
+    proxy.release();
+    let on_b = b
+        .wait(&upstream, "cancelled", |r| r.phase() == RunPhase::Cancelled)
+        .await;
+    assert!(on_b.spec.cancel.is_some());
+    assert_eq!(proxy.count("tasks/cancel"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_retried_then_fails_clearly() {
     let down = format!("http://127.0.0.1:{}/namespaces/team-a/mcp", free_port());
     let (a, _b) = servers(

@@ -25,6 +25,10 @@ struct Seen {
     failing: Mutex<BTreeMap<String, (usize, u16)>>,
     /// Requests of a method to answer with a JSON-RPC error of this code instead.
     refusing: Mutex<BTreeMap<String, (usize, i64)>>,
+    /// Requests of a method whose upstream answer is held until [`Proxy::release`].
+    holding: Mutex<BTreeMap<String, usize>>,
+    /// One permit per held answer let go.
+    released: Released,
     /// The idempotency keys of each `tools/call` forwarded: its `Idempotency-Key` header and
     /// its `_meta` key.
     call_keys: Mutex<Vec<(Option<String>, Option<String>)>>,
@@ -33,6 +37,15 @@ struct Seen {
     /// The `Mcp-Method` of each request other than `tools/call` that carried an
     /// `Idempotency-Key`.
     keyed_others: Mutex<Vec<String>>,
+}
+
+/// Permits to let held answers go, none at first.
+struct Released(tokio::sync::Semaphore);
+
+impl Default for Released {
+    fn default() -> Self {
+        Self(tokio::sync::Semaphore::new(0))
+    }
 }
 
 /// A proxy that forwards every request to `target` and counts them.
@@ -150,6 +163,27 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
             .unwrap();
     }
     let resp = out.body(body).send().await;
+    let held = {
+        let mut holding = s.seen.holding.lock().unwrap();
+        match holding.get_mut(&method) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    };
+    if held {
+        // The upstream has answered (a task it made exists); the caller waits for the answer.
+        *s.seen
+            .by_method
+            .lock()
+            .unwrap()
+            .entry(format!("{method} held"))
+            .or_default() += 1;
+        s.changes.send_modify(|n| *n += 1);
+        s.seen.released.0.acquire().await.unwrap().forget();
+    }
     *s.seen.by_method.lock().unwrap().entry(method).or_default() += 1;
     s.changes.send_modify(|n| *n += 1);
     match resp {
@@ -213,6 +247,21 @@ impl Proxy {
             .lock()
             .unwrap()
             .insert(method.to_owned(), (n, code));
+    }
+
+    /// Forward the next `n` requests with this `Mcp-Method` but hold each upstream answer
+    /// until [`Proxy::release`] (counted as `"<method> held"` once the upstream answered).
+    pub fn hold_next(&self, method: &str, n: usize) {
+        self.seen
+            .holding
+            .lock()
+            .unwrap()
+            .insert(method.to_owned(), n);
+    }
+
+    /// Let one held answer go on to its caller.
+    pub fn release(&self) {
+        self.seen.released.0.add_permits(1);
     }
 
     /// The idempotency keys (header, `_meta`) of every `tools/call` seen, in order.

@@ -159,20 +159,46 @@ impl Executor for ToolExecutor {
                     None => format!("tools/call {} on {}: timed out", call.tool, up.url),
                 },
             });
+        tokio::pin!(attempt);
         tokio::select! {
-            out = attempt => Some(out),
+            out = &mut attempt => Some(out),
             _ = cancel.cancelled() => {
                 // Dropping the attempt aborts a blocking call. A known upstream task is told
-                // now too: the Run may have been deleted, and then no cleanup follows.
-                if let Some(id) = call.upstream_task_id {
-                    match tokio::time::timeout(CANCEL_TIMEOUT, up.cancel_task(id)).await {
-                        Ok(Ok(())) => tracing::info!(url = %up.url, task = id, "upstream task cancelled"),
-                        Ok(Err(o)) => tracing::warn!(url = %up.url, task = id, outcome = ?o, "cannot cancel upstream task"),
-                        Err(_) => tracing::warn!(url = %up.url, task = id, "cancelling upstream task timed out"),
-                    }
+                // now too: the Run may have been deleted, and then no cleanup follows. A call
+                // that may be making a task this instant is let finish briefly: dropped, its
+                // task would run on unknown to anyone.
+                let id = match call.upstream_task_id {
+                    Some(id) => Some(id.to_owned()),
+                    None if up.tasks => made_meanwhile(attempt).await,
+                    None => None,
+                };
+                if let Some(id) = id {
+                    tell_cancelled(&up, &id).await;
                 }
                 None
             }
         }
+    }
+}
+
+/// Send `tasks/cancel` for upstream task `id` of an attempt that was aborted (best effort,
+/// [`CANCEL_TIMEOUT`]).
+async fn tell_cancelled(up: &Upstream, id: &str) {
+    match tokio::time::timeout(CANCEL_TIMEOUT, up.cancel_task(id)).await {
+        Ok(Ok(())) => tracing::info!(url = %up.url, task = id, "upstream task cancelled"),
+        Ok(Err(o)) => {
+            tracing::warn!(url = %up.url, task = id, outcome = ?o, "cannot cancel upstream task")
+        }
+        Err(_) => tracing::warn!(url = %up.url, task = id, "cancelling upstream task timed out"),
+    }
+}
+
+/// The upstream task `attempt` makes if it answers within [`CANCEL_TIMEOUT`] with one.
+async fn made_meanwhile(attempt: impl Future<Output = Outcome>) -> Option<String> {
+    match tokio::time::timeout(CANCEL_TIMEOUT, attempt).await {
+        Ok(Outcome::Checkpoint {
+            upstream_task_id, ..
+        }) => upstream_task_id,
+        _ => None,
     }
 }
