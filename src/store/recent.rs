@@ -133,10 +133,17 @@ impl Recent {
     }
 
     /// `key` was deleted (the Run of `uid`, when the API server said which): forget it, and
-    /// take any version of that Run that comes later for what it is, gone.
+    /// take any version of that Run that comes later for what it is, gone. A version of
+    /// another uid is of a Run created again under the name, which a slower watch's word of
+    /// the old one's delete does not end.
     pub(super) fn deleted(&self, key: &Key, uid: Option<&str>) {
         let mut held = self.held.write().expect("recent lock");
-        held.by_key.remove(key);
+        let other_run = |(_, r): &(Instant, Arc<Run>)| {
+            uid.is_some_and(|uid| r.metadata.uid.as_deref().is_some_and(|u| u != uid))
+        };
+        if !held.by_key.get(key).is_some_and(other_run) {
+            held.by_key.remove(key);
+        }
         if let Some(uid) = uid {
             held.gone
                 .insert(key.clone(), (Instant::now(), uid.to_owned()));
@@ -259,6 +266,14 @@ mod tests {
         };
         recent.remember(&again(20));
         assert_eq!(remembered(&recent), Some(20));
+        // A slower watch brings the old Run's delete after the new one was remembered: the
+        // new one stays.
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        assert_eq!(
+            remembered(&recent),
+            Some(20),
+            "the Run created again is kept"
+        );
         // A delete whose uid is unknown only forgets.
         recent.deleted(&Key::new("ns", "r"), None);
         assert_eq!(remembered(&recent), None);
