@@ -20,8 +20,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::compact::Compactor;
-use super::overlay::{is_gone, overlay};
-use super::recent::{Known, Recent, rv_num};
+use super::overlay::{Found, find, is_gone, overlay};
+use super::recent::{Recent, rv_num};
 use super::{RunStore, StoreError, WatchEvent, labels_match};
 use crate::api::Run;
 
@@ -236,28 +236,17 @@ impl RunStore for KubeStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Arc<Run>>, StoreError> {
-        let cached = self.runs.get(&ObjectRef::new(name).within(namespace));
-        let own = self.own.get(namespace, name);
+        let cached = || self.runs.get(&ObjectRef::new(name).within(namespace));
         // The trips to the API server are boxed apart: inline, their state would size the future
         // of every read, and most reads are answered from memory.
-        match (cached, own) {
-            (Some(c), Known::Nothing) => Ok(Some(c)),
-            // Deleted moments ago; the reflector has not seen it yet.
-            (Some(c), Known::Deleted(uid)) if c.metadata.uid.as_ref() == Some(&uid) => Ok(None),
-            (Some(c), Known::Deleted(_)) => Ok(Some(c)),
-            (Some(c), Known::Version(o)) => match (rv_num(&c), rv_num(&o)) {
-                (Some(a), Some(b)) if a >= b => {
-                    // The cache has caught up with what was remembered when this read looked.
-                    self.own.forget_caught_up(Key::new(namespace, name), a);
-                    Ok(Some(c))
-                }
-                (Some(_), Some(_)) => Ok(Some(o)),
-                _ => Box::pin(self.fetch(namespace, name)).await,
-            },
-            // Written here moments ago; the reflector has not seen it yet.
-            (None, Known::Version(o)) => Ok(Some(o)),
-            // Not in the cache (yet, or any more): ask the API server.
-            (None, Known::Nothing | Known::Deleted(_)) => {
+        match find(|| self.own.get(namespace, name), cached) {
+            Found::Here(r) => Ok(r),
+            Found::CaughtUp(c, version) => {
+                self.own
+                    .forget_caught_up(Key::new(namespace, name), version);
+                Ok(Some(c))
+            }
+            Found::Source => {
                 let got = Box::pin(self.fetch(namespace, name)).await?;
                 if got.is_none() {
                     self.own.forget_expired(Key::new(namespace, name));

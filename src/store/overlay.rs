@@ -1,10 +1,10 @@
-//! How a replica's list of Runs is made from its reflector's snapshot and the versions it knows
-//! of beside it (its own writes and what its watches delivered moments ago).
+//! How a replica's reads of Runs are made from its reflector and the versions it knows of
+//! beside it (its own writes and what its watches delivered moments ago).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::recent::rv_num;
+use super::recent::{Known, rv_num};
 use super::{StoreError, key_of};
 use crate::api::ObjectKey as Key;
 use crate::api::Run;
@@ -13,6 +13,45 @@ use crate::api::Run;
 pub(super) fn is_gone(gone: &HashMap<Key, String>, k: &Key, r: &Run) -> bool {
     gone.get(k)
         .is_some_and(|uid| r.metadata.uid.as_ref() == Some(uid))
+}
+
+/// Where a read of one Run finds its answer.
+#[derive(Debug)]
+pub(super) enum Found {
+    /// In memory (`None`: deleted moments ago, the cache has not seen it yet).
+    Here(Option<Arc<Run>>),
+    /// In the cache, which has caught up with the version remembered: forget versions up to
+    /// this one.
+    CaughtUp(Arc<Run>, u64),
+    /// Only the API server knows.
+    Source,
+}
+
+/// One Run as a replica knows it: what it remembers (`recent`, read first), else the cache
+/// (`cached`). The other way round, a read could find the cache before it took a write in
+/// and, by the time it looked, the write already forgotten (another read saw the cache catch
+/// up): it would answer with a version older than a write that had returned.
+pub(super) fn find(
+    recent: impl FnOnce() -> Known,
+    cached: impl FnOnce() -> Option<Arc<Run>>,
+) -> Found {
+    let own = recent();
+    match (cached(), own) {
+        (Some(c), Known::Nothing) => Found::Here(Some(c)),
+        (Some(c), Known::Deleted(uid)) if c.metadata.uid.as_ref() == Some(&uid) => {
+            Found::Here(None)
+        }
+        (Some(c), Known::Deleted(_)) => Found::Here(Some(c)),
+        (Some(c), Known::Version(o)) => match (rv_num(&c), rv_num(&o)) {
+            (Some(a), Some(b)) if a >= b => Found::CaughtUp(c, a),
+            (Some(_), Some(_)) => Found::Here(Some(o)),
+            _ => Found::Source,
+        },
+        // Written here moments ago; the cache has not seen it yet.
+        (None, Known::Version(o)) => Found::Here(Some(o)),
+        // Not in the cache (yet, or any more).
+        (None, Known::Nothing | Known::Deleted(_)) => Found::Source,
+    }
 }
 
 /// The Runs `wanted` keeps, each at the newest version known: the reflector's `snapshot`
@@ -86,6 +125,39 @@ mod tests {
         runs.iter()
             .map(|r| (r.metadata.name.clone().unwrap(), rv_num(r).unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn a_read_never_goes_back_past_a_write_that_returned() {
+        // A write's answer, version 7, is remembered; the cache holds 5. As the read looks at
+        // the cache, the cache takes 7 in and another read forgets the remembered version.
+        let recent = super::super::recent::Recent::new(std::time::Duration::from_secs(3600));
+        recent.remember(&version("r", 7, "a"));
+        let cache = std::sync::Mutex::new(version("r", 5, "a"));
+        let cached = || {
+            let seen = cache.lock().unwrap().clone();
+            *cache.lock().unwrap() = version("r", 7, "a");
+            recent.forget_caught_up(Key::new("ns", "r"), 7);
+            Some(seen)
+        };
+        match find(|| recent.get("ns", "r"), cached) {
+            Found::Here(Some(r)) => assert_eq!(rv_num(&r), Some(7)),
+            other => panic!("not the written version: {other:?}"),
+        }
+        // Once caught up, the cache answers and the remembered version is let go.
+        let recent = super::super::recent::Recent::new(std::time::Duration::from_secs(3600));
+        recent.remember(&version("r", 7, "a"));
+        let found = find(|| recent.get("ns", "r"), || Some(version("r", 8, "a")));
+        assert!(matches!(found, Found::CaughtUp(r, 8) if rv_num(&r) == Some(8)));
+        // Deleted moments ago: gone, unless the cache holds a Run created again since.
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        let found = find(|| recent.get("ns", "r"), || Some(version("r", 8, "a")));
+        assert!(matches!(found, Found::Here(None)), "{found:?}");
+        let mut again = (*version("r", 9, "a")).clone();
+        again.metadata.uid = Some("uid-again".into());
+        let found = find(|| recent.get("ns", "r"), || Some(Arc::new(again)));
+        assert!(matches!(found, Found::Here(Some(r)) if rv_num(&r) == Some(9)));
+        assert!(matches!(find(|| Known::Nothing, || None), Found::Source));
     }
 
     #[test]
