@@ -43,6 +43,8 @@ use work::{
 
 /// Pause before retrying after a store failure.
 const STORE_RETRY: Duration = Duration::from_secs(1);
+/// Longest pause before listing again while the store's watch keeps failing.
+const STORE_RETRY_MAX: Duration = Duration::from_secs(30);
 /// Most write/effect cycles of one reconcile before the key goes back to the queue.
 const MAX_CYCLES: usize = 64;
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::StreamExt;
 
 use super::queue::Key;
-use super::{Controller, STORE_RETRY};
+use super::{Controller, STORE_RETRY, STORE_RETRY_MAX};
 use crate::api::Run;
 use crate::engine;
 use crate::store::{StoreError, WatchEvent};
@@ -15,6 +15,10 @@ impl Controller {
     /// the effects of Runs cancelled or deleted, and wake the Runs waiting behind one that
     /// ended.
     pub(super) async fn watch(&self) {
+        // Before listing again after a watch failed: a watch refused as soon as it starts
+        // (API Priority and Fairness, rights, an API server rolling out) would otherwise have
+        // every Run queued again in a tight loop.
+        let mut pause = STORE_RETRY;
         loop {
             let rv = match self.store.resource_version().await {
                 Ok(rv) => rv,
@@ -56,10 +60,20 @@ impl Controller {
                         }
                     }
                     ev = stream.next() => match ev {
-                        Some(Ok(ev)) => self.follow(ev),
-                        Some(Err(StoreError::Gone)) | None => break,
+                        Some(Ok(ev)) => {
+                            self.follow(ev);
+                            pause = STORE_RETRY;
+                        }
+                        Some(Err(StoreError::Gone)) => break,
                         Some(Err(e)) => {
-                            tracing::warn!(error = %e, "watch failed; listing again");
+                            tracing::warn!(error = %e, "watch failed; listing again in {pause:?}");
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(STORE_RETRY_MAX);
+                            break;
+                        }
+                        None => {
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(STORE_RETRY_MAX);
                             break;
                         }
                     },

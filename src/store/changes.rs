@@ -17,13 +17,15 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::recent::rv_num;
-use super::{RunStore, WatchEvent};
+use super::{RunStore, StoreError, WatchEvent};
 use crate::api::{ObjectKey, Run};
 
 /// Changes buffered per Run for a slow subscriber; past that it reads the Run again.
 const PER_RUN_BUFFER: usize = 64;
-/// Pause before watching again after the store failed.
+/// Pause before watching again after the store failed, at first and at most (doubling while
+/// the watch fails before it delivers anything).
 const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
@@ -91,20 +93,21 @@ impl RunChanges {
             WatchEvent::Applied(r) => Change::Updated(r.clone()),
             WatchEvent::Deleted(_) => Change::Deleted,
         };
-        self.send(&key, change);
+        self.send(&key, change, rv_num(event.run()));
     }
 
-    /// Send `change` to the subscribers of `key`, forgetting the feed once nobody listens.
-    fn send(&self, key: &ObjectKey, change: Change) {
+    /// Send `change` (at `version`, when known) to the subscribers of `key`, forgetting the
+    /// feed once nobody listens. A change no newer than what was sent is a replay from before
+    /// a gap, the delete of a Run created again under the name as well as an update.
+    fn send(&self, key: &ObjectKey, change: Change, version: Option<u64>) {
         let mut subs = self.subs.lock().expect("subs lock");
         let Some(feed) = subs.get_mut(key) else {
             return;
         };
-        if let Change::Updated(run) = &change {
-            let version = rv_num(run);
-            if version.zip(feed.sent).is_some_and(|(v, sent)| v <= sent) {
-                return;
-            }
+        if version.zip(feed.sent).is_some_and(|(v, sent)| v <= sent) {
+            return;
+        }
+        if version.is_some() {
             feed.sent = version;
         }
         if feed.tx.send(change).is_err() {
@@ -114,6 +117,7 @@ impl RunChanges {
 
     /// Follow the store's watch from now on, starting again after every gap.
     async fn watch(&self, store: Arc<dyn RunStore>) {
+        let mut pause = RETRY;
         loop {
             let rv = match store.resource_version().await {
                 Ok(rv) => rv,
@@ -126,8 +130,22 @@ impl RunChanges {
             // theirs; what changed during the gap is sent again.
             self.resync(&*store).await;
             let mut watch = store.watch(Some(rv));
-            while let Some(Ok(event)) = watch.next().await {
-                self.publish(&event);
+            loop {
+                match watch.next().await {
+                    Some(Ok(event)) => {
+                        self.publish(&event);
+                        pause = RETRY;
+                    }
+                    // The resume point expired: read again at once.
+                    Some(Err(StoreError::Gone)) => break,
+                    // A watch refused as soon as it starts (overload, rights) would otherwise
+                    // have every watched Run read again in a tight loop.
+                    Some(Err(_)) | None => {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(RETRY_MAX);
+                        break;
+                    }
+                }
             }
         }
     }
@@ -143,12 +161,12 @@ impl RunChanges {
             .collect();
         for key in keys {
             // The source, not a cache that may lag the version the watch resumes from.
-            let change = match store.get_now(&key.namespace, &key.name).await {
-                Ok(Some(r)) => Change::Updated(r),
-                Ok(None) => Change::Deleted,
+            let (change, version) = match store.get_now(&key.namespace, &key.name).await {
+                Ok(Some(r)) => (Change::Updated(Arc::clone(&r)), rv_num(&r)),
+                Ok(None) => (Change::Deleted, None),
                 Err(_) => continue,
             };
-            self.send(&key, change);
+            self.send(&key, change, version);
         }
     }
 }
@@ -189,8 +207,13 @@ mod tests {
         // A delete always goes through, and a Run made again under the name follows it.
         let mut gone = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
         gone.metadata.resource_version = Some("9".into());
-        changes.publish(&WatchEvent::Deleted(Arc::new(gone)));
+        changes.publish(&WatchEvent::Deleted(Arc::new(gone.clone())));
         changes.publish(&version(10));
         assert_eq!(received(&mut rx), [None, Some(10)]);
+        // After another gap the Run made again is read at 12, and the watch replays the first
+        // Run's delete (9) from before: the Run read stands.
+        changes.publish(&version(12));
+        changes.publish(&WatchEvent::Deleted(Arc::new(gone)));
+        assert_eq!(received(&mut rx), [Some(12)]);
     }
 }

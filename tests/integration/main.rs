@@ -34,4 +34,5 @@ mod store_kube;
 mod store_sqlite;
 mod tool_steps;
 mod traces;
+mod watch_failures;
 mod workflow_language;

@@ -1,0 +1,147 @@
+//! A store whose watch fails as soon as it starts (an API server refusing watches under load,
+//! or a role without `watch`): the controller and the change feed list again after a pause
+//! that grows, instead of reading every Run again in a tight loop, and Runs still finish.
+
+use crate::support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use runway::api::{Run, RunPhase};
+use runway::store::sqlite::SqliteStore;
+use runway::store::{RunStore, StoreError, WatchEvent};
+use serde_json::json;
+use support::harness::{Harness, PATIENCE};
+
+/// The SQLite store, except that every watch fails at once; each watch started is noted with
+/// its instant.
+struct BrokenWatch {
+    inner: SqliteStore,
+    watched: Mutex<Vec<Instant>>,
+    told: tokio::sync::Notify,
+}
+
+impl BrokenWatch {
+    fn new(inner: SqliteStore) -> Self {
+        Self {
+            inner,
+            watched: Mutex::new(Vec::new()),
+            told: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Wait until `n` watches were started; their instants.
+    async fn watched(&self, n: usize) -> Vec<Instant> {
+        let waited = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let told = self.told.notified();
+                let watched = self.watched.lock().unwrap().clone();
+                if watched.len() >= n {
+                    return watched;
+                }
+                told.await;
+            }
+        })
+        .await;
+        waited.unwrap_or_else(|_| panic!("never watched {n} times"))
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for BrokenWatch {
+    async fn create(&self, run: Run) -> Result<Run, StoreError> {
+        self.inner.create(run).await
+    }
+    async fn get(&self, ns: &str, name: &str) -> Result<Option<Run>, StoreError> {
+        self.inner.get(ns, name).await
+    }
+    async fn list(
+        &self,
+        ns: Option<&str>,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Run>>, StoreError> {
+        self.inner.list(ns, labels).await
+    }
+    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
+        self.inner.phase_counts().await
+    }
+    async fn update(&self, run: Run) -> Result<Run, StoreError> {
+        self.inner.update(run).await
+    }
+    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
+        self.inner.update_status(run).await
+    }
+    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
+        self.inner.delete(ns, name, uid).await
+    }
+    fn watch(
+        &self,
+        _rv: Option<String>,
+    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, StoreError>> {
+        self.watched.lock().unwrap().push(Instant::now());
+        self.told.notify_waiters();
+        futures::stream::once(async { Err(StoreError::Backend("429 Too Many Requests".into())) })
+            .boxed()
+    }
+    async fn resource_version(&self) -> Result<String, StoreError> {
+        self.inner.resource_version().await
+    }
+}
+
+/// The gaps between successive instants.
+fn apart(at: &[Instant]) -> Vec<Duration> {
+    at.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
+    let dir = support::harness::TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(
+        dir.path().join("workflows/wf.yaml"),
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: { name: quick }\nspec:\n  steps: []\n",
+    )
+    .unwrap();
+    let executor = Arc::new(runway::steps::Executors::new(
+        Arc::new(runway::steps::StaticSecrets::default()),
+        &support::harness::local_egress(),
+    ));
+    let broken = Arc::new(Mutex::new(None::<Arc<BrokenWatch>>));
+    let kept = Arc::clone(&broken);
+    let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
+        let store = Arc::new(BrokenWatch::new(inner));
+        *kept.lock().unwrap() = Some(Arc::clone(&store));
+        store
+    });
+    let store = broken.lock().unwrap().clone().unwrap();
+    // A Run created meanwhile is still found by a list and finished.
+    let run = h.create("quick", json!({})).await.metadata.name.unwrap();
+    let done = h
+        .wait_for(&run, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    let gaps = apart(&store.watched(3).await[..3]);
+    assert!(
+        gaps[0] >= Duration::from_secs(1) && gaps[1] >= Duration::from_secs(2),
+        "watches {gaps:?} apart"
+    );
+    h.stop().await;
+
+    // The change feed of the MCP endpoint, on its own.
+    let dir = support::harness::TempDir::new();
+    let feed_store = Arc::new(BrokenWatch::new(
+        SqliteStore::open(&dir.path().join("runs.db")).unwrap(),
+    ));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _changes = runway::store::changes::RunChanges::follow(
+        Arc::clone(&feed_store) as Arc<dyn RunStore>,
+        shutdown.clone(),
+    );
+    let gaps = apart(&feed_store.watched(3).await[..3]);
+    assert!(
+        gaps[0] >= Duration::from_secs(1) && gaps[1] >= Duration::from_secs(2),
+        "watches {gaps:?} apart"
+    );
+    shutdown.cancel();
+}
