@@ -100,6 +100,8 @@ pub struct Controller {
     waiting: Waiting,
     /// Fires when the controller stops, ending detached effects.
     stopping: CancellationToken,
+    /// Runs whose cached copy the last relist found behind the source.
+    behind: Mutex<std::collections::HashSet<Key>>,
     config: Config,
 }
 
@@ -125,6 +127,7 @@ impl Controller {
             outcomes: Mutex::new(HashMap::new()),
             waiting: Waiting::default(),
             stopping: CancellationToken::new(),
+            behind: Mutex::default(),
             config,
         })
     }
@@ -260,6 +263,7 @@ impl Controller {
         trace_id = tracing::field::Empty, span_id = tracing::field::Empty,
     ))]
     pub(crate) async fn reconcile(self: &Arc<Self>, k: &Key) {
+        self.catch_up(k).await;
         for _ in 0..MAX_CYCLES {
             let run = match self.store.get_shared(&k.namespace, &k.name).await {
                 Ok(Some(run)) => {

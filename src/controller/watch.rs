@@ -1,10 +1,12 @@
 //! Following the store's watch: what each change of a Run means for this controller.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use futures::StreamExt;
 
 use super::queue::Key;
+use super::work::behind;
 use super::{Controller, STORE_RETRY, STORE_RETRY_MAX};
 use crate::api::Run;
 use crate::engine;
@@ -29,21 +31,25 @@ impl Controller {
                 }
             };
             // The cache's Runs at once, without a trip to the source.
-            let cached: HashSet<Key> = match self.store.list(None, &BTreeMap::new()).await {
-                Ok(runs) => runs.iter().filter_map(|r| Key::of(&r.metadata)).collect(),
+            let cached: HashMap<Key, Arc<Run>> = match self.store.list(None, &BTreeMap::new()).await
+            {
+                Ok(runs) => runs.into_iter().filter_map(keyed).collect(),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot list runs; retrying");
                     tokio::time::sleep(STORE_RETRY).await;
                     continue;
                 }
             };
-            self.queue_all(cached.iter().cloned());
+            self.queue_all(cached.keys().cloned());
             // Held only until the source's keys are in: a hundred thousand keys weigh megabytes.
             let mut cached = Some(cached);
             // A cache that lags the version the watch starts from can lack a Run created
-            // before it, which the watch will not deliver either: nothing would reconcile it.
-            // The source's keys (a snapshot at or after that version) are queued as they come,
-            // while the watch is already followed.
+            // before it, or hold one as it was before a change, which the watch will not
+            // deliver either: nothing would reconcile the first, and the second would be
+            // decided from its old state (a cancel or an answer given to another replica
+            // during the gap, never acted on). The source's keys and versions (a snapshot at
+            // or after that version) are weighed as they come, while the watch is already
+            // followed; a Run held at another version is read at the source by its reconcile.
             let mut catch_up = std::pin::pin!(self.store.keys_now());
             let mut caught_up = false;
             let mut stream = self.store.watch(Some(rv));
@@ -52,8 +58,15 @@ impl Controller {
                     keys = &mut catch_up, if !caught_up => {
                         caught_up = true;
                         let cached = cached.take().unwrap_or_default();
-                        let missed = keys.map(|(keys, _)| keys.into_iter().filter(|k| !cached.contains(k)));
-                        if let Err(e) = missed.map(|keys| self.queue_all(keys)) {
+                        let found = keys.map(|(keys, _)| behind(cached, keys));
+                        if let Err(e) = found.map(|found| {
+                            self.queue_all(found.missing);
+                            self.read_at_source(found.stale);
+                            // Deleted during the gap: no delete event will come.
+                            for run in found.gone {
+                                self.follow(WatchEvent::Deleted(run));
+                            }
+                        }) {
                             tracing::warn!(error = %e, "cannot list runs at the source; listing again");
                             tokio::time::sleep(STORE_RETRY).await;
                             break;
@@ -79,6 +92,32 @@ impl Controller {
                     },
                 }
             }
+        }
+    }
+
+    /// Queue the keys of this controller's shards whose cached copies lag the source, for a
+    /// reconcile that reads them there first.
+    fn read_at_source(&self, keys: Vec<Key>) {
+        let mine: Vec<Key> = keys
+            .into_iter()
+            .filter(|k| self.config.shards.owns(k))
+            .collect();
+        self.behind
+            .lock()
+            .expect("behind lock")
+            .extend(mine.iter().cloned());
+        self.queue_all(mine);
+    }
+
+    /// Catch `k` up with the source if the last relist found its cached copy behind: the
+    /// store serves what it read to the reads that follow.
+    pub(super) async fn catch_up(&self, k: &Key) {
+        if self.behind.lock().expect("behind lock").remove(k)
+            && let Err(e) = self.store.get_now(&k.namespace, &k.name).await
+        {
+            // The reconcile goes on from the cache: a write from its old copy conflicts, and
+            // the conflict reads the Run again.
+            tracing::warn!(error = %e, "cannot read the run at the source");
         }
     }
 
@@ -142,4 +181,9 @@ impl Controller {
             self.queue.add(k);
         }
     }
+}
+
+/// A Run by its key.
+fn keyed(run: Arc<Run>) -> Option<(Key, Arc<Run>)> {
+    Some((Key::of(&run.metadata)?, run))
 }

@@ -157,6 +157,38 @@ pub(super) fn instant_at(t: Timestamp) -> Instant {
     Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
 }
 
+/// What a relist found, weighing the cache's Runs (`cached`) against the source's keys and
+/// versions.
+#[derive(Debug, Default)]
+pub(super) struct Behind {
+    /// Runs the cache lacks.
+    pub(super) missing: Vec<super::queue::Key>,
+    /// Runs the cache holds at another version (changed during the gap, which a watch
+    /// started after it will not deliver).
+    pub(super) stale: Vec<super::queue::Key>,
+    /// Runs the source no longer has (deleted during the gap), as the cache last held them.
+    pub(super) gone: Vec<Arc<Run>>,
+}
+
+/// [`Behind`] of `cached` (by key) against the `source`'s Runs.
+pub(super) fn behind(
+    mut cached: std::collections::HashMap<super::queue::Key, Arc<Run>>,
+    source: Vec<crate::store::Versioned>,
+) -> Behind {
+    let mut found = Behind::default();
+    for (k, version) in source {
+        match cached.remove(&k) {
+            None => found.missing.push(k),
+            Some(r) if r.metadata.resource_version.as_deref() != Some(version.as_str()) => {
+                found.stale.push(k)
+            }
+            Some(_) => {}
+        }
+    }
+    found.gone = cached.into_values().collect();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +255,37 @@ mod tests {
             .unwrap_err();
         assert_eq!(panic_message(&*failed.into_panic()), "a template blew up");
         assert_eq!(off_worker(|| 7).await, 7);
+    }
+
+    #[test]
+    fn a_relist_names_the_runs_the_cache_lacks_holds_at_another_version_or_still_holds() {
+        let key = |n: &str| super::super::queue::Key::new("ns", n);
+        let run = |n: &str, v: &str| {
+            let mut r = Run::requested(
+                "ns",
+                n,
+                "w",
+                serde_json::Value::Null,
+                None,
+                Timestamp::UNIX_EPOCH,
+            );
+            r.metadata.resource_version = Some(v.to_owned());
+            (key(n), Arc::new(r))
+        };
+        let cached = std::collections::HashMap::from([
+            run("same", "5"),
+            run("changed", "5"),
+            run("deleted", "3"),
+        ]);
+        let source = vec![
+            (key("same"), "5".to_owned()),
+            (key("changed"), "7".to_owned()),
+            (key("new"), "8".to_owned()),
+        ];
+        let found = behind(cached, source);
+        assert_eq!(found.missing, [key("new")]);
+        assert_eq!(found.stale, [key("changed")]);
+        let gone: Vec<_> = found.gone.iter().map(|r| r.metadata.name.clone()).collect();
+        assert_eq!(gone, [Some("deleted".to_owned())]);
     }
 }

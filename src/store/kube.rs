@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::compact::Compactor;
 use super::overlay::{Found, find, is_gone, overlay};
 use super::recent::{Recent, rv_num};
-use super::{RunStore, StoreError, WatchEvent, labels_match};
+use super::{RunStore, StoreError, Versioned, WatchEvent, labels_match};
 use crate::api::Run;
 
 /// Field manager of the controller's status writes.
@@ -274,7 +274,7 @@ impl RunStore for KubeStore {
         Ok(list.items.into_iter().map(Arc::new).collect())
     }
 
-    async fn keys_now(&self) -> Result<(Vec<Key>, String), StoreError> {
+    async fn keys_now(&self) -> Result<(Vec<Versioned>, String), StoreError> {
         // Metadata only, a page at a time: the pages are one snapshot, whose version is the
         // first page's.
         let api: Api<Run> = Api::all(self.client.clone());
@@ -283,7 +283,10 @@ impl RunStore for KubeStore {
         let mut version = None;
         loop {
             let page = api.list_metadata(&params).await.map_err(map_err)?;
-            keys.extend(page.items.iter().filter_map(|m| Key::of(&m.metadata)));
+            keys.extend(page.items.iter().filter_map(|m| {
+                let v = m.metadata.resource_version.clone().unwrap_or_default();
+                Some((Key::of(&m.metadata)?, v))
+            }));
             version.get_or_insert(page.metadata.resource_version.unwrap_or_default());
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -294,7 +297,10 @@ impl RunStore for KubeStore {
     }
 
     async fn get_now(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
-        self.fetch(namespace, name).await
+        // Remembered like a write's answer: the reads that follow (a reconcile after a watch
+        // gap) must not go back to a cache that has not caught up.
+        let got = self.fetch(namespace, name).await?;
+        Ok(got.map(|r| self.remember(Arc::unwrap_or_clone(r))))
     }
 
     async fn phase_counts(&self) -> Result<BTreeMap<crate::api::RunPhase, i64>, StoreError> {

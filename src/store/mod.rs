@@ -86,6 +86,9 @@ pub fn place(run: &Run) -> Place<'_> {
     )
 }
 
+/// A Run's key and its resource version.
+pub type Versioned = (crate::api::ObjectKey, String);
+
 /// Told each Run of a [`RunStore::scan`]; `false` ends the scan.
 pub type Visit<'a> = dyn FnMut(&Arc<Run>) -> bool + Send + 'a;
 
@@ -159,20 +162,22 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<Vec<Arc<Run>>, StoreError> {
         self.list(namespace, labels).await
     }
-    /// Every Run's key as the store holds them now, and a resource version to watch from that
-    /// misses nothing the keys lack: what a follower of the store lists before it watches. A
-    /// store that serves `list` from a cache asks its source, whose list and version are one
-    /// snapshot (the cache may lag the version a separate read returns).
-    async fn keys_now(&self) -> Result<(Vec<crate::api::ObjectKey>, String), StoreError> {
+    /// Every Run's key and resource version as the store holds them now, and a resource
+    /// version to watch from that misses nothing they lack: what a follower of the store lists
+    /// before it watches. A store that serves `list` from a cache asks its source, whose list
+    /// and version are one snapshot (the cache may lag the version a separate read returns).
+    async fn keys_now(&self) -> Result<(Vec<Versioned>, String), StoreError> {
         let rv = self.resource_version().await?;
         let runs = self.list(None, &BTreeMap::new()).await?;
-        let keys = runs
-            .iter()
-            .filter_map(|r| crate::api::ObjectKey::of(&r.metadata));
+        let keys = runs.iter().filter_map(|r| {
+            let version = r.metadata.resource_version.clone().unwrap_or_default();
+            Some((crate::api::ObjectKey::of(&r.metadata)?, version))
+        });
         Ok((keys.collect(), rv))
     }
     /// [`RunStore::get`] as the store holds it now (a store that serves reads from a cache asks
-    /// its source): for reading a Run again after a gap in a watch, when the cache may lag.
+    /// its source, and serves what it found to the reads that follow): for reading a Run again
+    /// after a gap in a watch, when the cache may lag.
     async fn get_now(&self, namespace: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
         self.get_shared(namespace, name).await
     }

@@ -349,8 +349,9 @@ async fn keys_to_watch_from_include_what_a_lagging_cache_lacks() {
         .await
         .unwrap();
     let (keys, rv) = serving.keys_now().await.unwrap();
+    let version = created.metadata.resource_version.clone().unwrap();
     assert!(
-        keys.contains(&runway::api::ObjectKey::new("ns", "unseen")),
+        keys.contains(&(runway::api::ObjectKey::new("ns", "unseen"), version)),
         "{keys:?}"
     );
     let created_at: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
@@ -360,6 +361,47 @@ async fn keys_to_watch_from_include_what_a_lagging_cache_lacks() {
     assert!(serving.list(None, &no_labels).await.unwrap().is_empty());
     let now = serving.get_now("ns", "unseen").await.unwrap().unwrap();
     assert_eq!(now.metadata.uid, created.metadata.uid);
+    // What was read at the source is what the reads that follow get while the cache lags.
+    let got = serving.get("ns", "unseen").await.unwrap();
+    assert_eq!(
+        got.map(|r| r.metadata.uid),
+        Some(created.metadata.uid.clone())
+    );
+    drop(held);
+}
+
+/// A Run changed while the cache lagged: the source's keys carry its new version, and once
+/// read at the source the change is what every read gets, before the cache has it.
+#[tokio::test]
+async fn a_run_read_at_the_source_is_served_while_the_cache_lags() {
+    let api = FakeApi::start().await;
+    let serving = KubeStore::start(api.client()).await.unwrap();
+    let other = KubeStore::start(api.client()).await.unwrap();
+    let created = other
+        .create(contract::run("ns", "changed", "wf"))
+        .await
+        .unwrap();
+    until_listed(&serving, &created).await;
+    let held = api.hold_watches().await;
+    let mut cancelled = created.clone();
+    cancelled.spec.cancel = Some(runway::api::CancelRequest {
+        reason: Some("stop".into()),
+        requested_by: None,
+        requested_at: None,
+    });
+    let written = other.update(cancelled).await.unwrap();
+    let (keys, _) = serving.keys_now().await.unwrap();
+    let now = written.metadata.resource_version.clone().unwrap();
+    assert!(
+        keys.contains(&(runway::api::ObjectKey::new("ns", "changed"), now.clone())),
+        "{keys:?}"
+    );
+    let cached = serving.get("ns", "changed").await.unwrap().unwrap();
+    assert!(cached.spec.cancel.is_none(), "the cache lags");
+    serving.get_now("ns", "changed").await.unwrap();
+    let got = serving.get("ns", "changed").await.unwrap().unwrap();
+    assert_eq!(got.metadata.resource_version, Some(now));
+    assert!(got.spec.cancel.is_some());
     drop(held);
 }
 
