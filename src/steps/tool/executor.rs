@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -140,6 +141,7 @@ impl Executor for ToolExecutor {
             Ok(up) => up,
             Err(o) => return Some(o),
         };
+        let may_make_task = AtomicBool::new(false);
         let call = Call {
             tool: &step.name,
             arguments,
@@ -149,6 +151,7 @@ impl Executor for ToolExecutor {
             // A crash resumes the same attempt, so it repeats this key and an upstream that
             // honours it hands back the same task; a retry is a new call with a new key.
             idempotency_key: format!("{}/{}", effect.idempotency_key, effect.attempt),
+            may_make_task: &may_make_task,
         };
         let attempt =
             crate::steps::within_deadline(effect, up.attempt(&call), || Outcome::Failed {
@@ -165,11 +168,11 @@ impl Executor for ToolExecutor {
             _ = cancel.cancelled() => {
                 // Dropping the attempt aborts a blocking call. A known upstream task is told
                 // now too: the Run may have been deleted, and then no cleanup follows. A call
-                // that may be making a task this instant is let finish briefly: dropped, its
-                // task would run on unknown to anyone.
+                // to an upstream that declared Tasks may be making a task this instant: it is
+                // let finish briefly, since dropped, its task would run on unknown to anyone.
                 let id = match call.upstream_task_id {
                     Some(id) => Some(id.to_owned()),
-                    None if up.tasks => made_meanwhile(attempt).await,
+                    None if may_make_task.load(Ordering::Acquire) => made_meanwhile(attempt).await,
                     None => None,
                 };
                 if let Some(id) = id {

@@ -2,6 +2,7 @@
 //! upstream task it created.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue as HttpHeaderValue};
@@ -50,6 +51,9 @@ pub(super) struct Call<'a> {
     pub(super) answers: Option<&'a Value>,
     pub(super) request_state: Option<&'a str>,
     pub(super) idempotency_key: String,
+    /// Set once the session is open if the upstream declared the Tasks extension (and this
+    /// call asks for it): only then may the call be answered with a task it made.
+    pub(super) may_make_task: &'a AtomicBool,
 }
 
 /// The `Idempotency-Key` header of a call: the attempt's key; for an MRTR retry, which carries
@@ -118,7 +122,14 @@ impl Upstream {
         };
         match call.upstream_task_id {
             Some(id) => self.resume(&session, id, call.answers).await,
-            None => self.call(&session, call).await,
+            None => {
+                let declared = session
+                    .peer_info()
+                    .is_some_and(|i| i.capabilities.supports_tasks());
+                call.may_make_task
+                    .store(self.tasks && declared, Ordering::Release);
+                self.call(&session, call).await
+            }
         }
     }
 
