@@ -483,7 +483,12 @@ impl Executor for JobExecutor {
                     class: ErrorClass::Timeout,
                     message: format!("deleting job {name}: not done in the time a cleanup has"),
                 };
-                Some(super::within_deadline(effect, deleting, timed_out).await)
+                // A cleanup runs on a worker of its Run's namespace: one whose Run is deleted
+                // meanwhile lets it go (the Job goes with the Run it belongs to).
+                tokio::select! {
+                    out = super::within_deadline(effect, deleting, timed_out) => Some(out),
+                    _ = cancel.cancelled() => None,
+                }
             }
             _ => Some(Outcome::internal("not a job action")),
         }
