@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::queue::Key;
-use super::work::behind;
+use super::work::{Behind, behind};
 use super::{Controller, STORE_RETRY, STORE_RETRY_MAX};
 use crate::api::Run;
 use crate::engine;
@@ -53,20 +53,14 @@ impl Controller {
             let mut catch_up = std::pin::pin!(self.store.keys_now());
             let mut caught_up = false;
             let mut stream = self.store.watch(Some(rv));
+            let since = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     keys = &mut catch_up, if !caught_up => {
                         caught_up = true;
                         let cached = cached.take().unwrap_or_default();
                         let found = keys.map(|(keys, _)| behind(cached, keys));
-                        if let Err(e) = found.map(|found| {
-                            self.queue_all(found.missing);
-                            self.read_at_source(found.stale);
-                            // Deleted during the gap: no delete event will come.
-                            for run in found.gone {
-                                self.follow(WatchEvent::Deleted(run));
-                            }
-                        }) {
+                        if let Err(e) = found.map(|found| self.weigh(found)) {
                             tracing::warn!(error = %e, "cannot list runs at the source; listing again");
                             tokio::time::sleep(STORE_RETRY).await;
                             break;
@@ -78,13 +72,15 @@ impl Controller {
                             pause = STORE_RETRY;
                         }
                         Some(Err(StoreError::Gone)) => break,
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "watch failed; listing again in {pause:?}");
-                            tokio::time::sleep(pause).await;
-                            pause = (pause * 2).min(STORE_RETRY_MAX);
-                            break;
-                        }
-                        None => {
+                        ended => {
+                            // A watch that ran longer than the pause was not failing over and
+                            // over (a quiet one delivers nothing to reset it).
+                            if since.elapsed() > pause {
+                                pause = STORE_RETRY;
+                            }
+                            if let Some(Err(e)) = ended {
+                                tracing::warn!(error = %e, "watch failed; listing again in {pause:?}");
+                            }
                             tokio::time::sleep(pause).await;
                             pause = (pause * 2).min(STORE_RETRY_MAX);
                             break;
@@ -92,6 +88,17 @@ impl Controller {
                     },
                 }
             }
+        }
+    }
+
+    /// Act on what a relist found: queue the Runs the cache lacks, have those it holds at
+    /// another version read at the source first, and take those the source no longer has
+    /// for deleted (no delete event will come for them).
+    fn weigh(&self, found: Behind) {
+        self.queue_all(found.missing);
+        self.read_at_source(found.stale);
+        for run in found.gone {
+            self.follow(WatchEvent::Deleted(run));
         }
     }
 

@@ -164,9 +164,10 @@ pub(super) struct Behind {
     /// Runs the cache lacks.
     pub(super) missing: Vec<super::queue::Key>,
     /// Runs the cache holds at another version (changed during the gap, which a watch
-    /// started after it will not deliver).
+    /// started after it will not deliver), or another Run under their name.
     pub(super) stale: Vec<super::queue::Key>,
-    /// Runs the source no longer has (deleted during the gap), as the cache last held them.
+    /// Runs the source no longer has (deleted during the gap, perhaps created again under
+    /// their name), as the cache last held them.
     pub(super) gone: Vec<Arc<Run>>,
 }
 
@@ -176,16 +177,20 @@ pub(super) fn behind(
     source: Vec<crate::store::Versioned>,
 ) -> Behind {
     let mut found = Behind::default();
-    for (k, version) in source {
-        match cached.remove(&k) {
-            None => found.missing.push(k),
-            Some(r) if r.metadata.resource_version.as_deref() != Some(version.as_str()) => {
-                found.stale.push(k)
+    for now in source {
+        match cached.remove(&now.key) {
+            None => found.missing.push(now.key),
+            Some(r) if r.metadata.uid.is_some() && r.metadata.uid != now.uid => {
+                found.gone.push(r);
+                found.stale.push(now.key);
+            }
+            Some(r) if r.metadata.resource_version.as_deref() != Some(now.version.as_str()) => {
+                found.stale.push(now.key)
             }
             Some(_) => {}
         }
     }
-    found.gone = cached.into_values().collect();
+    found.gone.extend(cached.into_values());
     found
 }
 
@@ -270,22 +275,35 @@ mod tests {
                 Timestamp::UNIX_EPOCH,
             );
             r.metadata.resource_version = Some(v.to_owned());
+            r.metadata.uid = Some(format!("uid-{n}"));
             (key(n), Arc::new(r))
+        };
+        let now = |n: &str, v: &str, uid: &str| crate::store::Versioned {
+            key: key(n),
+            version: v.to_owned(),
+            uid: Some(uid.to_owned()),
         };
         let cached = std::collections::HashMap::from([
             run("same", "5"),
             run("changed", "5"),
             run("deleted", "3"),
+            run("replaced", "4"),
         ]);
         let source = vec![
-            (key("same"), "5".to_owned()),
-            (key("changed"), "7".to_owned()),
-            (key("new"), "8".to_owned()),
+            now("same", "5", "uid-same"),
+            now("changed", "7", "uid-changed"),
+            now("new", "8", "uid-new"),
+            now("replaced", "9", "uid-other"),
         ];
         let found = behind(cached, source);
         assert_eq!(found.missing, [key("new")]);
-        assert_eq!(found.stale, [key("changed")]);
-        let gone: Vec<_> = found.gone.iter().map(|r| r.metadata.name.clone()).collect();
-        assert_eq!(gone, [Some("deleted".to_owned())]);
+        assert_eq!(found.stale, [key("changed"), key("replaced")]);
+        let mut gone: Vec<_> = found
+            .gone
+            .iter()
+            .map(|r| r.metadata.uid.clone().unwrap())
+            .collect();
+        gone.sort();
+        assert_eq!(gone, ["uid-deleted", "uid-replaced"]);
     }
 }

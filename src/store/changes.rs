@@ -130,6 +130,7 @@ impl RunChanges {
             // theirs; what changed during the gap is sent again.
             self.resync(&*store).await;
             let mut watch = store.watch(Some(rv));
+            let since = tokio::time::Instant::now();
             loop {
                 match watch.next().await {
                     Some(Ok(event)) => {
@@ -141,6 +142,11 @@ impl RunChanges {
                     // A watch refused as soon as it starts (overload, rights) would otherwise
                     // have every watched Run read again in a tight loop.
                     Some(Err(_)) | None => {
+                        // One that ran longer than the pause was not failing over and over
+                        // (a quiet one delivers nothing to reset it).
+                        if since.elapsed() > pause {
+                            pause = RETRY;
+                        }
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(RETRY_MAX);
                         break;

@@ -82,7 +82,7 @@ impl KubeStore {
                 if let watcher::Event::Delete(r) = e
                     && let Some(k) = Key::of(&r.metadata)
                 {
-                    gone.deleted(&k, r.metadata.uid.as_deref());
+                    gone.deleted(&k, r.metadata.uid.as_deref(), rv_num(r));
                 }
             });
         let stream = reflector::reflector(writer, events)
@@ -193,7 +193,7 @@ fn seen(ev: KubeWatchEvent<Run>, rv: &mut String, recent: &Recent, shrink: &Comp
                 rv.clone_from(v);
             }
             if let Some(k) = Key::of(&r.metadata) {
-                recent.deleted(&k, r.metadata.uid.as_deref());
+                recent.deleted(&k, r.metadata.uid.as_deref(), rv_num(&r));
             }
             Seen::Event(WatchEvent::Deleted(Arc::new(r)))
         }
@@ -283,10 +283,7 @@ impl RunStore for KubeStore {
         let mut version = None;
         loop {
             let page = api.list_metadata(&params).await.map_err(map_err)?;
-            keys.extend(page.items.iter().filter_map(|m| {
-                let v = m.metadata.resource_version.clone().unwrap_or_default();
-                Some((Key::of(&m.metadata)?, v))
-            }));
+            keys.extend(page.items.iter().filter_map(|m| Versioned::of(&m.metadata)));
             version.get_or_insert(page.metadata.resource_version.unwrap_or_default());
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -429,7 +426,8 @@ impl RunStore for KubeStore {
             .map_left(|run| run.metadata.uid)
             .map_right(|status| status.details.map(|d| d.uid).filter(|u| !u.is_empty()))
             .into_inner();
-        self.own.deleted(&Key::new(namespace, name), uid.as_deref());
+        self.own
+            .deleted(&Key::new(namespace, name), uid.as_deref(), None);
         Ok(())
     }
 

@@ -86,8 +86,28 @@ pub fn place(run: &Run) -> Place<'_> {
     )
 }
 
-/// A Run's key and its resource version.
-pub type Versioned = (crate::api::ObjectKey, String);
+/// A Run as a follower of the store weighs its cache against the source: its key, resource
+/// version and uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// Namespace and name.
+    pub key: crate::api::ObjectKey,
+    /// `metadata.resourceVersion`.
+    pub version: String,
+    /// `metadata.uid`: another one under the same key is another Run.
+    pub uid: Option<String>,
+}
+
+impl Versioned {
+    /// `metadata`'s, when it names a namespace and a name.
+    pub fn of(metadata: &::kube::api::ObjectMeta) -> Option<Self> {
+        Some(Self {
+            key: crate::api::ObjectKey::of(metadata)?,
+            version: metadata.resource_version.clone().unwrap_or_default(),
+            uid: metadata.uid.clone(),
+        })
+    }
+}
 
 /// Told each Run of a [`RunStore::scan`]; `false` ends the scan.
 pub type Visit<'a> = dyn FnMut(&Arc<Run>) -> bool + Send + 'a;
@@ -169,10 +189,7 @@ pub trait RunStore: Send + Sync + 'static {
     async fn keys_now(&self) -> Result<(Vec<Versioned>, String), StoreError> {
         let rv = self.resource_version().await?;
         let runs = self.list(None, &BTreeMap::new()).await?;
-        let keys = runs.iter().filter_map(|r| {
-            let version = r.metadata.resource_version.clone().unwrap_or_default();
-            Some((crate::api::ObjectKey::of(&r.metadata)?, version))
-        });
+        let keys = runs.iter().filter_map(|r| Versioned::of(&r.metadata));
         Ok((keys.collect(), rv))
     }
     /// [`RunStore::get`] as the store holds it now (a store that serves reads from a cache asks

@@ -150,7 +150,7 @@ mod tests {
         let found = find(|| recent.get("ns", "r"), || Some(version("r", 8, "a")));
         assert!(matches!(found, Found::CaughtUp(r, 8) if rv_num(&r) == Some(8)));
         // Deleted moments ago: gone, unless the cache holds a Run created again since.
-        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"), None);
         let found = find(|| recent.get("ns", "r"), || Some(version("r", 8, "a")));
         assert!(matches!(found, Found::Here(None)), "{found:?}");
         let mut again = (*version("r", 9, "a")).clone();

@@ -132,14 +132,15 @@ impl Recent {
         held.by_key.values().map(|(_, r)| Arc::clone(r)).collect()
     }
 
-    /// `key` was deleted (the Run of `uid`, when the API server said which): forget it, and
-    /// take any version of that Run that comes later for what it is, gone. A version of
-    /// another uid is of a Run created again under the name, which a slower watch's word of
-    /// the old one's delete does not end.
-    pub(super) fn deleted(&self, key: &Key, uid: Option<&str>) {
+    /// `key` was deleted (the Run of `uid`, when the API server said which, at `version` when
+    /// known): forget it, and take any version of that Run that comes later for what it is,
+    /// gone. A version of another uid written after the delete is of a Run created again
+    /// under the name, which a slower watch's word of the old one's delete does not end.
+    pub(super) fn deleted(&self, key: &Key, uid: Option<&str>, version: Option<u64>) {
         let mut held = self.held.write().expect("recent lock");
         let other_run = |(_, r): &(Instant, Arc<Run>)| {
-            uid.is_some_and(|uid| r.metadata.uid.as_deref().is_some_and(|u| u != uid))
+            let later = version.is_none_or(|v| rv_num(r).is_some_and(|rv| rv > v));
+            later && uid.is_some_and(|uid| r.metadata.uid.as_deref().is_some_and(|u| u != uid))
         };
         if !held.by_key.get(key).is_some_and(other_run) {
             held.by_key.remove(key);
@@ -253,7 +254,7 @@ mod tests {
         recent.remember(&version("r", 10));
         // One listener's watch delivers the delete; a slower one is still at version 11, and a
         // status write's answer (12) comes back after the delete event.
-        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"), None);
         recent.remember(&version("r", 11));
         recent.remember(&version("r", 12));
         assert!(matches!(recent.get("ns", "r"), Known::Deleted(uid) if uid == "uid-r"));
@@ -266,22 +267,27 @@ mod tests {
         };
         recent.remember(&again(20));
         assert_eq!(remembered(&recent), Some(20));
-        // A slower watch brings the old Run's delete after the new one was remembered: the
-        // new one stays.
-        recent.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        // A slower watch brings the old Run's delete (at 13) after the new one was
+        // remembered: the new one stays.
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r"), Some(13));
         assert_eq!(
             remembered(&recent),
             Some(20),
             "the Run created again is kept"
         );
+        // The delete of a Run newer than the one remembered (whose own delete no watch here
+        // saw) ends it too.
+        recent.deleted(&Key::new("ns", "r"), Some("uid-r-third"), Some(30));
+        assert_eq!(remembered(&recent), None, "the older Run is not served");
+        recent.remember(&again(20));
         // A delete whose uid is unknown only forgets.
-        recent.deleted(&Key::new("ns", "r"), None);
+        recent.deleted(&Key::new("ns", "r"), None, None);
         assert_eq!(remembered(&recent), None);
         recent.remember(&again(21));
         assert_eq!(remembered(&recent), Some(21));
         // What was deleted long ago is forgotten (and swept out).
         let brief = Recent::new(Duration::ZERO);
-        brief.deleted(&Key::new("ns", "r"), Some("uid-r"));
+        brief.deleted(&Key::new("ns", "r"), Some("uid-r"), None);
         assert!(matches!(brief.get("ns", "r"), Known::Nothing));
         brief.fresh();
         assert!(brief.held.read().unwrap().gone.is_empty());

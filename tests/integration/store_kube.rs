@@ -349,9 +349,8 @@ async fn keys_to_watch_from_include_what_a_lagging_cache_lacks() {
         .await
         .unwrap();
     let (keys, rv) = serving.keys_now().await.unwrap();
-    let version = created.metadata.resource_version.clone().unwrap();
     assert!(
-        keys.contains(&(runway::api::ObjectKey::new("ns", "unseen"), version)),
+        keys.contains(&runway::store::Versioned::of(&created.metadata).unwrap()),
         "{keys:?}"
     );
     let created_at: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
@@ -393,7 +392,7 @@ async fn a_run_read_at_the_source_is_served_while_the_cache_lags() {
     let (keys, _) = serving.keys_now().await.unwrap();
     let now = written.metadata.resource_version.clone().unwrap();
     assert!(
-        keys.contains(&(runway::api::ObjectKey::new("ns", "changed"), now.clone())),
+        keys.contains(&runway::store::Versioned::of(&written.metadata).unwrap()),
         "{keys:?}"
     );
     let cached = serving.get("ns", "changed").await.unwrap().unwrap();
