@@ -6,6 +6,7 @@ pub mod archive;
 pub mod changes;
 mod compact;
 pub mod events;
+mod exclusive;
 mod fill;
 pub mod identities;
 pub mod kube;

@@ -45,6 +45,9 @@ struct Inner {
     cache: RwLock<OrderedRuns>,
     feed: Mutex<Feed>,
     compactor: Compactor,
+    /// Runs stored that could not be read at start (written by a newer version, say): left
+    /// out of every read, and never overwritten by a create under their name.
+    unreadable: std::collections::HashSet<Key>,
 }
 
 struct Feed {
@@ -132,6 +135,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 impl SqliteStore {
     /// Open (or create) the database file and load its Runs.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let lock = super::exclusive::lock(path)?;
         let conn = Connection::open(path).map_err(backend)?;
         conn.pragma_update(None, "journal_mode", JOURNAL_MODE)
             .map_err(backend)?;
@@ -155,7 +159,7 @@ impl SqliteStore {
             .map_err(backend)?
             .map_or(0, |v| v as u64);
         let compactor = Compactor::default();
-        let cache = load_runs(&conn, &compactor)?;
+        let (cache, unreadable) = load_runs(&conn, &compactor)?;
         // A probe write makes an unwritable database fail here, not on the first Run.
         conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
             .map_err(backend)?;
@@ -182,11 +186,16 @@ impl SqliteStore {
                 tx,
             }),
             compactor,
+            unreadable,
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("runway-sqlite".into())
-            .spawn(move || writer(conn, ops_rx, weak, rv))
+            .spawn(move || {
+                writer(conn, ops_rx, weak, rv);
+                // Let go only once the last write is in and the connection closed.
+                drop(lock);
+            })
             .map_err(backend)?;
         Ok(Self {
             inner,
@@ -299,8 +308,13 @@ fn writer(
 
 /// Every stored Run, by key. One Run that cannot be read (written by an older version, say)
 /// must not keep the server, and every other tenant's Runs, from starting: it is left out.
-fn load_runs(conn: &Connection, compactor: &Compactor) -> Result<OrderedRuns, StoreError> {
+/// The Runs stored, and the keys of those that cannot be read.
+fn load_runs(
+    conn: &Connection,
+    compactor: &Compactor,
+) -> Result<(OrderedRuns, std::collections::HashSet<Key>), StoreError> {
     let mut cache = OrderedRuns::default();
+    let mut unreadable = std::collections::HashSet::new();
     let mut stmt = conn
         .prepare("SELECT namespace, name, body FROM runs")
         .map_err(backend)?;
@@ -322,10 +336,11 @@ fn load_runs(conn: &Connection, compactor: &Compactor) -> Result<OrderedRuns, St
             }
             Err(e) => {
                 tracing::error!(%namespace, run = %name, error = %e, "a stored run cannot be read; it is left out");
+                unreadable.insert(Key::new(&namespace, &name));
             }
         }
     }
-    Ok(cache)
+    Ok((cache, unreadable))
 }
 
 #[async_trait]
@@ -333,7 +348,7 @@ impl RunStore for SqliteStore {
     async fn create(&self, mut run: Run) -> Result<Run, StoreError> {
         let key = key_of(&run)?;
         self.submit(move |b| {
-            if b.current(&key).is_some() {
+            if b.current(&key).is_some() || b.inner.unreadable.contains(&key) {
                 return Err(StoreError::AlreadyExists);
             }
             run.metadata.uid = Some(super::new_uid());
@@ -360,7 +375,7 @@ impl RunStore for SqliteStore {
             ));
         }
         self.submit(move |b| {
-            if b.current(&key).is_some() {
+            if b.current(&key).is_some() || b.inner.unreadable.contains(&key) {
                 return Err(StoreError::AlreadyExists);
             }
             Ok(Arc::unwrap_or_clone(b.put(key, run)))

@@ -171,6 +171,37 @@ async fn the_sqlite_archive_keeps_the_contract_and_survives_a_reopen() {
     );
 }
 
+/// A prune of more entries than one transaction deletes (500) deletes them all, the newest
+/// kept, and those past both limits counted once.
+#[tokio::test]
+async fn a_large_prune_deletes_in_chunks_and_keeps_the_newest() {
+    let dir = TempDir::new();
+    let a = SqliteArchive::open(&dir.path().join("archive.db")).unwrap();
+    let base = at("2026-11-01T00:00:00Z");
+    for i in 0..1203 {
+        let finished = (base + SignedDuration::from_mins(i)).to_string();
+        let e = entry(
+            "team-a",
+            &format!("r{i}"),
+            &format!("u{i}"),
+            &finished,
+            &finished,
+        );
+        a.put(&e).await.unwrap();
+    }
+    let both = Retention {
+        // The first 200 minutes are past the age limit; of the rest the newest 100 stay.
+        max_age: Some(SignedDuration::from_hours(24)),
+        max_per_namespace: Some(100),
+    };
+    let now = base + SignedDuration::from_mins(200) + SignedDuration::from_hours(24);
+    assert_eq!(a.prune(now, both).await.unwrap(), 1103);
+    let left = a.page("team-a", true, None, 200).await.unwrap();
+    assert_eq!(left.len(), 100);
+    assert_eq!(names(&left)[0], "r1202");
+    assert_eq!(names(&left)[99], "r1103");
+}
+
 #[tokio::test]
 async fn the_postgres_archive_keeps_the_contract_and_reconnects() {
     let url = support::postgres::database();

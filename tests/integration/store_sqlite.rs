@@ -268,3 +268,55 @@ async fn a_group_that_fails_leaves_nothing_of_it_on_disk() {
         .await
         .unwrap();
 }
+
+/// Two stores on one file would count versions each on their own, hand out the same ones and
+/// overwrite each other's Runs (a restart that opens the file while the old process still
+/// writes): a second store waits for the first to let go, and says why when it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_in_use_is_not_opened_twice() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let s = SqliteStore::open(&path).unwrap();
+    s.create(contract::run("a", "kept", "wf")).await.unwrap();
+    let p = path.clone();
+    let err = tokio::task::spawn_blocking(move || SqliteStore::open(&p).err().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        err.to_string().contains("is in use by another store"),
+        "{err}"
+    );
+    // One that starts while the first is still there opens the file once it has let go.
+    let p = path.clone();
+    let second = tokio::task::spawn_blocking(move || SqliteStore::open(&p));
+    drop(s);
+    let second = second.await.unwrap().unwrap();
+    assert!(second.get("a", "kept").await.unwrap().is_some());
+}
+
+/// A stored Run this version cannot read (one written by a newer version) is left out of
+/// reads; a create under its name is refused rather than overwriting it.
+#[tokio::test]
+async fn a_create_does_not_overwrite_a_run_that_cannot_be_read() {
+    let d = TempDir::new();
+    let path = d.path().join("runs.db");
+    let s = SqliteStore::open(&path).unwrap();
+    s.create(contract::run("a", "newer", "wf")).await.unwrap();
+    drop(s);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute(
+        "UPDATE runs SET body = '{\"apiVersion\": 2}' WHERE name = 'newer'",
+        [],
+    )
+    .unwrap();
+    let s = SqliteStore::open(&path).unwrap();
+    assert_eq!(s.get("a", "newer").await.unwrap(), None);
+    let again = s.create(contract::run("a", "newer", "wf")).await;
+    assert_eq!(again.unwrap_err(), StoreError::AlreadyExists);
+    let body: String = raw
+        .query_row("SELECT body FROM runs WHERE name = 'newer'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(body, "{\"apiVersion\": 2}");
+}

@@ -13,6 +13,9 @@ use super::{Archive, ArchiveError, Entry, Retention, micros};
 /// How long a write waits for the Run store's writer, which shares the file.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Entries deleted per transaction by a prune: each holds the file's write lock briefly.
+const PRUNE_CHUNK: usize = 500;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS archived_runs (
     uid TEXT PRIMARY KEY,
@@ -137,26 +140,41 @@ impl Archive for SqliteArchive {
             .map(|age| micros(now) - age.as_micros() as i64);
         let keep = retention.max_per_namespace.map(|n| n as i64);
         self.with(move |c| {
-            let tx = c.transaction()?;
-            let mut gone = 0;
+            // What goes is read first (a read does not hold up the Run store's writer, which
+            // shares the file), then deleted a chunk per transaction: one transaction over a
+            // large archive held the write lock past the writer's busy timeout, failing
+            // every write of the Runs waiting behind it.
+            let mut due: Vec<String> = Vec::new();
             if let Some(cutoff) = cutoff {
-                gone += tx.execute(
-                    "DELETE FROM archived_runs WHERE finished_us < ?1",
-                    params![cutoff],
-                )?;
+                let mut s =
+                    c.prepare_cached("SELECT uid FROM archived_runs WHERE finished_us < ?1")?;
+                let rows = s.query_map(params![cutoff], |r| r.get::<_, String>(0))?;
+                due.extend(rows.collect::<Result<Vec<_>, _>>()?);
             }
             if let Some(keep) = keep {
-                gone += tx.execute(
-                    "DELETE FROM archived_runs WHERE uid IN (
-                         SELECT uid FROM (
-                             SELECT uid, ROW_NUMBER() OVER (
-                                 PARTITION BY namespace ORDER BY finished_us DESC, uid) AS n
-                             FROM archived_runs) AS ranked
-                         WHERE ranked.n > ?1)",
-                    params![keep],
+                let mut s = c.prepare_cached(
+                    "SELECT uid FROM (
+                         SELECT uid, finished_us, ROW_NUMBER() OVER (
+                             PARTITION BY namespace ORDER BY finished_us DESC, uid) AS n
+                         FROM archived_runs) AS ranked
+                     WHERE ranked.n > ?1 AND ranked.finished_us >= ?2",
                 )?;
+                // Those past the age limit are due already.
+                let floor = cutoff.unwrap_or(i64::MIN);
+                let rows = s.query_map(params![keep, floor], |r| r.get::<_, String>(0))?;
+                due.extend(rows.collect::<Result<Vec<_>, _>>()?);
             }
-            tx.commit()?;
+            let mut gone = 0;
+            for chunk in due.chunks(PRUNE_CHUNK) {
+                let tx = c.transaction()?;
+                {
+                    let mut s = tx.prepare_cached("DELETE FROM archived_runs WHERE uid = ?1")?;
+                    for uid in chunk {
+                        gone += s.execute(params![uid])?;
+                    }
+                }
+                tx.commit()?;
+            }
             Ok(gone as u64)
         })
         .await
