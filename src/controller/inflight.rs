@@ -1,7 +1,7 @@
 //! The effects in progress, by Run: started once, aborted when their Run is cancelled or
 //! deleted, ended when their outcome is written.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use tokio_util::sync::CancellationToken;
@@ -20,6 +20,9 @@ struct Started {
     /// A cleanup, which a finished Run still performs.
     cleanup: bool,
     uid: String,
+    /// What it performs, and the version of the Run it was started from.
+    effect: Effect,
+    from: Option<u64>,
 }
 
 /// The effects of one Run name in progress, by [`effect_id`].
@@ -47,6 +50,27 @@ impl Inflight {
         self.abort_where(k, run, |e| !e.cleanup);
     }
 
+    /// A new version of `run` came: abort what it no longer runs (a step fail-fast stopped,
+    /// an attempt whose end was recorded). A version older than the one an effect was
+    /// started from says nothing of it.
+    pub(super) fn abort_undue(&self, k: &Key, run: &Run) {
+        let inflight = self.0.lock().expect("inflight lock");
+        let Some(effects) = inflight.get(k) else {
+            return;
+        };
+        let uid = run.metadata.uid.as_deref().unwrap_or_default();
+        let version = version_of(run);
+        // The Run's running attempts, read once however many effects are in flight (a
+        // fan-out's items).
+        let running: HashSet<(&str, u32)> = engine::running_attempts(run).collect();
+        for e in effects.values() {
+            let known = e.from.zip(version).is_some_and(|(from, now)| now >= from);
+            if e.uid == uid && known && !engine::is_due_among(run, &e.effect, &running) {
+                e.token.cancel();
+            }
+        }
+    }
+
     fn abort_where(&self, k: &Key, run: &Run, aborted: impl Fn(&Started) -> bool) {
         let uid = run.metadata.uid.as_deref().unwrap_or_default();
         if let Some(effects) = self.0.lock().expect("inflight lock").get(k) {
@@ -69,6 +93,8 @@ impl Inflight {
             survives_cancel: engine::survives_cancel(run, effect),
             cleanup: matches!(effect.action, engine::Action::Cleanup(_)),
             uid: run.metadata.uid.clone().unwrap_or_default(),
+            effect: effect.clone(),
+            from: version_of(run),
         };
         effects.insert(id, started);
         Some(token)
@@ -91,4 +117,9 @@ impl Inflight {
             e.token.cancel();
         }
     }
+}
+
+/// `run`'s resource version as a number.
+fn version_of(run: &Run) -> Option<u64> {
+    run.metadata.resource_version.as_deref()?.parse().ok()
 }

@@ -154,8 +154,11 @@ impl Controller {
                 // cleanups of the steps it ended go on.
                 if finished {
                     self.inflight.abort_finished(&k, &run);
-                } else if run.spec.cancel.is_some() {
-                    self.inflight.abort(&k, &run);
+                } else {
+                    if run.spec.cancel.is_some() {
+                        self.inflight.abort(&k, &run);
+                    }
+                    self.inflight.abort_undue(&k, &run);
                 }
                 self.queue.add(k);
             }

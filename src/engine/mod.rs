@@ -140,6 +140,28 @@ pub fn waited_to_start(run: &Run, started_at: &str) -> Option<std::time::Duratio
     std::time::Duration::try_from(started.duration_since(requested)).ok()
 }
 
+/// The steps (and items) of `run` running, with the attempt each runs.
+pub fn running_attempts(run: &Run) -> impl Iterator<Item = (&str, u32)> {
+    run.status.iter().flat_map(|st| {
+        st.steps
+            .iter()
+            .filter(|r| r.phase == crate::api::StepPhase::Running)
+            .map(|r| (r.name.as_str(), r.attempt))
+    })
+}
+
+/// [`is_due`], with `running` the Run's [`running_attempts`] read once for many effects.
+pub fn is_due_among(
+    run: &Run,
+    effect: &Effect,
+    running: &std::collections::HashSet<(&str, u32)>,
+) -> bool {
+    match &effect.action {
+        Action::Cleanup(_) | Action::Notify { .. } => is_due(run, effect),
+        _ => running.contains(&(effect.step.as_str(), effect.attempt)),
+    }
+}
+
 /// Whether `effect` is still to be performed for `run`: its cleanup is pending, or its step's
 /// record runs that very attempt.
 pub fn is_due(run: &Run, effect: &Effect) -> bool {

@@ -59,6 +59,14 @@ spec:
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
+metadata: { name: hang, namespace: NS }
+spec:
+  tool: { description: "Takes an hour, blocking unless asked for a task." }
+  steps:
+    - { name: nap, delay: { duration: 1h } }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
 metadata: { name: approve, namespace: NS }
 spec:
   tool: { description: Asks for an approval. }
@@ -314,6 +322,75 @@ async fn a_cancel_while_the_upstream_makes_its_task_cancels_that_task() {
     assert!(on_b.spec.cancel.is_some());
     // Through A's call: the proxy counts it once B's answer is back.
     proxy.wait_for("tasks/cancel", 1).await;
+}
+
+/// A's Workflow: a blocking call to B's `hang` beside a step that fails once answered, and a
+/// `finally` step that keeps the Run going after that.
+fn stop_both(url: &str) -> String {
+    format!(
+        r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: {{ name: stop-both, namespace: team-a }}
+spec:
+  tool: {{ description: Calls B beside a step that fails on request. }}
+  execution: {{ pollInterval: 100ms }}
+  steps:
+    - name: call
+      dependsOn: []
+      tool:
+        server:
+          url: {url}
+          headers:
+            - name: Authorization
+              valueFrom: {{ secretKeyRef: {{ name: upstream-b, key: authorization }} }}
+        name: hang
+        task: never
+    - name: go
+      dependsOn: []
+      input: {{ requests: [ {{ name: now, message: "Fail now?" }} ] }}
+    - {{ name: boom, dependsOn: [go], fail: {{ message: "stopped on request" }} }}
+  finally:
+    - {{ name: linger, delay: {{ duration: 1h }} }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_stopped_by_fail_fast_has_its_call_aborted_while_finally_runs() {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let a = Mcp::start_in(server_dir(
+        &[("stop-both.yaml", &stop_both(&endpoint(b.addr)))],
+        &auth_a(),
+    ))
+    .await;
+    let c = a.client("alice-token");
+    let id = c.call("stop-both", json!({})).await.task_id();
+    let upstream = support::harness::wait_for_any(b.store(), "team-a", "B's Run", |r| {
+        r.spec.workflow_ref.name == "hang"
+    })
+    .await;
+    let upstream = upstream.metadata.name.unwrap();
+    c.update(&id, json!({"go.now": {"action": "accept", "content": {}}}))
+        .await;
+    // boom fails, fail-fast stops the call; the Run goes on with its `finally` step, and the
+    // call stopped is no longer held open: B sees its caller leave and cancels its Run.
+    let on_b = b
+        .wait(&upstream, "cancelled", |r| r.phase() == RunPhase::Cancelled)
+        .await;
+    assert!(on_b.spec.cancel.is_some());
+    let lingering = |r: &Run| {
+        r.status.as_ref().is_some_and(|st| {
+            st.steps
+                .iter()
+                .any(|s| s.name == "linger" && s.phase == StepPhase::Running)
+        })
+    };
+    let run = a.wait(&id, "in its finally step", lingering).await;
+    assert!(!run.phase().is_terminal(), "{:?}", run.phase());
+    let steps = run.status.unwrap().steps;
+    let call = steps.iter().find(|r| r.name == "call").unwrap();
+    assert_eq!(call.phase, StepPhase::Cancelled);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
