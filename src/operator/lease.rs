@@ -292,6 +292,9 @@ impl Elector {
     /// Write Lease `name` with `holder`, conditional on the copy seen here; whether it was
     /// written.
     async fn write(&mut self, name: &str, holder: Option<&str>) -> bool {
+        // A renewal counts from when it was sent: the API server may have stored it any time
+        // up to the answer, and another replica times the Lease from when it saw it change.
+        let sent = Instant::now();
         let now = MicroTime(jiff::Timestamp::now());
         let existing = self.lease(name);
         let spec = existing
@@ -349,7 +352,7 @@ impl Elector {
                     .resource_version
                     .clone()
                     .unwrap_or_default();
-                self.seen.insert(name.to_owned(), (rv, Instant::now()));
+                self.seen.insert(name.to_owned(), (rv, sent));
                 self.written.insert(name.to_owned(), written);
                 true
             }
@@ -432,6 +435,23 @@ impl Elector {
         }
     }
 
+    /// How long until the first of this replica's shards passes its renew deadline, if it
+    /// holds any.
+    fn first_deadline(&mut self) -> Option<Duration> {
+        let now = Instant::now();
+        let me = self.settings.identity.clone();
+        let deadline = self.settings.renew_deadline;
+        let names: Vec<String> = (0..self.settings.shards)
+            .map(|i| self.settings.shard_lease(i))
+            .collect();
+        names
+            .iter()
+            .filter_map(|name| self.observe(name, now))
+            .filter(|seen| seen.holder.as_deref() == Some(&me))
+            .map(|seen| deadline.saturating_sub(seen.unchanged_for))
+            .min()
+    }
+
     /// The shards this replica may drive now — held, renewed within the renew deadline, and
     /// not being handed over — and when to look again at the latest: when another holder's
     /// Lease would expire, or one of ours would pass its renew deadline.
@@ -470,9 +490,10 @@ impl Elector {
         let mut changes = self.changes.clone();
         loop {
             let current = running.borrow_and_update().clone();
-            // Bounded, so that a slow API server cannot keep a shard past its renew deadline.
-            let _ =
-                tokio::time::timeout(self.settings.renew_deadline / 2, self.act(&current)).await;
+            // Bounded, so that a slow API server cannot keep a shard past its renew deadline:
+            // the shards owned are looked at again by then at the latest.
+            let bound = act_bound(self.settings.renew_deadline, self.first_deadline());
+            let _ = tokio::time::timeout(bound, self.act(&current)).await;
             let (mine, next) = self.owned();
             owned.send_if_modified(|s| {
                 let changed = s.owned != mine;
@@ -512,9 +533,37 @@ impl Elector {
     }
 }
 
+/// How long one round of writes may take: half the renew deadline, and never past the moment
+/// the first shard held (`first`, from now) passes it — the round must end before that to let
+/// go of the shard in time (a moment at least, to try the renewal).
+fn act_bound(renew_deadline: Duration, first: Option<Duration>) -> Duration {
+    let half = renew_deadline / 2;
+    first
+        .map_or(half, |left| left.min(half))
+        .max(Duration::from_millis(100))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_of_writes_ends_before_a_held_shard_passes_its_renew_deadline() {
+        let deadline = Duration::from_secs(10);
+        assert_eq!(act_bound(deadline, None), Duration::from_secs(5));
+        assert_eq!(
+            act_bound(deadline, Some(Duration::from_secs(8))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            act_bound(deadline, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            act_bound(deadline, Some(Duration::ZERO)),
+            Duration::from_millis(100)
+        );
+    }
 
     const D: Duration = Duration::from_secs(15);
     const RETRY: Duration = Duration::from_secs(2);
