@@ -102,6 +102,8 @@ pub struct Controller {
     stopping: CancellationToken,
     /// Runs whose cached copy the last relist found behind the source.
     behind: Mutex<std::collections::HashSet<Key>>,
+    /// The detached effects, waited for when the controller stops.
+    detached: tokio_util::task::TaskTracker,
     config: Config,
 }
 
@@ -128,6 +130,7 @@ impl Controller {
             waiting: Waiting::default(),
             stopping: CancellationToken::new(),
             behind: Mutex::default(),
+            detached: tokio_util::task::TaskTracker::new(),
             config,
         })
     }
@@ -161,6 +164,9 @@ impl Controller {
         shutdown.cancelled().await;
         self.stopping.cancel();
         tasks.shutdown().await;
+        // Each ends at the stop: none acts for a term that is over once this returns.
+        self.detached.close();
+        self.detached.wait().await;
     }
 
     /// The one status writer: write `status` on `run`, record `events` on what was written,
@@ -388,7 +394,7 @@ impl Controller {
             return;
         };
         let (me, k, run) = (self.clone(), k.clone(), run.clone());
-        tokio::spawn(async move {
+        self.detached.spawn(async move {
             let work = std::panic::AssertUnwindSafe(async {
                 // Another effect of this Run may have recorded this one's end since `run` was
                 // read (steps at the same time): do not perform an attempt that is over.
@@ -401,6 +407,7 @@ impl Controller {
             })
             .catch_unwind();
             let done = tokio::select! {
+                biased;
                 // The controller stopped: abandoned, as in a crash; the next leader resumes it.
                 _ = me.stopping.cancelled() => return,
                 done = work => done,
