@@ -39,8 +39,8 @@ pub struct Scheduler {
     store: Arc<dyn RunStore>,
     workflows: Arc<dyn WorkflowSource>,
     events: Arc<dyn EventSink>,
-    /// When this process first saw each schedule that has no Run yet: a new schedule owes
-    /// nothing from before it was seen.
+    /// From when each schedule that has no Run yet owes times ([`schedule::first_owed`]: a
+    /// little before this process first saw it, never before its Workflow).
     first_seen: Mutex<HashMap<ScheduleKey, Timestamp>>,
     /// The latest time each schedule acted on (started, or given up past `startingDeadline`),
     /// so that such a time is not started later; Runs carry the rest of the state.
@@ -204,7 +204,10 @@ impl Scheduler {
                 .lock()
                 .expect("first_seen lock")
                 .entry(key.clone())
-                .or_insert(now);
+                .or_insert_with(|| {
+                    let created = wf.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    schedule::first_owed(now, created)
+                });
             [last.or(Some(seen)), handled].into_iter().flatten().max()?
         };
         let plan = schedule::plan(tt, spec, since, now);

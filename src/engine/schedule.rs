@@ -232,6 +232,17 @@ pub struct Plan {
     pub next: Option<Timestamp>,
 }
 
+/// How far back a scheduler that meets a schedule with no Run yet looks for a time it owes:
+/// the first time may have passed while no scheduler ran (a restart, a handover).
+pub const FIRST_LOOK_BACK: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
+
+/// Where a schedule with no Run yet, met `now` by a scheduler, starts owing times: up to
+/// [`FIRST_LOOK_BACK`] ago, never before its Workflow was `created`.
+pub fn first_owed(now: Timestamp, created: Option<Timestamp>) -> Timestamp {
+    let back = now - FIRST_LOOK_BACK;
+    created.map_or(back, |c| c.max(back).min(now))
+}
+
 /// Which time a schedule owes a Run, given the last time it started one (or, for a schedule
 /// that never did, when it was first seen) and now.
 pub fn plan(tt: &Timetable, spec: &ScheduleSpec, since: Timestamp, now: Timestamp) -> Plan {
@@ -453,6 +464,26 @@ pub fn started_by(marks: &Marks, run: &Run, workflow: &str, schedule: &str) -> b
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_schedule_met_first_owes_the_last_minutes_never_before_its_workflow() {
+        let now: Timestamp = "2026-12-07T09:02:00Z".parse().unwrap();
+        let long_ago: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let just_now: Timestamp = "2026-12-07T09:01:00Z".parse().unwrap();
+        let back: Timestamp = "2026-12-07T08:57:00Z".parse().unwrap();
+        assert_eq!(first_owed(now, None), back);
+        assert_eq!(first_owed(now, Some(long_ago)), back);
+        assert_eq!(first_owed(now, Some(just_now)), just_now);
+        // A clock behind the API server's: never later than now.
+        let ahead: Timestamp = "2026-12-07T09:03:00Z".parse().unwrap();
+        assert_eq!(first_owed(now, Some(ahead)), now);
+        // 09:00 passed while no scheduler ran (it first met the schedule at 09:02): owed.
+        let spec: ScheduleSpec =
+            serde_json::from_value(serde_json::json!({"name": "s", "cron": "0 9 * * *"})).unwrap();
+        let tt = timetable(&spec).unwrap();
+        let plan = plan(&tt, &spec, first_owed(now, Some(long_ago)), now);
+        assert_eq!(plan.due, Some("2026-12-07T09:00:00Z".parse().unwrap()));
+    }
+
     use super::*;
     use serde_json::json;
 
