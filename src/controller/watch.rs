@@ -21,6 +21,7 @@ impl Controller {
         // (API Priority and Fairness, rights, an API server rolling out) would otherwise have
         // every Run queued again in a tight loop.
         let mut pause = STORE_RETRY;
+        let mut first = true;
         loop {
             let rv = match self.store.resource_version().await {
                 Ok(rv) => rv,
@@ -31,15 +32,13 @@ impl Controller {
                 }
             };
             // The cache's Runs at once, without a trip to the source.
-            let cached: HashMap<Key, Arc<Run>> = match self.store.list(None, &BTreeMap::new()).await
-            {
-                Ok(runs) => runs.into_iter().filter_map(keyed).collect(),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot list runs; retrying");
-                    tokio::time::sleep(STORE_RETRY).await;
-                    continue;
-                }
+            let Some(cached) = self.cached().await else {
+                tokio::time::sleep(STORE_RETRY).await;
+                continue;
             };
+            if std::mem::take(&mut first) {
+                self.read_unfinished_at_source(&cached);
+            }
             self.queue_all(cached.keys().cloned());
             // Held only until the source's keys are in: a hundred thousand keys weigh megabytes.
             let mut cached = Some(cached);
@@ -89,6 +88,28 @@ impl Controller {
                 }
             }
         }
+    }
+
+    /// Every Run the cache holds, by key (`None`: the store failed, said in the log).
+    async fn cached(&self) -> Option<HashMap<Key, Arc<Run>>> {
+        match self.store.list(None, &BTreeMap::new()).await {
+            Ok(runs) => Some(runs.into_iter().filter_map(keyed).collect()),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list runs; retrying");
+                None
+            }
+        }
+    }
+
+    /// At the start of a term, have the unfinished Runs read at the source before they are
+    /// decided: the previous owner may have recorded an attempt's end moments ago, which this
+    /// cache may not hold yet, and deciding from the older copy would send the attempt again.
+    fn read_unfinished_at_source(&self, cached: &HashMap<Key, Arc<Run>>) {
+        let unfinished = cached
+            .iter()
+            .filter(|(_, r)| !r.phase().is_terminal())
+            .map(|(k, _)| k.clone());
+        self.read_at_source(unfinished.collect());
     }
 
     /// Act on what a relist found: queue the Runs the cache lacks, have those it holds at

@@ -1,6 +1,7 @@
-//! A store whose watch fails as soon as it starts (an API server refusing watches under load,
-//! or a role without `watch`): the controller and the change feed list again after a pause
-//! that grows, instead of reading every Run again in a tight loop, and Runs still finish.
+//! How the controller meets its store's watch: a watch that fails as soon as it starts (an API
+//! server refusing watches under load, or a role without `watch`) is listed again after a pause
+//! that grows, by the controller and the change feed, instead of every Run being read again in
+//! a tight loop, and Runs still finish; and a new term reads its unfinished Runs at the source.
 
 use crate::support;
 
@@ -144,4 +145,114 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
         "watches {gaps:?} apart"
     );
     shutdown.cancel();
+}
+
+/// The SQLite store, noting the Runs read at the source.
+struct AtSource {
+    inner: SqliteStore,
+    read: Mutex<Vec<String>>,
+    told: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl RunStore for AtSource {
+    async fn create(&self, run: Run) -> Result<Run, StoreError> {
+        self.inner.create(run).await
+    }
+    async fn get(&self, ns: &str, name: &str) -> Result<Option<Run>, StoreError> {
+        self.inner.get(ns, name).await
+    }
+    async fn get_now(&self, ns: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+        self.read.lock().unwrap().push(name.to_owned());
+        self.told.notify_waiters();
+        self.inner.get_now(ns, name).await
+    }
+    async fn list(
+        &self,
+        ns: Option<&str>,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<Arc<Run>>, StoreError> {
+        self.inner.list(ns, labels).await
+    }
+    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
+        self.inner.phase_counts().await
+    }
+    async fn update(&self, run: Run) -> Result<Run, StoreError> {
+        self.inner.update(run).await
+    }
+    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
+        self.inner.update_status(run).await
+    }
+    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
+        self.inner.delete(ns, name, uid).await
+    }
+    fn watch(
+        &self,
+        rv: Option<String>,
+    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, StoreError>> {
+        self.inner.watch(rv)
+    }
+    async fn resource_version(&self) -> Result<String, StoreError> {
+        self.inner.resource_version().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_term_reads_its_unfinished_runs_at_the_source_first() {
+    let dir = support::harness::TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    std::fs::write(
+        dir.path().join("workflows/wf.yaml"),
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: { name: ask }\nspec:\n  steps:\n    - { name: q, input: { requests: [ { name: go, message: Go? } ] } }\n",
+    )
+    .unwrap();
+    let executor = Arc::new(runway::steps::Executors::new(
+        Arc::new(runway::steps::StaticSecrets::default()),
+        &support::harness::local_egress(),
+    ));
+    // A previous term left one Run waiting for an answer and one finished.
+    let h = Harness::start_with(dir, executor.clone(), 1);
+    let waiting = h.create("ask", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&waiting, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    let done = h.create("ask", json!({})).await.metadata.name.unwrap();
+    h.wait_for(&done, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    h.answer(
+        &done,
+        "q.go",
+        runway::api::InputAction::Accept,
+        json!({}),
+        "alice",
+        &[],
+    )
+    .await;
+    h.wait_for(&done, "finished", |r| r.phase().is_terminal())
+        .await;
+    let dir = h.stop().await;
+    let kept = Arc::new(Mutex::new(None::<Arc<AtSource>>));
+    let slot = Arc::clone(&kept);
+    let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
+        let store = Arc::new(AtSource {
+            inner,
+            read: Mutex::new(Vec::new()),
+            told: tokio::sync::Notify::new(),
+        });
+        *slot.lock().unwrap() = Some(Arc::clone(&store));
+        store
+    });
+    let store = kept.lock().unwrap().clone().unwrap();
+    let read = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let told = store.told.notified();
+            if !store.read.lock().unwrap().is_empty() {
+                return store.read.lock().unwrap().clone();
+            }
+            told.await;
+        }
+    })
+    .await
+    .expect("the waiting Run is read at the source");
+    assert_eq!(read, [waiting], "only the unfinished Run");
+    h.stop().await;
 }
