@@ -140,6 +140,16 @@ async fn servers(relays: &[(&str, &str, &str, &str)], b_url: Option<&str>) -> (M
     (a, b)
 }
 
+/// Server B, a recording proxy in front of it, and server A with one relay Workflow `name`
+/// calling B's `tool` through the proxy.
+async fn through_proxy(name: &str, tool: &str) -> (Mcp, Proxy, Mcp) {
+    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
+    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
+    let relayed = relay(name, tool, &endpoint(proxy.addr), "", "");
+    let a = Mcp::start_in(server_dir(&[("relay.yaml", &relayed)], &auth_a())).await;
+    (a, proxy, b)
+}
+
 fn upstream_task(run: &Run) -> Option<String> {
     run.status.as_ref()?.steps.first()?.upstream_task_id.clone()
 }
@@ -289,16 +299,7 @@ async fn cancelling_the_run_cancels_the_upstream_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_while_the_upstream_makes_its_task_cancels_that_task() {
-    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
-    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
-    let a = Mcp::start_in(server_dir(
-        &[(
-            "relay.yaml",
-            &relay("relay-forever", "forever", &endpoint(proxy.addr), "", ""),
-        )],
-        &auth_a(),
-    ))
-    .await;
+    let (a, proxy, b) = through_proxy("relay-forever", "forever").await;
     // B makes the task, and its answer naming it is held on the way back to A.
     proxy.hold_next("tools/call", 1);
     let c = a.client("alice-token");
@@ -514,16 +515,7 @@ async fn after_kill_9_the_server_resumes_the_same_upstream_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step() {
-    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
-    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
-    let a = Mcp::start_in(server_dir(
-        &[(
-            "relay.yaml",
-            &relay("relay-nap", "nap", &endpoint(proxy.addr), "", ""),
-        )],
-        &auth_a(),
-    ))
-    .await;
+    let (a, proxy, _b) = through_proxy("relay-nap", "nap").await;
     let c = a.client("alice-token");
     let id = c.call("relay-nap", json!({"msg": "zz"})).await.task_id();
     proxy.wait_for("tasks/get", 1).await;
@@ -542,16 +534,7 @@ async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_the_upstream_refuses_fails_the_step_and_cancels_the_upstream_task() {
-    let b = Mcp::start(&[("upstream.yaml", UPSTREAM)]).await;
-    let proxy = Proxy::start(&format!("http://{}", b.addr)).await;
-    let a = Mcp::start_in(server_dir(
-        &[(
-            "relay.yaml",
-            &relay("relay-approve", "approve", &endpoint(proxy.addr), "", ""),
-        )],
-        &auth_a(),
-    ))
-    .await;
+    let (a, proxy, b) = through_proxy("relay-approve", "approve").await;
     let c = a.client("alice-token");
     let id = c
         .call("relay-approve", json!({"msg": "deploy"}))

@@ -15,47 +15,68 @@ use runway::store::{RunStore, StoreError, WatchEvent};
 use serde_json::json;
 use support::harness::{Harness, PATIENCE};
 
-/// The SQLite store, except that every watch fails at once; each watch started is noted with
-/// its instant.
-struct BrokenWatch {
+/// The SQLite store, noting each watch started (with its instant) and each Run read at the
+/// source; with `broken`, every watch fails at once.
+struct Noting {
     inner: SqliteStore,
+    broken: bool,
     watched: Mutex<Vec<Instant>>,
+    read: Mutex<Vec<String>>,
     told: tokio::sync::Notify,
 }
 
-impl BrokenWatch {
-    fn new(inner: SqliteStore) -> Self {
+impl Noting {
+    fn new(inner: SqliteStore, broken: bool) -> Self {
         Self {
             inner,
+            broken,
             watched: Mutex::new(Vec::new()),
+            read: Mutex::new(Vec::new()),
             told: tokio::sync::Notify::new(),
         }
     }
 
-    /// Wait until `n` watches were started; their instants.
-    async fn watched(&self, n: usize) -> Vec<Instant> {
+    /// Wait until `enough` says yes to what was noted; what it said yes to.
+    async fn until<T>(&self, what: &str, enough: impl Fn(&Self) -> Option<T>) -> T {
         let waited = tokio::time::timeout(PATIENCE, async {
             loop {
                 let told = self.told.notified();
-                let watched = self.watched.lock().unwrap().clone();
-                if watched.len() >= n {
-                    return watched;
+                if let Some(v) = enough(self) {
+                    return v;
                 }
                 told.await;
             }
         })
         .await;
-        waited.unwrap_or_else(|_| panic!("never watched {n} times"))
+        waited.unwrap_or_else(|_| panic!("never {what}"))
+    }
+
+    /// Wait until `n` watches were started; their instants.
+    async fn watched(&self, n: usize) -> Vec<Instant> {
+        self.until(&format!("watched {n} times"), |s| {
+            let watched = s.watched.lock().unwrap().clone();
+            (watched.len() >= n).then_some(watched)
+        })
+        .await
+    }
+
+    fn noted(&self) {
+        self.told.notify_waiters();
     }
 }
 
 #[async_trait::async_trait]
-impl RunStore for BrokenWatch {
+impl RunStore for Noting {
     async fn create(&self, run: Run) -> Result<Run, StoreError> {
         self.inner.create(run).await
     }
     async fn get(&self, ns: &str, name: &str) -> Result<Option<Run>, StoreError> {
         self.inner.get(ns, name).await
+    }
+    async fn get_now(&self, ns: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
+        self.read.lock().unwrap().push(name.to_owned());
+        self.noted();
+        self.inner.get_now(ns, name).await
     }
     async fn list(
         &self,
@@ -78,10 +99,13 @@ impl RunStore for BrokenWatch {
     }
     fn watch(
         &self,
-        _rv: Option<String>,
+        rv: Option<String>,
     ) -> futures::stream::BoxStream<'static, Result<WatchEvent, StoreError>> {
         self.watched.lock().unwrap().push(Instant::now());
-        self.told.notify_waiters();
+        self.noted();
+        if !self.broken {
+            return self.inner.watch(rv);
+        }
         futures::stream::once(async { Err(StoreError::Backend("429 Too Many Requests".into())) })
             .boxed()
     }
@@ -108,10 +132,10 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
         Arc::new(runway::steps::StaticSecrets::default()),
         &support::harness::local_egress(),
     ));
-    let broken = Arc::new(Mutex::new(None::<Arc<BrokenWatch>>));
+    let broken = Arc::new(Mutex::new(None::<Arc<Noting>>));
     let kept = Arc::clone(&broken);
     let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
-        let store = Arc::new(BrokenWatch::new(inner));
+        let store = Arc::new(Noting::new(inner, true));
         *kept.lock().unwrap() = Some(Arc::clone(&store));
         store
     });
@@ -131,8 +155,9 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
 
     // The change feed of the MCP endpoint, on its own.
     let dir = support::harness::TempDir::new();
-    let feed_store = Arc::new(BrokenWatch::new(
+    let feed_store = Arc::new(Noting::new(
         SqliteStore::open(&dir.path().join("runs.db")).unwrap(),
+        true,
     ));
     let shutdown = tokio_util::sync::CancellationToken::new();
     let _changes = runway::store::changes::RunChanges::follow(
@@ -145,56 +170,6 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
         "watches {gaps:?} apart"
     );
     shutdown.cancel();
-}
-
-/// The SQLite store, noting the Runs read at the source.
-struct AtSource {
-    inner: SqliteStore,
-    read: Mutex<Vec<String>>,
-    told: tokio::sync::Notify,
-}
-
-#[async_trait::async_trait]
-impl RunStore for AtSource {
-    async fn create(&self, run: Run) -> Result<Run, StoreError> {
-        self.inner.create(run).await
-    }
-    async fn get(&self, ns: &str, name: &str) -> Result<Option<Run>, StoreError> {
-        self.inner.get(ns, name).await
-    }
-    async fn get_now(&self, ns: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
-        self.read.lock().unwrap().push(name.to_owned());
-        self.told.notify_waiters();
-        self.inner.get_now(ns, name).await
-    }
-    async fn list(
-        &self,
-        ns: Option<&str>,
-        labels: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<Arc<Run>>, StoreError> {
-        self.inner.list(ns, labels).await
-    }
-    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
-        self.inner.phase_counts().await
-    }
-    async fn update(&self, run: Run) -> Result<Run, StoreError> {
-        self.inner.update(run).await
-    }
-    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
-        self.inner.update_status(run).await
-    }
-    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
-        self.inner.delete(ns, name, uid).await
-    }
-    fn watch(
-        &self,
-        rv: Option<String>,
-    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, StoreError>> {
-        self.inner.watch(rv)
-    }
-    async fn resource_version(&self) -> Result<String, StoreError> {
-        self.inner.resource_version().await
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,29 +205,20 @@ async fn a_new_term_reads_its_unfinished_runs_at_the_source_first() {
     h.wait_for(&done, "finished", |r| r.phase().is_terminal())
         .await;
     let dir = h.stop().await;
-    let kept = Arc::new(Mutex::new(None::<Arc<AtSource>>));
+    let kept = Arc::new(Mutex::new(None::<Arc<Noting>>));
     let slot = Arc::clone(&kept);
     let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
-        let store = Arc::new(AtSource {
-            inner,
-            read: Mutex::new(Vec::new()),
-            told: tokio::sync::Notify::new(),
-        });
+        let store = Arc::new(Noting::new(inner, false));
         *slot.lock().unwrap() = Some(Arc::clone(&store));
         store
     });
     let store = kept.lock().unwrap().clone().unwrap();
-    let read = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let told = store.told.notified();
-            if !store.read.lock().unwrap().is_empty() {
-                return store.read.lock().unwrap().clone();
-            }
-            told.await;
-        }
-    })
-    .await
-    .expect("the waiting Run is read at the source");
+    let read = store
+        .until("read a Run at the source", |s| {
+            let read = s.read.lock().unwrap().clone();
+            (!read.is_empty()).then_some(read)
+        })
+        .await;
     assert_eq!(read, [waiting], "only the unfinished Run");
     h.stop().await;
 }
