@@ -87,8 +87,17 @@ fn auth_a() -> String {
     auth_with_secrets("  team-a/upstream-b: { authorization: Bearer alice-token }")
 }
 
+/// A `tool` step's `server`: the one at `url`, called with B's token from A's secrets.
+fn b_server(url: &str) -> String {
+    format!(
+        "{{ url: {url}, headers: [ {{ name: Authorization, valueFrom: {{ secretKeyRef: \
+         {{ name: upstream-b, key: authorization }} }} }} ] }}"
+    )
+}
+
 /// A Workflow of server A that relays to `tool` on the server at `url`.
 fn relay(name: &str, tool: &str, url: &str, step_extra: &str, tool_extra: &str) -> String {
+    let server = b_server(url);
     format!(
         r#"
 apiVersion: runway.dev/v1alpha1
@@ -103,11 +112,7 @@ spec:
     - name: call
       {step_extra}
       tool:
-        server:
-          url: {url}
-          headers:
-            - name: Authorization
-              valueFrom: {{ secretKeyRef: {{ name: upstream-b, key: authorization }} }}
+        server: {server}
         name: {tool}
         arguments: {{ msg: "{{{{ args.msg }}}}" }}
         {tool_extra}
@@ -328,6 +333,7 @@ async fn a_cancel_while_the_upstream_makes_its_task_cancels_that_task() {
 /// A's Workflow: a blocking call to B's `hang` beside a step that fails once answered, and a
 /// `finally` step that keeps the Run going after that.
 fn stop_both(url: &str) -> String {
+    let server = b_server(url);
     format!(
         r#"
 apiVersion: runway.dev/v1alpha1
@@ -340,11 +346,7 @@ spec:
     - name: call
       dependsOn: []
       tool:
-        server:
-          url: {url}
-          headers:
-            - name: Authorization
-              valueFrom: {{ secretKeyRef: {{ name: upstream-b, key: authorization }} }}
+        server: {server}
         name: hang
         task: never
     - name: go
