@@ -18,6 +18,9 @@ use crate::telemetry::ErrorKind;
 const ARCHIVE_RETRY: Duration = Duration::from_secs(10);
 /// Pause before looking again at a Run whose child Runs have not all finished.
 const CHILDREN_RETRY: Duration = Duration::from_secs(5);
+/// Pause before reading again a Run written while it was archived: the cache the next pass
+/// reads it from has then seen that write.
+const CHANGED_RETRY: Duration = Duration::from_secs(1);
 
 impl Controller {
     /// A finished Run the engine keeps for good because a schedule started it (its history
@@ -72,6 +75,10 @@ impl Controller {
                 tracing::info!(namespace = %k.namespace, run = %k.name, "finished run garbage-collected");
             }
             Err(RetireError::Store(e)) => self.retry_later(k, e),
+            Err(e @ RetireError::Changed(_)) => {
+                tracing::debug!(namespace = %k.namespace, run = %k.name, reason = %e, "finished run read again before it is deleted");
+                self.queue.add_at(k.clone(), Instant::now() + CHANGED_RETRY);
+            }
             Err(e @ RetireError::Unfinished(_)) => {
                 tracing::debug!(namespace = %k.namespace, run = %k.name, reason = %e, "finished run kept until its children have finished");
                 self.queue

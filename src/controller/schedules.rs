@@ -402,9 +402,10 @@ impl Scheduler {
     }
 
     /// Archive and delete `run` with the child Runs below it (`why` says what let it go);
-    /// whether it was kept because the archive could not take it, which is reported as the
-    /// controller's collection reports it. Kept otherwise (children still running, the store
-    /// failing), it is tried again on a later pass.
+    /// whether it was kept to be tried again soon: the archive could not take it (reported as
+    /// the controller's collection reports it), or it was written while it was archived. Kept
+    /// otherwise (children still running, the store failing), it is tried again on a later
+    /// pass.
     async fn let_go(&self, run: &Run, why: &str) -> bool {
         let (ns, name) = (&run.metadata.namespace, &run.metadata.name);
         match retire_tree(&*self.store, self.archive.as_deref(), &self.marks, run).await {
@@ -423,6 +424,10 @@ impl Scheduler {
                     warning: true,
                 };
                 self.events.record(&run, &event);
+                true
+            }
+            Err(e @ RetireError::Changed(_)) => {
+                tracing::debug!(namespace = ?ns, run = ?name, reason = %e, "schedule: an old run is read again before it is deleted");
                 true
             }
             Err(e @ RetireError::Unfinished(_)) => {

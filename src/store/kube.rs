@@ -406,13 +406,15 @@ impl RunStore for KubeStore {
         namespace: &str,
         name: &str,
         uid: Option<&str>,
+        version: Option<&str>,
     ) -> Result<(), StoreError> {
         let mut params = DeleteParams::background();
-        if let Some(uid) = uid {
-            // The API server answers 409 when the name now belongs to another Run.
+        if uid.is_some() || version.is_some() {
+            // The API server answers 409 when the name now belongs to another Run, or the Run
+            // was written since.
             params = params.preconditions(Preconditions {
-                uid: Some(uid.to_owned()),
-                resource_version: None,
+                uid: uid.map(str::to_owned),
+                resource_version: version.map(str::to_owned),
             });
         }
         let answer = self

@@ -209,12 +209,14 @@ pub trait RunStore: Send + Sync + 'static {
     /// most frequent, and a Run with a thousand step records is not copied to answer it.
     async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError>;
     /// Delete the Run `name`; with `uid`, only while the Run of that name is still that one
-    /// (`Conflict` when another Run has taken the name since).
+    /// (`Conflict` when another Run has taken the name since); with `version`, only while it
+    /// is still at that `metadata.resourceVersion` (`Conflict` when it was written since).
     async fn delete(
         &self,
         namespace: &str,
         name: &str,
         uid: Option<&str>,
+        version: Option<&str>,
     ) -> Result<(), StoreError>;
     /// Changes after `resource_version` (only future changes when `None`). Ends with
     /// `Err(Gone)` when that history is no longer kept.

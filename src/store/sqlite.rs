@@ -486,12 +486,15 @@ impl RunStore for SqliteStore {
         namespace: &str,
         name: &str,
         uid: Option<&str>,
+        version: Option<&str>,
     ) -> Result<(), StoreError> {
         let key = Key::new(namespace, name);
         let uid = uid.map(str::to_owned);
+        let version = version.map(str::to_owned);
         self.submit(move |b| {
             let old = b.current(&key).ok_or(StoreError::NotFound)?;
-            if uid.is_some() && old.metadata.uid != uid {
+            let moved = version.is_some() && old.metadata.resource_version != version;
+            if (uid.is_some() && old.metadata.uid != uid) || moved {
                 return Err(StoreError::Conflict);
             }
             b.remove(key, old);

@@ -352,7 +352,10 @@ async fn a_run_deleted_while_its_finally_step_runs_leaves_nothing_to_its_success
     // Cancelled first, so that the finally step starts in a cancelled Run.
     h.cancel("again", "enough").await;
     assert_eq!(server.arrived.recv().await.as_deref(), Some("/tidy"));
-    h.store.delete("default", "again", None).await.unwrap();
+    h.store
+        .delete("default", "again", None, None)
+        .await
+        .unwrap();
     server.open.send_replace(true);
 
     let second = h.create_named("tidy", "again", json!({})).await;
@@ -1002,8 +1005,14 @@ impl RunStore for Refusing {
         }
         self.inner.update_status(run).await
     }
-    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
-        self.inner.delete(ns, name, uid).await
+    async fn delete(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        version: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(ns, name, uid, version).await
     }
     fn watch(
         &self,

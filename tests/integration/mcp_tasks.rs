@@ -448,7 +448,7 @@ async fn other_principals_get_the_same_answer_as_for_unknown_tasks() {
         id.as_str()
     );
     // a purged task is indistinguishable too
-    runway::store::RunStore::delete(s.store(), "team-a", &id, None)
+    runway::store::RunStore::delete(s.store(), "team-a", &id, None, None)
         .await
         .unwrap();
     assert_eq!(alice.get(&id).await.last()["error"], reference);

@@ -260,7 +260,7 @@ async fn a_run_another_replica_deleted_is_not_served_from_what_a_watch_delivered
         }
     }
     drop(live);
-    working.delete("ns", "collected", None).await.unwrap();
+    working.delete("ns", "collected", None, None).await.unwrap();
     let later = working
         .create(contract::run("ns", "later", "wf"))
         .await
@@ -284,7 +284,7 @@ async fn a_version_a_slower_watch_delivers_after_the_delete_is_not_served() {
     let mut quick = serving.watch(Some(from.clone()));
     let mut slow = serving.watch(Some(from));
     finished(&working, "collected").await;
-    working.delete("ns", "collected", None).await.unwrap();
+    working.delete("ns", "collected", None, None).await.unwrap();
     let later = working
         .create(contract::run("ns", "later", "wf"))
         .await
@@ -327,7 +327,7 @@ async fn a_run_deleted_here_is_gone_before_the_cache_hears_of_it() {
     until_listed(&serving, &created).await;
     // …its watch falls behind, and it deletes the Run.
     let held = api.hold_watches().await;
-    serving.delete("ns", "collected", None).await.unwrap();
+    serving.delete("ns", "collected", None, None).await.unwrap();
     assert_eq!(serving.get("ns", "collected").await.unwrap(), None);
     let listed = serving.list(Some("ns"), &no_labels).await.unwrap();
     assert!(listed.is_empty(), "a deleted Run is listed: {listed:?}");

@@ -94,8 +94,14 @@ impl RunStore for Noting {
     async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
         self.inner.update_status(run).await
     }
-    async fn delete(&self, ns: &str, name: &str, uid: Option<&str>) -> Result<(), StoreError> {
-        self.inner.delete(ns, name, uid).await
+    async fn delete(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: Option<&str>,
+        version: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete(ns, name, uid, version).await
     }
     fn watch(
         &self,

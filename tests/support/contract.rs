@@ -193,26 +193,41 @@ pub async fn nulls_survive_spec_updates<S: RunStore>(store: &S) {
 
 pub async fn delete<S: RunStore>(store: &S) {
     let first = store.create(run("a", "d1", "wf")).await.unwrap();
-    store.delete("a", "d1", None).await.unwrap();
+    store.delete("a", "d1", None, None).await.unwrap();
     assert!(store.get("a", "d1").await.unwrap().is_none());
     assert_eq!(
-        store.delete("a", "d1", None).await.unwrap_err(),
+        store.delete("a", "d1", None, None).await.unwrap_err(),
         StoreError::NotFound
     );
     // the name can be used again, and a delete meant for the first Run spares the second
     let second = store.create(run("a", "d1", "wf")).await.unwrap();
     assert_eq!(
         store
-            .delete("a", "d1", first.metadata.uid.as_deref())
+            .delete("a", "d1", first.metadata.uid.as_deref(), None)
             .await
             .unwrap_err(),
         StoreError::Conflict
     );
     assert!(store.get("a", "d1").await.unwrap().is_some());
-    store
-        .delete("a", "d1", second.metadata.uid.as_deref())
-        .await
-        .unwrap();
+    // a delete of the version read spares the Run once it was written since
+    let mut labelled = second.clone();
+    labelled
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("seen".into(), "yes".into());
+    let written = store.update(labelled).await.unwrap();
+    let (uid, read) = (
+        second.metadata.uid.as_deref(),
+        second.metadata.resource_version.as_deref(),
+    );
+    assert_eq!(
+        store.delete("a", "d1", uid, read).await.unwrap_err(),
+        StoreError::Conflict
+    );
+    assert!(store.get("a", "d1").await.unwrap().is_some());
+    let now = written.metadata.resource_version.as_deref();
+    store.delete("a", "d1", uid, now).await.unwrap();
     assert!(store.get("a", "d1").await.unwrap().is_none());
 }
 
@@ -226,7 +241,7 @@ pub async fn watch_and_resume<S: RunStore>(store: &S) {
         ..Default::default()
     });
     store.update_status(s).await.unwrap();
-    store.delete("w", "w1", None).await.unwrap();
+    store.delete("w", "w1", None, None).await.unwrap();
 
     let mut seen = Vec::new();
     for _ in 0..3 {

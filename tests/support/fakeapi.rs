@@ -531,17 +531,20 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             ok(api.put_locked(&mut inner, &collection, next))
         }
         // A custom resource deleted at once is answered with a Status naming it, not the object.
-        // A uid precondition, as the API server checks it: 409 when the name is another's now.
+        // Preconditions, as the API server checks them: 409 when the name is another's now, or
+        // the object was written since the version named.
         (Method::DELETE, Some(name), None)
-            if body["preconditions"]["uid"].as_str().is_some_and(|uid| {
-                api.get(&collection, &ns_s, &name)
-                    .is_some_and(|o| o["metadata"]["uid"] != uid)
+            if ["uid", "resourceVersion"].iter().any(|field| {
+                body["preconditions"][field].as_str().is_some_and(|want| {
+                    api.get(&collection, &ns_s, &name)
+                        .is_some_and(|o| o["metadata"][field] != want)
+                })
             }) =>
         {
             status(
                 409,
                 "Conflict",
-                "Precondition failed: UID in precondition does not match the object",
+                "Precondition failed: the object does not match the precondition",
             )
         }
         (Method::DELETE, Some(name), None) => match api.delete(&collection, &ns_s, &name) {

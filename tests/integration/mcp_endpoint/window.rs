@@ -172,7 +172,7 @@ async fn a_cut_right_after_the_answer_frame_leaves_the_run_alone() {
         let run = s.wait(&name, "finished", |r| r.phase().is_terminal()).await;
         assert_eq!(run.phase(), RunPhase::Succeeded, "{meta}");
         assert!(run.spec.cancel.is_none());
-        runway::store::RunStore::delete(s.store(), "team-a", &name, None)
+        runway::store::RunStore::delete(s.store(), "team-a", &name, None, None)
             .await
             .unwrap();
     }
