@@ -230,6 +230,7 @@ impl Server {
             shards: controller::Shards::all(),
             marks: marks.clone(),
             archive: archive.clone(),
+            drain: controller::DRAIN,
         };
         let ctl = run_controller(
             &opts, &run_store, &wf_source, &events, secrets, changes, config,

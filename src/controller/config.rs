@@ -56,7 +56,15 @@ pub struct Config {
     pub marks: engine::marks::Marks,
     /// Where finished Runs are written before they are deleted (none: they are deleted).
     pub archive: Option<std::sync::Arc<crate::store::archive::keeper::Archiver>>,
+    /// How long a controller told to stop lets the effects in progress finish and writes
+    /// their outcomes, starting nothing new, before it abandons what is left (which the next
+    /// start resumes, sending an unrecorded attempt again): see [`DRAIN`].
+    pub drain: std::time::Duration,
 }
+
+/// The default of [`Config::drain`]: enough for an `http` step's answer that is on its way,
+/// short enough not to hold a rolling restart.
+pub const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A share of the Runs: those whose shard — a stable hash of namespace and name, modulo
 /// `count` — is in `owned`. Replicas that split the work own disjoint shares.
@@ -99,6 +107,7 @@ impl Default for Config {
             shards: Shards::all(),
             marks: Default::default(),
             archive: None,
+            drain: DRAIN,
         }
     }
 }

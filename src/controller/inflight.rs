@@ -31,7 +31,11 @@ type RunEffects = HashMap<String, Started>;
 /// The effects in progress of every Run, and whether a cancel aborts them (`finally` steps and
 /// cleanups must not be aborted: the next reconcile would send them again).
 #[derive(Default)]
-pub(super) struct Inflight(Mutex<HashMap<Key, RunEffects>>);
+pub(super) struct Inflight {
+    by_run: Mutex<HashMap<Key, RunEffects>>,
+    /// Told whenever the last effect in progress ends.
+    emptied: tokio::sync::Notify,
+}
 
 impl Inflight {
     /// `run` was cancelled: abort what a cancel stops (each effect then ends itself).
@@ -54,7 +58,7 @@ impl Inflight {
     /// an attempt whose end was recorded). A version older than the one an effect was
     /// started from says nothing of it.
     pub(super) fn abort_undue(&self, k: &Key, run: &Run) {
-        let inflight = self.0.lock().expect("inflight lock");
+        let inflight = self.by_run.lock().expect("inflight lock");
         let Some(effects) = inflight.get(k) else {
             return;
         };
@@ -73,7 +77,7 @@ impl Inflight {
 
     fn abort_where(&self, k: &Key, run: &Run, aborted: impl Fn(&Started) -> bool) {
         let uid = run.metadata.uid.as_deref().unwrap_or_default();
-        if let Some(effects) = self.0.lock().expect("inflight lock").get(k) {
+        if let Some(effects) = self.by_run.lock().expect("inflight lock").get(k) {
             for e in effects.values().filter(|e| e.uid == uid && aborted(e)) {
                 e.token.cancel();
             }
@@ -81,7 +85,7 @@ impl Inflight {
     }
 
     pub(super) fn start(&self, k: &Key, effect: &Effect, run: &Run) -> Option<CancellationToken> {
-        let mut inflight = self.0.lock().expect("inflight lock");
+        let mut inflight = self.by_run.lock().expect("inflight lock");
         let effects = inflight.entry(k.clone()).or_default();
         let id = effect_id(effect);
         if effects.contains_key(&id) {
@@ -101,20 +105,44 @@ impl Inflight {
     }
 
     pub(super) fn end(&self, k: &Key, effect: &Effect) {
-        let mut inflight = self.0.lock().expect("inflight lock");
+        let mut inflight = self.by_run.lock().expect("inflight lock");
         if let Some(effects) = inflight.get_mut(k) {
             effects.remove(&effect_id(effect));
             if effects.is_empty() {
                 inflight.remove(k);
             }
         }
+        if inflight.is_empty() {
+            self.emptied.notify_waiters();
+        }
     }
 
     /// Abort and forget every effect of a Run (its worker panicked, and the Run fails).
     pub(super) fn forget(&self, k: &Key) {
-        let effects = self.0.lock().expect("inflight lock").remove(k);
+        let effects = {
+            let mut inflight = self.by_run.lock().expect("inflight lock");
+            let effects = inflight.remove(k);
+            if inflight.is_empty() {
+                self.emptied.notify_waiters();
+            }
+            effects
+        };
         for e in effects.into_iter().flat_map(HashMap::into_values) {
             e.token.cancel();
+        }
+    }
+
+    /// Once no effect is in progress (each ended: its outcome written, or nothing to write).
+    pub(super) async fn until_empty(&self) {
+        loop {
+            let emptied = self.emptied.notified();
+            tokio::pin!(emptied);
+            // Registered before the look, so that an end between the two is not missed.
+            emptied.as_mut().enable();
+            if self.by_run.lock().expect("inflight lock").is_empty() {
+                return;
+            }
+            emptied.await;
         }
     }
 }

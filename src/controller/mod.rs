@@ -17,7 +17,7 @@ mod waiting;
 mod watch;
 mod work;
 
-pub use config::{Config, EventSink, LogEvents, Shards};
+pub use config::{Config, DRAIN, EventSink, LogEvents, Shards};
 pub use first::Starter;
 
 use std::collections::{BTreeMap, HashMap};
@@ -99,8 +99,11 @@ pub struct Controller {
     /// Runs of this controller waiting under a concurrency limit, by namespace and Workflow:
     /// reconciled again whenever a Run of that Workflow finishes or goes away.
     waiting: Waiting,
-    /// Fires when the controller stops, ending detached effects.
-    stopping: CancellationToken,
+    /// Fires with the token [`Controller::run`] was given (its child, so at that instant):
+    /// nothing new starts, what is in progress may still finish and be written.
+    stopping: std::sync::OnceLock<CancellationToken>,
+    /// Fires when the controller stops for good, ending the detached effects left.
+    abandon: CancellationToken,
     /// Runs whose cached copy the last relist found behind the source.
     behind: Mutex<std::collections::HashSet<Key>>,
     /// The detached effects, waited for when the controller stops.
@@ -129,16 +132,19 @@ impl Controller {
             inflight: Inflight::default(),
             outcomes: Mutex::new(HashMap::new()),
             waiting: Waiting::default(),
-            stopping: CancellationToken::new(),
+            stopping: std::sync::OnceLock::new(),
+            abandon: CancellationToken::new(),
             behind: Mutex::default(),
             detached: tokio_util::task::TaskTracker::new(),
             config,
         })
     }
 
-    /// Run until `shutdown` fires. In-flight effects are abandoned, not cancelled: their Runs
-    /// resume from status on the next start.
+    /// Run until `shutdown` fires. Then nothing new starts, and the effects in progress get
+    /// [`Config::drain`] to finish and be written; what is left is abandoned, not cancelled:
+    /// its Runs resume from status on the next start.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let _ = self.stopping.set(shutdown.child_token());
         let mut tasks = tokio::task::JoinSet::new();
         let me = self.clone();
         tasks.spawn(async move { me.watch().await });
@@ -163,11 +169,26 @@ impl Controller {
             });
         }
         shutdown.cancelled().await;
-        self.stopping.cancel();
+        // An attempt that ends now would otherwise be sent again by the next start.
+        let drained = self.inflight.until_empty();
+        if tokio::time::timeout(self.config.drain, drained)
+            .await
+            .is_err()
+        {
+            tracing::info!(within = ?self.config.drain, "effects still in progress at the stop are left to the next start");
+        }
+        self.abandon.cancel();
         tasks.shutdown().await;
         // Each ends at the stop: none acts for a term that is over once this returns.
         self.detached.close();
         self.detached.wait().await;
+    }
+
+    /// Whether the controller was told to stop.
+    fn is_stopping(&self) -> bool {
+        self.stopping
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// The one status writer: write `status` on `run`, record `events` on what was written,
@@ -282,6 +303,8 @@ impl Controller {
                 Err(e) => return self.retry_later(k, e),
             };
             let (run, next) = match self.write_outcomes(k, run).await {
+                // Told to stop: the outcomes are written, nothing new is decided or started.
+                Written::Run(..) if self.is_stopping() => return,
                 Written::Run(run, Some(next)) => (run, next),
                 Written::Run(run, None) => match self.decide_and_write(k, run).await {
                     Written::Run(run, Some(next)) => (run, next),
@@ -291,6 +314,10 @@ impl Controller {
                 Written::Again => continue,
                 Written::Stop => return,
             };
+            // Decided before the stop: written, left for the next start to perform.
+            if self.is_stopping() {
+                return;
+            }
             match next {
                 Next::Execute(effect) if waits_long(&effect) => {
                     return self.execute_detached(k, &run, *effect);
@@ -410,7 +437,7 @@ impl Controller {
             let done = tokio::select! {
                 biased;
                 // The controller stopped: abandoned, as in a crash; the next leader resumes it.
-                _ = me.stopping.cancelled() => return,
+                _ = me.abandon.cancelled() => return,
                 done = work => done,
             };
             match done {

@@ -17,9 +17,13 @@ impl Controller {
             return false;
         };
         let outcome = self.perform(k, run, effect, token).await;
+        // In progress until its outcome is written: a controller told to stop waits for that.
+        let go_on = match outcome {
+            Some(outcome) => self.record(k, effect, outcome).await,
+            None => true,
+        };
         self.inflight.end(k, effect);
-        let Some(outcome) = outcome else { return true };
-        self.record(k, effect, outcome).await
+        go_on
     }
 
     /// Run the executor for one attempt; `None` when it was cancelled first.

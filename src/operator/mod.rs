@@ -62,7 +62,8 @@ pub struct Options {
     pub step_events: bool,
 }
 
-/// How long the controller's in-flight work may take to finish once told to stop.
+/// How long the controller may take to stop once told to: its drain, then abandoning what is
+/// left.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Key of the state keys within their Secret (the chart's `stateKey.key` default).
@@ -211,6 +212,7 @@ async fn lead(
             shards,
             marks,
             archive,
+            drain: drain(opts),
         },
     );
     let validator = workflows::validator(client, workflows.clone(), stop.clone());
@@ -236,6 +238,22 @@ async fn lead(
         _ = work => {}
         _ = deadline => tracing::warn!("the controller did not stop within {STOP_GRACE:?}; abandoning its work"),
     }
+}
+
+/// How long the controller, told to stop, lets its effects in progress finish and be written:
+/// with Leases, within half the time between a holder giving a shard up (its renew deadline)
+/// and another replica able to take it (the Lease's duration), so that no write of the old
+/// term lands in the new one.
+fn drain(opts: &Options) -> Duration {
+    if !opts.leader_election {
+        return controller::DRAIN;
+    }
+    drain_within(opts.lease.duration, opts.lease.renew_deadline)
+}
+
+/// The drain for Leases of `duration` given up at `renew_deadline`.
+fn drain_within(duration: Duration, renew_deadline: Duration) -> Duration {
+    controller::DRAIN.min(duration.saturating_sub(renew_deadline) / 2)
 }
 
 /// Start the operator with the in-cluster configuration or kubeconfig, and run until `shutdown`.
@@ -400,4 +418,18 @@ async fn drive_owned_shards(
     metrics.set_shards(opts.lease.shards, 0);
     let _ = elect.await;
     follow.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_drains_within_half_the_time_before_another_replica_may_take_the_shard() {
+        let s = Duration::from_secs;
+        assert_eq!(drain_within(s(15), s(10)), controller::DRAIN);
+        assert_eq!(drain_within(s(15), s(13)), s(1));
+        assert_eq!(drain_within(s(15), s(15)), Duration::ZERO);
+        assert!(drain_within(s(15), s(10)) < STOP_GRACE);
+    }
 }

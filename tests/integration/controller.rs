@@ -888,10 +888,32 @@ spec:
     );
 }
 
-/// The real executors, except that `tool` steps wait until the test releases them.
+/// The real executors of the tests (loopback allowed).
+fn real_executors() -> runway::steps::Executors {
+    runway::steps::Executors::new(
+        Arc::new(runway::steps::StaticSecrets::default()),
+        &support::harness::local_egress(),
+    )
+}
+
+/// The real executors, except that `tool` steps wait until the test releases them; each such
+/// call is counted, and told on `entered`.
 struct SlowUpstream {
     real: runway::steps::Executors,
     release: tokio_util::sync::CancellationToken,
+    calls: std::sync::atomic::AtomicUsize,
+    entered: tokio::sync::Notify,
+}
+
+impl SlowUpstream {
+    fn new(release: &tokio_util::sync::CancellationToken) -> Self {
+        Self {
+            real: real_executors(),
+            release: release.clone(),
+            calls: Default::default(),
+            entered: Default::default(),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -903,6 +925,8 @@ impl runway::steps::Executor for SlowUpstream {
         cancel: tokio_util::sync::CancellationToken,
     ) -> Option<runway::engine::Outcome> {
         if matches!(effect.action, runway::engine::Action::Tool { .. }) {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.entered.notify_one();
             self.release.cancelled().await;
             return Some(runway::engine::Outcome::Succeeded(json!("upstream done")));
         }
@@ -928,17 +952,9 @@ spec:
   steps:
     - { name: nap, delay: { duration: 10ms } }
 "#;
-    let dir = support::harness::TempDir::new();
-    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
-    std::fs::write(dir.path().join("workflows/wf.yaml"), wf).unwrap();
+    let dir = support::harness::workflows_dir(&[("wf.yaml", wf)]);
     let release = tokio_util::sync::CancellationToken::new();
-    let exec = SlowUpstream {
-        real: runway::steps::Executors::new(
-            Arc::new(runway::steps::StaticSecrets::default()),
-            &support::harness::local_egress(),
-        ),
-        release: release.clone(),
-    };
+    let exec = SlowUpstream::new(&release);
     // One worker, and two Runs waiting on their upstream tasks.
     let h = Harness::start_with(dir, Arc::new(exec), 1);
     let waiting: Vec<String> =
@@ -1077,4 +1093,96 @@ spec:
         );
         h.stop().await;
     }
+}
+
+/// Two `http` steps one after the other, both calling `url`.
+fn two_calls(url: &str) -> String {
+    format!(
+        "apiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: two }}\nspec:\n  steps:\n    - name: first\n      http: {{ url: \"{url}/first\" }}\n    - name: second\n      http: {{ url: \"{url}/second\" }}\n"
+    )
+}
+
+/// Run `name` as the database in `dir` holds it (no controller running).
+async fn stored(dir: &support::harness::TempDir, name: &str) -> runway::api::Run {
+    let store = runway::store::sqlite::SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    store.get("default", name).await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_writes_the_call_that_ends_meanwhile_and_starts_nothing_new() {
+    let mut server = gated_server().await;
+    let dir = support::harness::workflows_dir(&[("two.yaml", &two_calls(&server.url))]);
+    let drain = support::harness::PATIENCE;
+    let h = Harness::start_draining(dir, Arc::new(real_executors()), drain);
+    let name = h.create("two", json!({})).await.metadata.name.unwrap();
+    assert_eq!(server.arrived.recv().await.as_deref(), Some("/first"));
+    // Told to stop while the first call is on its way; its answer comes after.
+    h.begin_stop();
+    server.open.send_replace(true);
+    let dir = h.stop().await;
+    let steps = stored(&dir, &name).await.status.unwrap().steps;
+    assert_eq!(steps[0].name, "first");
+    assert_eq!(
+        steps[0].phase,
+        StepPhase::Succeeded,
+        "written before the stop"
+    );
+    assert_eq!(server.counts.lock().unwrap().get("/second"), None);
+
+    let h = Harness::start_in(dir);
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    let counts = server.counts.lock().unwrap().clone();
+    assert_eq!(
+        counts.get("/first"),
+        Some(&1),
+        "the first call was not sent again"
+    );
+    assert_eq!(counts.get("/second"), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_writes_the_detached_outcome_that_comes_meanwhile() {
+    let wf = r#"
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: upstream }
+spec:
+  steps:
+    - name: call
+      tool: { server: { url: "http://upstream.example/mcp" }, name: work }
+    - name: again
+      tool: { server: { url: "http://upstream.example/mcp" }, name: work }
+"#;
+    let release = tokio_util::sync::CancellationToken::new();
+    let exec = Arc::new(SlowUpstream::new(&release));
+    let dir = support::harness::workflows_dir(&[("wf.yaml", wf)]);
+    let drain = support::harness::PATIENCE;
+    let h = Harness::start_draining(dir, exec.clone(), drain);
+    let name = h.create("upstream", json!({})).await.metadata.name.unwrap();
+    exec.entered.notified().await;
+    h.begin_stop();
+    release.cancel();
+    let dir = h.stop().await;
+    let steps = stored(&dir, &name).await.status.unwrap().steps;
+    assert_eq!(steps[0].name, "call");
+    assert_eq!(
+        steps[0].phase,
+        StepPhase::Succeeded,
+        "written before the stop"
+    );
+    assert_eq!(exec.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let h = Harness::start_with(dir, exec.clone(), 2);
+    let done = h
+        .wait_for(&name, "finished", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded);
+    let calls = exec.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        calls, 2,
+        "the first call was not made again, the second once"
+    );
 }

@@ -73,6 +73,16 @@ pub fn local_egress() -> runway::steps::egress::Egress {
     }
 }
 
+/// A fresh directory with `manifests` (file name, YAML) in its `workflows/`.
+pub fn workflows_dir(manifests: &[(&str, &str)]) -> TempDir {
+    let dir = TempDir::new();
+    std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
+    for (name, yaml) in manifests {
+        std::fs::write(dir.path().join("workflows").join(name), yaml).unwrap();
+    }
+    dir
+}
+
 pub struct Harness {
     pub dir: TempDir,
     pub store: SqliteStore,
@@ -84,12 +94,7 @@ pub struct Harness {
 impl Harness {
     /// Write `manifests` (file name, YAML) and start a controller on a fresh database.
     pub fn start(manifests: &[(&str, &str)]) -> Self {
-        let dir = TempDir::new();
-        std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
-        for (name, yaml) in manifests {
-            std::fs::write(dir.path().join("workflows").join(name), yaml).unwrap();
-        }
-        Self::start_in(dir)
+        Self::start_in(workflows_dir(manifests))
     }
 
     /// Start a controller on the database and manifests already in `dir`.
@@ -112,11 +117,40 @@ impl Harness {
     }
 
     /// Start a controller whose store is `wrap` around the database (the harness itself reads
-    /// and writes the database directly).
+    /// and writes the database directly). Stopped, it stops as a crash would.
     pub fn start_wrapped(
         dir: TempDir,
         executor: Arc<dyn runway::steps::Executor>,
         workers: usize,
+        wrap: impl FnOnce(SqliteStore) -> Arc<dyn RunStore>,
+    ) -> Self {
+        let config = Config {
+            workers,
+            drain: Duration::ZERO,
+            ..Default::default()
+        };
+        Self::launch(dir, executor, config, wrap)
+    }
+
+    /// Start a controller that, told to stop, lets the effects in progress finish and writes
+    /// them for up to `drain`, as `runway serve` and the operator do.
+    pub fn start_draining(
+        dir: TempDir,
+        executor: Arc<dyn runway::steps::Executor>,
+        drain: Duration,
+    ) -> Self {
+        let config = Config {
+            workers: 8,
+            drain,
+            ..Default::default()
+        };
+        Self::launch(dir, executor, config, |s| Arc::new(s))
+    }
+
+    fn launch(
+        dir: TempDir,
+        executor: Arc<dyn runway::steps::Executor>,
+        config: Config,
         wrap: impl FnOnce(SqliteStore) -> Arc<dyn RunStore>,
     ) -> Self {
         runway::install_crypto_provider();
@@ -128,10 +162,7 @@ impl Harness {
             Arc::new(workflows.clone()),
             executor,
             Arc::new(LogEvents),
-            Config {
-                workers,
-                ..Default::default()
-            },
+            config,
         );
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
@@ -145,7 +176,13 @@ impl Harness {
         }
     }
 
-    /// Stop the controller (as a crash would: nothing is cleaned up) and hand back the directory.
+    /// Tell the controller to stop, without waiting for it.
+    pub fn begin_stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Stop the controller (unless started draining, as a crash would: nothing is cleaned up)
+    /// and hand back the directory.
     pub async fn stop(mut self) -> TempDir {
         self.shutdown.cancel();
         self.task.take().unwrap().await.unwrap();
