@@ -983,62 +983,16 @@ spec:
 
 /// The SQLite store, except that it refuses as invalid every status in `phase` (as an API
 /// server refuses an object its schema does not admit).
-struct Refusing {
-    inner: runway::store::sqlite::SqliteStore,
-    phase: RunPhase,
-}
-
-#[async_trait::async_trait]
-impl RunStore for Refusing {
-    async fn create(&self, run: runway::api::Run) -> Result<runway::api::Run, StoreError> {
-        self.inner.create(run).await
-    }
-    async fn get(&self, ns: &str, name: &str) -> Result<Option<runway::api::Run>, StoreError> {
-        self.inner.get(ns, name).await
-    }
-    async fn list(
-        &self,
-        ns: Option<&str>,
-        labels: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<Arc<runway::api::Run>>, StoreError> {
-        self.inner.list(ns, labels).await
-    }
-    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
-        self.inner.phase_counts().await
-    }
-    async fn update(&self, run: runway::api::Run) -> Result<runway::api::Run, StoreError> {
-        self.inner.update(run).await
-    }
-    async fn update_status(
-        &self,
-        run: runway::api::Run,
-    ) -> Result<Arc<runway::api::Run>, StoreError> {
-        if run.phase() == self.phase {
-            return Err(StoreError::Invalid(format!(
-                "{:?} is not admitted",
-                self.phase
-            )));
-        }
-        self.inner.update_status(run).await
-    }
-    async fn delete(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: Option<&str>,
-        version: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(ns, name, uid, version).await
-    }
-    fn watch(
-        &self,
-        rv: Option<String>,
-    ) -> futures::stream::BoxStream<'static, Result<runway::store::WatchEvent, StoreError>> {
-        self.inner.watch(rv)
-    }
-    async fn resource_version(&self) -> Result<String, StoreError> {
-        self.inner.resource_version().await
-    }
+fn refusing(inner: runway::store::sqlite::SqliteStore, phase: RunPhase) -> Arc<dyn RunStore> {
+    Arc::new(support::hooked::Hooked::new(
+        inner,
+        move |call| match call {
+            support::hooked::Call::UpdateStatus(run) if run.phase() == phase => {
+                Some(StoreError::Invalid(format!("{phase:?} is not admitted")))
+            }
+            _ => None,
+        },
+    ))
 }
 
 #[tokio::test]
@@ -1064,9 +1018,7 @@ spec:
             Arc::new(runway::steps::StaticSecrets::default()),
             &support::harness::local_egress(),
         ));
-        let h = Harness::start_wrapped(dir, executor, 2, |inner| {
-            Arc::new(Refusing { inner, phase })
-        });
+        let h = Harness::start_wrapped(dir, executor, 2, |inner| refusing(inner, phase));
         let first = h.create("one-at-a-time", json!({})).await;
         let first = first.metadata.name.unwrap();
         if second_only {

@@ -8,32 +8,41 @@ use crate::support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use runway::api::{Run, RunPhase};
+use runway::api::RunPhase;
 use runway::store::sqlite::SqliteStore;
-use runway::store::{RunStore, StoreError, WatchEvent};
+use runway::store::{RunStore, StoreError};
 use serde_json::json;
 use support::harness::{Harness, PATIENCE};
+use support::hooked::{Call, Hooked};
 
-/// The SQLite store, noting each watch started (with its instant) and each Run read at the
-/// source; with `broken`, every watch fails at once.
-struct Noting {
-    inner: SqliteStore,
-    broken: bool,
+/// What the store was asked: each watch started (with its instant) and each Run read at the
+/// source.
+#[derive(Default)]
+struct Notes {
     watched: Mutex<Vec<Instant>>,
     read: Mutex<Vec<String>>,
     told: tokio::sync::Notify,
 }
 
-impl Noting {
-    fn new(inner: SqliteStore, broken: bool) -> Self {
-        Self {
-            inner,
-            broken,
-            watched: Mutex::new(Vec::new()),
-            read: Mutex::new(Vec::new()),
-            told: tokio::sync::Notify::new(),
-        }
+impl Notes {
+    /// The SQLite store `inner`, noting here; with `broken`, every watch fails at once.
+    fn store(self: &Arc<Self>, inner: SqliteStore, broken: bool) -> Arc<dyn RunStore> {
+        let notes = Arc::clone(self);
+        Arc::new(Hooked::new(inner, move |call| {
+            let refused = match call {
+                Call::Watch => {
+                    notes.watched.lock().unwrap().push(Instant::now());
+                    broken.then(|| StoreError::Backend("429 Too Many Requests".into()))
+                }
+                Call::GetNow(name) => {
+                    notes.read.lock().unwrap().push(name.to_owned());
+                    None
+                }
+                _ => return None,
+            };
+            notes.told.notify_waiters();
+            refused
+        }))
     }
 
     /// Wait until `enough` says yes to what was noted; what it said yes to.
@@ -59,65 +68,6 @@ impl Noting {
         })
         .await
     }
-
-    fn noted(&self) {
-        self.told.notify_waiters();
-    }
-}
-
-#[async_trait::async_trait]
-impl RunStore for Noting {
-    async fn create(&self, run: Run) -> Result<Run, StoreError> {
-        self.inner.create(run).await
-    }
-    async fn get(&self, ns: &str, name: &str) -> Result<Option<Run>, StoreError> {
-        self.inner.get(ns, name).await
-    }
-    async fn get_now(&self, ns: &str, name: &str) -> Result<Option<Arc<Run>>, StoreError> {
-        self.read.lock().unwrap().push(name.to_owned());
-        self.noted();
-        self.inner.get_now(ns, name).await
-    }
-    async fn list(
-        &self,
-        ns: Option<&str>,
-        labels: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Vec<Arc<Run>>, StoreError> {
-        self.inner.list(ns, labels).await
-    }
-    async fn phase_counts(&self) -> Result<std::collections::BTreeMap<RunPhase, i64>, StoreError> {
-        self.inner.phase_counts().await
-    }
-    async fn update(&self, run: Run) -> Result<Run, StoreError> {
-        self.inner.update(run).await
-    }
-    async fn update_status(&self, run: Run) -> Result<Arc<Run>, StoreError> {
-        self.inner.update_status(run).await
-    }
-    async fn delete(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: Option<&str>,
-        version: Option<&str>,
-    ) -> Result<(), StoreError> {
-        self.inner.delete(ns, name, uid, version).await
-    }
-    fn watch(
-        &self,
-        rv: Option<String>,
-    ) -> futures::stream::BoxStream<'static, Result<WatchEvent, StoreError>> {
-        self.watched.lock().unwrap().push(Instant::now());
-        self.noted();
-        if !self.broken {
-            return self.inner.watch(rv);
-        }
-        futures::stream::once(async { Err(StoreError::Backend("429 Too Many Requests".into())) })
-            .boxed()
-    }
-    async fn resource_version(&self) -> Result<String, StoreError> {
-        self.inner.resource_version().await
-    }
 }
 
 /// The gaps between successive instants.
@@ -138,21 +88,16 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
         Arc::new(runway::steps::StaticSecrets::default()),
         &support::harness::local_egress(),
     ));
-    let broken = Arc::new(Mutex::new(None::<Arc<Noting>>));
-    let kept = Arc::clone(&broken);
-    let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
-        let store = Arc::new(Noting::new(inner, true));
-        *kept.lock().unwrap() = Some(Arc::clone(&store));
-        store
-    });
-    let store = broken.lock().unwrap().clone().unwrap();
+    let notes = Arc::new(Notes::default());
+    let noting = Arc::clone(&notes);
+    let h = Harness::start_wrapped(dir, executor, 1, move |inner| noting.store(inner, true));
     // A Run created meanwhile is still found by a list and finished.
     let run = h.create("quick", json!({})).await.metadata.name.unwrap();
     let done = h
         .wait_for(&run, "finished", |r| r.phase().is_terminal())
         .await;
     assert_eq!(done.phase(), RunPhase::Succeeded);
-    let gaps = apart(&store.watched(3).await[..3]);
+    let gaps = apart(&notes.watched(3).await[..3]);
     assert!(
         gaps[0] >= Duration::from_secs(1) && gaps[1] >= Duration::from_secs(2),
         "watches {gaps:?} apart"
@@ -161,16 +106,14 @@ async fn a_watch_that_keeps_failing_is_started_again_after_a_growing_pause() {
 
     // The change feed of the MCP endpoint, on its own.
     let dir = support::harness::TempDir::new();
-    let feed_store = Arc::new(Noting::new(
+    let feed_notes = Arc::new(Notes::default());
+    let feed_store = feed_notes.store(
         SqliteStore::open(&dir.path().join("runs.db")).unwrap(),
         true,
-    ));
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let _changes = runway::store::changes::RunChanges::follow(
-        Arc::clone(&feed_store) as Arc<dyn RunStore>,
-        shutdown.clone(),
     );
-    let gaps = apart(&feed_store.watched(3).await[..3]);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _changes = runway::store::changes::RunChanges::follow(feed_store, shutdown.clone());
+    let gaps = apart(&feed_notes.watched(3).await[..3]);
     assert!(
         gaps[0] >= Duration::from_secs(1) && gaps[1] >= Duration::from_secs(2),
         "watches {gaps:?} apart"
@@ -211,15 +154,10 @@ async fn a_new_term_reads_its_unfinished_runs_at_the_source_first() {
     h.wait_for(&done, "finished", |r| r.phase().is_terminal())
         .await;
     let dir = h.stop().await;
-    let kept = Arc::new(Mutex::new(None::<Arc<Noting>>));
-    let slot = Arc::clone(&kept);
-    let h = Harness::start_wrapped(dir, executor, 1, move |inner| {
-        let store = Arc::new(Noting::new(inner, false));
-        *slot.lock().unwrap() = Some(Arc::clone(&store));
-        store
-    });
-    let store = kept.lock().unwrap().clone().unwrap();
-    let read = store
+    let notes = Arc::new(Notes::default());
+    let noting = Arc::clone(&notes);
+    let h = Harness::start_wrapped(dir, executor, 1, move |inner| noting.store(inner, false));
+    let read = notes
         .until("read a Run at the source", |s| {
             let read = s.read.lock().unwrap().clone();
             (!read.is_empty()).then_some(read)

@@ -5,6 +5,7 @@ pub mod contract;
 pub mod cut;
 pub mod fakeapi;
 pub mod harness;
+pub mod hooked;
 pub mod mcp;
 pub mod otlp;
 pub mod postgres;
