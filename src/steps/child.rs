@@ -300,11 +300,14 @@ impl ChildExecutor {
         }
     }
 
-    /// Wait until the child ends; its ending is the step's outcome.
+    /// Wait until the child ends; its ending is the step's outcome. A read that fails for a
+    /// reason that may pass is tried again (the step's timeout bounds the wait): failing the
+    /// step would cancel a child that runs on fine and start its work over.
     async fn follow(&self, ns: &str, name: &str) -> Outcome {
         let mut changes = self.changes.subscribe(ns, name);
+        let what = format!("reading child run {name}");
         loop {
-            match self.store.get(ns, name).await {
+            match super::again(&what, passing, || self.store.get(ns, name)).await {
                 Ok(Some(child)) => {
                     if let Some(outcome) = ended(&child) {
                         return outcome;
@@ -335,7 +338,9 @@ impl ChildExecutor {
         }
     }
 
-    /// Ask the child to stop, unless it has ended.
+    /// Ask the child to stop, unless it has ended. A store failure that may pass is tried
+    /// again until the cleanup's deadline: a cancel given up on is not asked for again, and
+    /// the child would run on to its end.
     async fn cancel(&self, parent: &Run, name: &str) -> Outcome {
         let ns = parent.metadata.namespace.clone().unwrap_or_default();
         let who = parent
@@ -345,29 +350,54 @@ impl ChildExecutor {
             .and_then(|c| c.requested_by.clone())
             .unwrap_or_else(|| "runway".into());
         let parent_name = parent.metadata.name.clone().unwrap_or_default();
+        let request = CancelRequest {
+            reason: Some(format!("parent run {parent_name} stopped waiting for it")),
+            requested_by: Some(who),
+            requested_at: Some(jiff::Timestamp::now().to_string()),
+        };
+        let what = format!("cancelling child run {name}");
+        let asked = super::again(&what, passing, || self.ask_to_stop(&ns, name, &request));
+        asked.await.unwrap_or_else(Self::connection)
+    }
+
+    /// One try at writing `request` on the child; `Conflict` when it kept changing.
+    async fn ask_to_stop(
+        &self,
+        ns: &str,
+        name: &str,
+        request: &CancelRequest,
+    ) -> Result<Outcome, StoreError> {
         for _ in 0..8 {
-            let mut child = match self.store.get(&ns, name).await {
-                Ok(Some(c)) => c,
-                Ok(None) => return Outcome::Succeeded(json!(format!("child run {name} is gone"))),
-                Err(e) => return Self::connection(e),
+            let mut child = match self.store.get(ns, name).await? {
+                Some(c) => c,
+                None => {
+                    return Ok(Outcome::Succeeded(json!(format!(
+                        "child run {name} is gone"
+                    ))));
+                }
             };
             if child.phase().is_terminal() || child.spec.cancel.is_some() {
-                return Outcome::Succeeded(Value::Null);
+                return Ok(Outcome::Succeeded(Value::Null));
             }
-            child.spec.cancel = Some(CancelRequest {
-                reason: Some(format!("parent run {parent_name} stopped waiting for it")),
-                requested_by: Some(who.clone()),
-                requested_at: Some(jiff::Timestamp::now().to_string()),
-            });
+            child.spec.cancel = Some(request.clone());
             match self.store.update(child).await {
-                Ok(_) => return Outcome::Succeeded(json!(format!("cancelled child run {name}"))),
+                Ok(_) => {
+                    return Ok(Outcome::Succeeded(json!(format!(
+                        "cancelled child run {name}"
+                    ))));
+                }
                 Err(StoreError::Conflict) => continue,
-                Err(StoreError::NotFound) => return Outcome::Succeeded(Value::Null),
-                Err(e) => return Self::connection(e),
+                Err(StoreError::NotFound) => return Ok(Outcome::Succeeded(Value::Null)),
+                Err(e) => return Err(e),
             }
         }
-        Self::connection(StoreError::Conflict)
+        Err(StoreError::Conflict)
     }
+}
+
+/// Whether a store failure may pass: the backend failing, a write lost to a concurrent one.
+fn passing(e: &StoreError) -> bool {
+    matches!(e, StoreError::Backend(_) | StoreError::Conflict)
 }
 
 fn parent_uid(run: &Run) -> Option<&str> {
@@ -463,7 +493,16 @@ impl Executor for ChildExecutor {
                 Action::Cleanup(Cleanup {
                     cancel_run: Some(name),
                     ..
-                }) => self.cancel(run, name).await,
+                }) => {
+                    let timed_out = || Outcome::Failed {
+                        class: ErrorClass::Timeout,
+                        message: format!(
+                            "cancelling child run {name}: not done in the time a cleanup has"
+                        ),
+                        detail: None,
+                    };
+                    within_deadline(effect, self.cancel(run, name), timed_out).await
+                }
                 _ => Outcome::internal("not a child run effect"),
             }
         };

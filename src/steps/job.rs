@@ -346,12 +346,9 @@ impl JobExecutor {
     }
 }
 
-/// How long a failed call about a Job or its pods waits before it is tried again, at first
-/// and at most.
-const AGAIN_FIRST: Duration = Duration::from_secs(1);
-const AGAIN_MAX: Duration = Duration::from_secs(30);
-
 /// A failed call about a Job or its pods: what went wrong, and whether it may pass.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 struct ReadError {
     message: String,
     transient: bool,
@@ -399,28 +396,19 @@ impl From<kube::runtime::wait::Error> for ReadError {
     }
 }
 
-/// `read` (`what` says what it does) until it succeeds, pausing longer each time it fails for a
-/// reason that may pass; the error of one that will not. The reads of a Job already running
-/// are retried rather than failed: failing the step would delete a Job that runs on fine (an
-/// API server restarting, a watch expired with 410), and its retry would start the work
-/// again. The step's timeout and the Run's deadline bound the wait.
-async fn again<T, F, Fut>(what: &str, mut read: F) -> Result<T, String>
+/// `read` (`what` says what it does) until it succeeds or fails for a reason that will not
+/// pass ([`super::again`]); that reason. The reads of a Job already running are retried rather
+/// than failed: failing the step would delete a Job that runs on fine (an API server
+/// restarting, a watch expired with 410), and its retry would start the work again. The
+/// step's timeout and the Run's deadline bound the wait.
+async fn again<T, F, Fut>(what: &str, read: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ReadError>>,
 {
-    let mut pause = AGAIN_FIRST;
-    loop {
-        match read().await {
-            Ok(v) => return Ok(v),
-            Err(e) if !e.transient => return Err(format!("{what}: {}", e.message)),
-            Err(e) => {
-                tracing::warn!(error = %e.message, "{what} failed; trying again in {pause:?}");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(AGAIN_MAX);
-            }
-        }
-    }
+    super::again(what, |e: &ReadError| e.transient, read)
+        .await
+        .map_err(|e| format!("{what}: {}", e.message))
 }
 
 /// Delete Job `name` and, in the background, its pods; already gone counts as deleted. A

@@ -105,6 +105,39 @@ pub(crate) fn time_left(effect: &Effect) -> Option<std::time::Duration> {
     })
 }
 
+/// How long a call that failed for a reason that may pass waits before it is tried again, at
+/// first and at most.
+const AGAIN_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const AGAIN_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `attempt` (`what` says what it does) until it succeeds, pausing longer each time it fails
+/// for a reason `passing` says may pass; the error of one that will not. Whoever calls it bounds
+/// the wait (a step's timeout, a cleanup's deadline): a call about something already running
+/// outside (a Job, a child Run) is tried again rather than failed, since failing the step would
+/// leave that thing running or start its work over.
+pub(crate) async fn again<T, E, F, Fut>(
+    what: &str,
+    passing: impl Fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut pause = AGAIN_FIRST;
+    loop {
+        match attempt().await {
+            Err(e) if passing(&e) => {
+                tracing::warn!(error = %e, "{what} failed; trying again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(AGAIN_MAX);
+            }
+            done => return done,
+        }
+    }
+}
+
 /// `attempt` bounded by the effect's deadline; `timed_out` is the outcome when time runs out.
 pub(crate) async fn within_deadline(
     effect: &Effect,

@@ -7,6 +7,7 @@
 mod support;
 
 mod archiving;
+mod child_runs;
 mod cli;
 mod concurrency;
 mod console_tools;
