@@ -122,7 +122,7 @@ impl HttpExecutor {
                     builder = builder.header(name, value);
                 }
             }
-            Err(e) => return Outcome::internal(e.to_string()),
+            Err(e) => return e.outcome(""),
         }
         builder = match &req.body {
             None => builder,
@@ -161,17 +161,28 @@ impl HttpExecutor {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
             .collect();
-        let body = match read_body(resp).await {
-            Ok(b) => b,
-            Err(e) => {
-                return Outcome::Failed {
-                    detail: None,
-                    class: ErrorClass::Connection,
-                    message: e.to_string(),
-                };
+        match read_body(resp).await {
+            Ok(body) => response_outcome(req, status, headers, body),
+            // A failure's status says what it is, whatever became of its body.
+            Err(_) if !succeeded(req, status) => {
+                response_outcome(req, status, headers, Value::Null)
             }
-        };
-        response_outcome(req, status, headers, body)
+            Err(e) => unread_success(status, &e),
+        }
+    }
+}
+
+/// A success whose body could not be read: a body too large to keep would be too large again
+/// (not a failure a retry mends), one that broke off is the connection's.
+fn unread_success(status: u16, e: &BodyError) -> Outcome {
+    let class = match e {
+        BodyError::TooLarge => ErrorClass::ClientError,
+        BodyError::Read(_) => ErrorClass::Connection,
+    };
+    Outcome::Failed {
+        detail: None,
+        class,
+        message: format!("HTTP {status}: {e}"),
     }
 }
 
@@ -183,12 +194,7 @@ fn response_outcome(
     headers: BTreeMap<String, String>,
     body: Value,
 ) -> Outcome {
-    let ok = if req.success_codes.is_empty() {
-        (200..300).contains(&status)
-    } else {
-        req.success_codes.contains(&status)
-    };
-    if ok {
+    if succeeded(req, status) {
         return Outcome::Succeeded(json!({"status": status, "headers": headers, "body": body}));
     }
     let class = match status {
@@ -205,6 +211,15 @@ fn response_outcome(
         class,
         message: format!("HTTP {status}"),
         detail: (!snippet.is_empty()).then_some(snippet),
+    }
+}
+
+/// Whether `status` is one of the step's success codes (2xx by default).
+fn succeeded(req: &HttpRequest, status: u16) -> bool {
+    if req.success_codes.is_empty() {
+        (200..300).contains(&status)
+    } else {
+        req.success_codes.contains(&status)
     }
 }
 

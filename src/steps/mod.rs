@@ -195,6 +195,24 @@ pub(crate) struct SecretHeaderError {
     source: crate::store::StoreError,
 }
 
+impl SecretHeaderError {
+    /// The step's outcome (`prefix` names where the header is): a Secret that could not be
+    /// read for a reason that may pass (the API server failing) fails the attempt as a
+    /// connection failure, which the step's retries cover; a Secret or key that is not there
+    /// is the Workflow's error.
+    pub(crate) fn outcome(&self, prefix: &str) -> Outcome {
+        let message = format!("{prefix}{self}");
+        match self.source {
+            crate::store::StoreError::Backend(_) => Outcome::Failed {
+                class: crate::api::ErrorClass::Connection,
+                message,
+                detail: None,
+            },
+            _ => Outcome::internal(message),
+        }
+    }
+}
+
 /// Rendered headers as `(name, value)` pairs, reading `valueFrom` Secrets in the Run's namespace.
 pub(crate) async fn resolve_headers(
     secrets: &dyn SecretSource,

@@ -863,6 +863,38 @@ spec:
 }
 
 #[tokio::test]
+async fn an_answer_too_large_to_keep_is_not_retried_unless_its_status_says_so() {
+    let big = 1024 * 1024 + 1;
+    let ok = fixed_server(StatusCode::OK, big).await;
+    let unavailable = fixed_server(StatusCode::SERVICE_UNAVAILABLE, big).await;
+    let flow = |name: &str, url: &str| {
+        format!(
+            "---\napiVersion: runway.dev/v1alpha1\nkind: Workflow\nmetadata: {{ name: {name} }}\nspec:\n  steps:\n    - name: call\n      http: {{ url: \"{url}\" }}\n      retry: {{ limit: 2, backoff: 1ms }}\n"
+        )
+    };
+    let wf = flow("large", &ok) + &flow("down", &unavailable);
+    let h = Harness::start(&[("wf.yaml", &wf)]);
+    for (workflow, attempts, says) in [
+        (
+            "large",
+            1,
+            "HTTP 200: response body larger than 1048576 bytes",
+        ),
+        ("down", 3, "HTTP 503"),
+    ] {
+        let name = h.create(workflow, json!({})).await.metadata.name.unwrap();
+        let done = h
+            .wait_for(&name, "finished", |r| r.phase().is_terminal())
+            .await;
+        let st = done.status.unwrap();
+        assert_eq!(st.phase, RunPhase::Failed, "{workflow}");
+        assert_eq!(st.steps[0].attempt, attempts, "{workflow}");
+        let message = st.steps[0].message.clone().unwrap_or_default();
+        assert!(message.contains(says), "{workflow}: {message}");
+    }
+}
+
+#[tokio::test]
 async fn steps_cannot_reach_metadata_or_link_local_addresses() {
     let wf = r#"
 apiVersion: runway.dev/v1alpha1

@@ -53,7 +53,7 @@ impl ToolExecutor {
             .map_err(|e| Outcome::internal(e.to_string()))?;
         let resolved = crate::steps::resolve_headers(&*self.secrets, run, headers)
             .await
-            .map_err(|e| Outcome::internal(format!("tool.server.{e}")))?;
+            .map_err(|e| e.outcome("tool.server."))?;
         let mut map = HashMap::new();
         for (name, value) in resolved {
             let name = HeaderName::from_bytes(name.as_bytes())
