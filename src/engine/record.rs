@@ -260,11 +260,18 @@ fn succeeded(rec: &mut StepRecord, output: Value, now: Timestamp) {
     rec.message = None;
 }
 
-/// A child Run or a Job that a step stopped waiting for (its attempt timed out, or the watch
-/// on it was lost) runs on unless stopped: the child is cancelled, the Job deleted, before a
-/// retry starts another. One that ended (the failure reported) needs nothing.
+/// A child Run or a Job that a step stopped waiting for (its attempt timed out, the watch on
+/// it was lost, or, for a Job, reading it or its pods was refused) runs on unless stopped:
+/// the child is cancelled, the Job deleted, before a retry starts another (under a name of
+/// its own). One that ended (the failure reported) needs nothing.
 fn abandon_child(st: &mut RunStatus, effect: &Effect, class: ErrorClass) {
-    if !matches!(class, ErrorClass::Timeout | ErrorClass::Connection) {
+    let job = matches!(effect.action, Action::Job { .. });
+    let unseen = match class {
+        ErrorClass::Timeout | ErrorClass::Connection => true,
+        ErrorClass::ClientError => job,
+        _ => false,
+    };
+    if !unseen {
         return;
     }
     let (cancel_run, delete_job) = match &effect.action {

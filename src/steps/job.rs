@@ -309,8 +309,8 @@ impl JobExecutor {
         };
         let (job, output) = match done {
             Ok(Ok(ended)) => ended,
-            // A refusal that will not pass (the operator's rights, say): the Job is left to
-            // its Run (a retry finds it by name) and the step says why.
+            // A refusal that will not pass (the operator's rights, say): the step says why,
+            // and the engine has the Job deleted, since nothing follows it any more.
             Ok(Err(refused)) => {
                 return Some(Outcome::Failed {
                     detail: None,

@@ -764,3 +764,31 @@ fn a_job_whose_watch_was_lost_is_deleted_before_the_retry_starts_another() {
     };
     assert_eq!(job_name, "wf-abc-build-2");
 }
+
+#[test]
+fn a_job_that_could_no_longer_be_read_is_deleted_when_its_step_fails() {
+    let w = wf(json!({"steps": [{"name": "build", "job": {"template": {"spec": {}}}}]}));
+    let mut run = new_run(json!({}));
+    let first = settle(&mut run, &w, at(0));
+    let refused = Outcome::Failed {
+        detail: None,
+        class: ErrorClass::ClientError,
+        message: "reading job wf-abc-build-1: 403 Forbidden".into(),
+    };
+    report(&mut run, &first, refused, at(1));
+    let Next::Execute(e) = settle(&mut run, &w, at(1)) else {
+        panic!("the Job is cleaned up")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(Value::Null),
+        at(2),
+    );
+    assert!(matches!(settle(&mut run, &w, at(2)), Next::Finished { .. }));
+    assert_eq!(status(&run).phase, RunPhase::Failed);
+}
