@@ -286,6 +286,10 @@ impl JobExecutor {
         env: &[(String, String)],
         cancel: CancellationToken,
     ) -> Option<Outcome> {
+        // Stopped before it began (a cancel that came with the Run it was read from): no Job.
+        if cancel.is_cancelled() {
+            return None;
+        }
         let ns = run.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let left = super::time_left(effect);
@@ -293,6 +297,15 @@ impl JobExecutor {
             ensure_job(&self.marks, &api, run, effect, step, job_name, env, left).await
         {
             return Some(failed);
+        }
+        // Stopped while the Job was being made: the step's cleanup may have found no Job to
+        // delete, so the Job is reported, and the engine has it deleted (a stopped step's
+        // started work is cleaned up as its own would have been).
+        if cancel.is_cancelled() {
+            return Some(Outcome::Checkpoint {
+                upstream_task_id: None,
+                job_name: Some(job_name.to_owned()),
+            });
         }
         let ended = async {
             let job = until_finished(&api, job_name).await?;

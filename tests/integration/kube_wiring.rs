@@ -374,20 +374,64 @@ async fn a_failed_job_fails_the_attempt_and_cancellation_abandons_the_wait() {
         },
         ..effect
     };
+    // Once it follows the Job (a list or watch of the Jobs), not while it makes it.
+    let follows = |a: &FakeApi| {
+        let log = a.log().into_iter();
+        log.filter(|r| r.method == "GET" && r.path.ends_with("/jobs"))
+            .count()
+    };
+    let before = follows(&api);
     let pending = {
         let (run, exec, token) = (run.clone(), exec.clone(), token.clone());
         tokio::spawn(async move { exec.execute(&run, &second, token).await })
     };
-    api.wait_until("second job created", |a| {
-        a.get(JOBS, "team-a", "deploy-abc-build-2").is_some()
-    })
-    .await;
+    api.wait_until("second job followed", |a| follows(a) > before)
+        .await;
     token.cancel();
     assert_eq!(
         pending.await.unwrap(),
         None,
         "a cancelled wait reports nothing; the engine queues the delete"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_made_while_its_step_was_stopped_is_reported_for_deletion() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let exec = std::sync::Arc::new(JobExecutor::new(api.client(), test_marks()));
+    let open = api.hold_next(|r| r.method == "POST" && r.path.ends_with("/jobs"));
+    let token = CancellationToken::new();
+    let pending = {
+        let (run, exec, token) = (run.clone(), exec.clone(), token.clone());
+        tokio::spawn(async move { exec.execute(&run, &job_effect(60), token).await })
+    };
+    api.wait_until("the create sent", |a| {
+        !a.requests("POST", "/jobs").is_empty()
+    })
+    .await;
+    token.cancel();
+    open.send_replace(true);
+    let made = Outcome::Checkpoint {
+        upstream_task_id: None,
+        job_name: Some("deploy-abc-build-1".into()),
+    };
+    assert_eq!(pending.await.unwrap(), Some(made));
+
+    // Stopped before it began: nothing is made.
+    let second = Effect {
+        action: Action::Job {
+            step: serde_json::from_value(json!({"template": {"spec": {}}})).unwrap(),
+            job_name: "deploy-abc-build-2".into(),
+            env: vec![],
+        },
+        ..job_effect(60)
+    };
+    let token = CancellationToken::new();
+    token.cancel();
+    assert_eq!(exec.execute(&run, &second, token).await, None);
+    assert!(api.get(JOBS, "team-a", "deploy-abc-build-2").is_none());
+    assert!(api.requests("POST", "/jobs").len() == 1, "one Job made");
 }
 
 fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {

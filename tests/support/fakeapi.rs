@@ -40,6 +40,8 @@ struct Inner {
     reviews: BTreeMap<String, Responder>,
     /// Requests to answer with an HTTP status instead: (which, how many more, status).
     failing: Vec<(Matcher, usize, u16)>,
+    /// The next request each picks waits until its gate opens (`None` once one was held).
+    holding: Vec<(Matcher, Option<tokio::sync::watch::Receiver<bool>>)>,
 }
 
 #[derive(Clone)]
@@ -173,6 +175,21 @@ impl FakeApi {
             .unwrap()
             .failing
             .push((Arc::new(which), n, code));
+    }
+
+    /// Hold the next request that `which` picks (logged as it arrives) until the gate this
+    /// answers is opened.
+    pub fn hold_next(
+        &self,
+        which: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
+    ) -> tokio::sync::watch::Sender<bool> {
+        let (open, gate) = tokio::sync::watch::channel(false);
+        self.inner
+            .lock()
+            .unwrap()
+            .holding
+            .push((Arc::new(which), Some(gate)));
+        open
     }
 
     /// A kube client for this server.
@@ -345,10 +362,19 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
             *left -= 1;
             *code
         });
+        let held = inner
+            .holding
+            .iter_mut()
+            .find(|(which, gate)| gate.is_some() && which(&seen))
+            .and_then(|(_, gate)| gate.take());
         inner.log.push(seen);
-        code
+        (code, held)
     };
+    let (injected, held) = injected;
     api.requested.notify_waiters();
+    if let Some(mut gate) = held {
+        let _ = gate.wait_for(|open| *open).await;
+    }
     if let Some(code) = injected {
         return status(code, "InternalError", "failure injected by the test");
     }

@@ -792,3 +792,39 @@ fn a_job_that_could_no_longer_be_read_is_deleted_when_its_step_fails() {
     assert!(matches!(settle(&mut run, &w, at(2)), Next::Finished { .. }));
     assert_eq!(status(&run).phase, RunPhase::Failed);
 }
+
+#[test]
+fn a_job_reported_made_after_its_step_was_cancelled_is_deleted_again() {
+    let w = wf(json!({"steps": [{"name": "build", "job": {"template": {"spec": {}}}}]}));
+    let mut run = new_run(json!({}));
+    let first = settle(&mut run, &w, at(0));
+    run.spec.cancel = Some(CancelRequest {
+        reason: None,
+        requested_by: Some("alice".into()),
+        requested_at: None,
+    });
+    // The cancel's cleanup finds no Job yet: it is being made.
+    let Next::Execute(e) = settle(&mut run, &w, at(1)) else {
+        panic!("the Job is cleaned up")
+    };
+    report(
+        &mut run,
+        &Next::Execute(e),
+        Outcome::Succeeded(Value::Null),
+        at(1),
+    );
+    assert!(status(&run).cleanups.is_empty());
+    // Then the stopped attempt says it made its Job: it is deleted after all.
+    let made = Outcome::Checkpoint {
+        upstream_task_id: None,
+        job_name: Some("wf-abc-build-1".into()),
+    };
+    report(&mut run, &first, made, at(2));
+    let Next::Execute(e) = settle(&mut run, &w, at(2)) else {
+        panic!("the Job made late is cleaned up")
+    };
+    let Action::Cleanup(c) = &e.action else {
+        panic!("{:?}", e.action)
+    };
+    assert_eq!(c.delete_job.as_deref(), Some("wf-abc-build-1"));
+}
