@@ -263,6 +263,49 @@ impl ChildExecutor {
         Ok(None)
     }
 
+    /// Whether `existing` is the child Runway made for an earlier Run of `parent`'s name
+    /// (another uid): that Run was deleted and this one made under its name, and its children
+    /// go with it a moment later.
+    fn left_by_earlier(&self, parent: &Run, existing: &Run) -> bool {
+        let named = existing
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::PARENT));
+        named.is_some()
+            && named == parent.metadata.name.as_ref()
+            && parent_uid(existing) != parent.metadata.uid.as_deref()
+            && sealed_child(&self.marks, existing)
+    }
+
+    /// Once no child of an earlier Run of `parent`'s name holds the name `name`, for at most
+    /// [`super::EARLIER_GONE_WAIT`].
+    async fn until_earlier_gone(&self, parent: &Run, ns: &str, name: &str) -> Result<(), Outcome> {
+        let mut changes = self.changes.subscribe(ns, name);
+        let wait = async {
+            loop {
+                match self.store.get(ns, name).await {
+                    Ok(Some(existing)) if self.left_by_earlier(parent, &existing) => {}
+                    Ok(_) => return Ok(()),
+                    Err(e) => return Err(Self::connection(e)),
+                }
+                // Until it changes (or notices were missed), then look again.
+                let changed = tokio::time::timeout(RECHECK, changes.recv()).await;
+                if let Ok(Err(RecvError::Closed)) = changed {
+                    tokio::time::sleep(RECHECK).await;
+                }
+            }
+        };
+        match tokio::time::timeout(super::EARLIER_GONE_WAIT, wait).await {
+            Ok(gone) => gone,
+            Err(_) => Err(Outcome::Failed {
+                class: ErrorClass::Timeout,
+                message: format!("run {name} of an earlier run of this name is still there"),
+                detail: None,
+            }),
+        }
+    }
+
     /// Create the child, or find the one an earlier try of this attempt created. Within one
     /// process, counting the tree and creating are one step per tree.
     async fn start(&self, parent: &Run, child: Run, tree: &Lineage) -> Result<(), Outcome> {
@@ -275,6 +318,7 @@ impl ChildExecutor {
                 "a run named {name} exists and is not this step's child"
             ))
         };
+        self.until_earlier_gone(parent, &ns, &name).await?;
         let _tree = self.tree_lock(&tree.root).lock().await;
         match self.store.get(&ns, &name).await {
             Ok(Some(existing)) if self.adoptable(parent, &existing) => return Ok(()),

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::runtime::wait::await_condition;
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -63,6 +63,40 @@ fn ours(marks: &Marks, job: &Job, run_uid: &str, step: &str) -> bool {
         .map(String::as_str);
     controlled_by(job.metadata.owner_references.as_ref(), run_uid)
         && marks.verify(Sealed::Job, &job_parts(ns, name, run_uid, step), mark)
+}
+
+/// Whether `job` is one Runway made for step `step` of an earlier Run of `run`'s name (another
+/// uid): that Run was deleted and this one made under its name, and its Job, owned by it, goes
+/// with it a moment later.
+fn left_by_earlier(marks: &Marks, job: &Job, run: &Run, step: &str) -> bool {
+    let owners = job.metadata.owner_references.iter().flatten();
+    let mut earlier = owners.filter(|o| o.controller == Some(true) && o.kind == "Run");
+    earlier.any(|o| {
+        Some(&o.name) == run.metadata.name.as_ref()
+            && Some(&o.uid) != run.metadata.uid.as_ref()
+            && ours(marks, job, &o.uid, step)
+    })
+}
+
+/// Once Job `name` of uid `uid` is gone, for at most [`super::EARLIER_GONE_WAIT`].
+async fn until_gone(api: &Api<Job>, name: &str, uid: &str) -> Result<(), Outcome> {
+    let what = format!("waiting for job {name} of an earlier run of this name to go");
+    let gone = again(&what, || async {
+        Ok(await_condition(api.clone(), name, conditions::is_deleted(uid)).await?)
+    });
+    match tokio::time::timeout(super::EARLIER_GONE_WAIT, gone).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(message)) => Err(Outcome::Failed {
+            detail: None,
+            class: ErrorClass::ClientError,
+            message,
+        }),
+        Err(_) => Err(Outcome::Failed {
+            detail: None,
+            class: ErrorClass::Timeout,
+            message: format!("job {name} of an earlier run of this name is still there"),
+        }),
+    }
 }
 
 /// Why a `job` step's template makes no Job.
@@ -162,12 +196,18 @@ async fn ensure_job(
     env: &[(String, String)],
     left: Option<Duration>,
 ) -> Option<Outcome> {
-    let existing = match api.get_opt(job_name).await {
+    let mut existing = match api.get_opt(job_name).await {
         Ok(j) => j,
         Err(e) => {
             return Some(connection(e));
         }
     };
+    if let Some(j) = existing.take_if(|j| left_by_earlier(marks, j, run, &effect.step)) {
+        let uid = j.metadata.uid.unwrap_or_default();
+        if let Err(failed) = until_gone(api, job_name, &uid).await {
+            return Some(failed);
+        }
+    }
     if existing.is_none() {
         let mut job = match build_job(
             run,

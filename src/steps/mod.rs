@@ -105,6 +105,11 @@ pub(crate) fn time_left(effect: &Effect) -> Option<std::time::Duration> {
     })
 }
 
+/// Longest wait for a Job or child Run that an earlier Run of the same name left under the name
+/// an attempt uses (that Run deleted and one made again under its name: what it left goes with
+/// it, a moment later, by the API server's garbage collection).
+pub(crate) const EARLIER_GONE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How long a call that failed for a reason that may pass waits before it is tried again, at
 /// first and at most.
 const AGAIN_FIRST: std::time::Duration = std::time::Duration::from_secs(1);

@@ -1,7 +1,7 @@
 //! A parent's child Runs while the store falters: a cancel of the child that the store refuses
 //! for a moment is asked again within the cleanup's time, and a read of the child that fails
 //! for a moment does not fail the parent's step (which would cancel the child and start it
-//! over).
+//! over); and a child an earlier parent of the same name left is waited out, not refused.
 
 use crate::support;
 
@@ -62,7 +62,7 @@ fn start(hook: impl Fn(Call<'_>) -> Option<StoreError> + Send + Sync + 'static) 
         let children = runway::steps::child::ChildExecutor::new(
             store.clone(),
             changes,
-            runway::engine::marks::Marks::default(),
+            runway::engine::marks::Marks::new(vec![b"child-runs-test-key".to_vec()]),
         );
         let real = runway::steps::Executors::new(
             Arc::new(runway::steps::StaticSecrets::default()),
@@ -160,5 +160,60 @@ async fn a_read_of_the_child_that_fails_for_a_moment_does_not_start_it_over() {
         .filter(|r| r.spec.workflow_ref.name == "ask")
         .count();
     assert_eq!(asks, 1, "one child Run");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_an_earlier_parent_of_the_name_left_is_waited_out() {
+    let looked = Arc::new(tokio::sync::Notify::new());
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (told, watching) = (Arc::clone(&looked), Arc::clone(&armed));
+    let h = start(move |call| {
+        if let Call::Get("p1-child-1") = call
+            && watching.load(Ordering::SeqCst)
+        {
+            told.notify_one();
+        }
+        None
+    });
+    let first = h.create_named("parent", "p1", json!({})).await;
+    let earlier = waiting_child(&h, "p1").await;
+    assert_eq!(earlier, "p1-child-1");
+    let earlier_uid = h
+        .store
+        .get("default", &earlier)
+        .await
+        .unwrap()
+        .unwrap()
+        .metadata
+        .uid;
+    // The parent is deleted and made again under its name; its child is still there, as
+    // until the API server's garbage collector takes it.
+    h.store.delete("default", "p1", None, None).await.unwrap();
+    armed.store(true, Ordering::SeqCst);
+    let second = h.create_named("parent", "p1", json!({})).await;
+    assert_ne!(first.metadata.uid, second.metadata.uid);
+    looked.notified().await;
+    h.store
+        .delete("default", &earlier, None, None)
+        .await
+        .unwrap();
+    let child = h
+        .wait_for(&earlier, "made again", |r| {
+            let parent = r
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("runway.dev/parent-uid"));
+            parent == second.metadata.uid.as_ref() && r.phase() == RunPhase::Waiting
+        })
+        .await;
+    assert_ne!(child.metadata.uid, earlier_uid, "a child of its own");
+    let parent = h.store.get("default", "p1").await.unwrap().unwrap();
+    assert_eq!(
+        parent.phase(),
+        RunPhase::Running,
+        "the step was not refused"
+    );
     h.stop().await;
 }

@@ -434,6 +434,62 @@ async fn a_job_made_while_its_step_was_stopped_is_reported_for_deletion() {
     assert!(api.requests("POST", "/jobs").len() == 1, "one Job made");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_an_earlier_run_of_the_name_left_is_waited_out_not_refused() {
+    use runway::engine::marks::Sealed;
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let marks = test_marks();
+    // An earlier Run of this name, deleted, left its Job for the garbage collector.
+    let earlier = "uid-of-an-earlier-run";
+    let mark = marks.seal(
+        Sealed::Job,
+        &["team-a", "deploy-abc-build-1", earlier, "build"],
+    );
+    api.put(
+        JOBS,
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a",
+            "annotations": {"runway.dev/mark": mark},
+            "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+                "name": "deploy-abc", "uid": earlier, "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}}}),
+    );
+    let follows = |a: &FakeApi| {
+        let log = a.log().into_iter();
+        log.filter(|r| r.method == "GET" && r.path.ends_with("/jobs"))
+            .count()
+    };
+    let exec = std::sync::Arc::new(JobExecutor::new(api.client(), marks));
+    let pending = {
+        let (run, exec) = (run.clone(), exec.clone());
+        tokio::spawn(async move {
+            exec.execute(&run, &job_effect(120), CancellationToken::new())
+                .await
+        })
+    };
+    api.wait_until("the earlier job watched", |a| follows(a) > 0)
+        .await;
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(api.client(), "team-a");
+    jobs.delete("deploy-abc-build-1", &Default::default())
+        .await
+        .unwrap();
+    let uid = run.metadata.uid.clone().unwrap();
+    let mine = |a: &FakeApi| {
+        a.get(JOBS, "team-a", "deploy-abc-build-1")
+            .is_some_and(|j| j["metadata"]["ownerReferences"][0]["uid"] == uid.as_str())
+    };
+    api.wait_until("this run's job made", mine).await;
+    let mut failed = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
+    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]});
+    api.put(JOBS, failed);
+    let Some(Outcome::Failed { message, .. }) = pending.await.unwrap() else {
+        panic!("the run's own job is followed")
+    };
+    assert!(message.contains("BackoffLimitExceeded"), "{message}");
+}
+
 fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
     let mut mcp = runway::mcp::Config::new();
     mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-op".to_vec()];
