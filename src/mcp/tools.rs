@@ -13,7 +13,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
 
-use super::access::{Access, allowed, is_owner, readable_run, task_run};
+use super::access::{Access, allowed, awaiting_answer_from, is_owner, readable_run, task_run};
 use super::apps::with_view;
 use super::caller::tenant;
 use super::caps::{declares_forms, declares_sampling, declares_tasks, declares_urls, raw_caps};
@@ -313,7 +313,7 @@ impl RunwayMcp {
                 return Ok(CreateTaskResult::new(projection::task(&run, None)).into());
             }
             if run.phase() == RunPhase::Waiting
-                && let Some(ask) = self.ask_on_call(t, &run, (forms, urls, sampling))?
+                && let Some(ask) = self.ask_on_call(t, &run, (forms, urls, sampling)).await?
             {
                 return Ok(ask);
             }
@@ -363,9 +363,11 @@ impl RunwayMcp {
     }
 
     /// The `input_required` answer of a held call whose Run waits: the open questions this
-    /// client can answer (`can` = forms, URLs, its model), with a state naming the Run and
-    /// them; `None` when it can answer none (they wait for someone else).
-    fn ask_on_call(
+    /// client can answer (`can` = forms, URLs, its model) and its caller may (`update runs`,
+    /// the approver rules: a question for someone else, asked here, would only be refused),
+    /// with a state naming the Run and them; `None` when there are none (they wait for
+    /// someone else).
+    async fn ask_on_call(
         &self,
         t: &Tenant,
         run: &Run,
@@ -373,7 +375,11 @@ impl RunwayMcp {
     ) -> Result<Option<CallToolResponse>, ErrorData> {
         let (forms, urls, sampling) = can;
         let mut open = projection::open_requests(run);
+        let mine = awaiting_answer_from(&self.state, t, run)
+            .await
+            .unwrap_or_default();
         let asked = run.status.as_ref().map(|s| &s.input_requests);
+        open.retain(|key, _| mine.contains(key));
         open.retain(|key, _| match asked.and_then(|a| a.get(key)) {
             Some(r) if r.method == METHOD_SAMPLING => sampling,
             Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => urls,

@@ -801,7 +801,8 @@ async fn an_idempotent_replay_finds_only_the_callers_own_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_on_an_mrtr_retry_needs_the_right_to_answer() {
-    // Tess may call tools and read Runs, not update them: she may not answer, by any road.
+    // Tess may call tools and read Runs; she may update them until her rights change between
+    // a round and its retry: then she may not answer, by any road.
     let dir = Mcp::prepare(&[(
         "wf.yaml",
         r#"
@@ -818,16 +819,18 @@ spec:
           - { name: ok, message: "Go?", requestedSchema: { type: object, properties: { yes: { type: boolean } } } }
 "#,
     )]);
-    let auth = support::mcp::AUTH
-        .replace(
-            "tokens:\n",
-            "tokens:\n  - { token: tess-token, user: tess, groups: [callers], namespace: team-a }\n",
-        )
-        .replace(
-            "rules:\n",
-            "rules:\n  - { groups: [callers], namespaces: [team-a], resources: [runs], verbs: [get, create] }\n  - { groups: [callers], namespaces: [team-a], resources: [workflows], verbs: [get, list] }\n",
-        );
-    std::fs::write(dir.path().join("auth.yaml"), auth).unwrap();
+    let auth = |verbs: &str| {
+        support::mcp::AUTH
+            .replace(
+                "tokens:\n",
+                "tokens:\n  - { token: tess-token, user: tess, groups: [callers], namespace: team-a }\n",
+            )
+            .replace(
+                "rules:\n",
+                &format!("rules:\n  - {{ groups: [callers], namespaces: [team-a], resources: [runs], verbs: [{verbs}] }}\n  - {{ groups: [callers], namespaces: [team-a], resources: [workflows], verbs: [get, list] }}\n"),
+            )
+    };
+    std::fs::write(dir.path().join("auth.yaml"), auth("get, create, update")).unwrap();
     let mcp = Mcp::start_in(dir).await;
     let tess = mcp
         .client("tess-token")
@@ -842,6 +845,13 @@ spec:
         .next()
         .unwrap()
         .clone();
+    // Her right to update Runs is taken away before she answers.
+    let dir = mcp.stop().await;
+    std::fs::write(dir.path().join("auth.yaml"), auth("get, create")).unwrap();
+    let mcp = Mcp::start_in(dir).await;
+    let tess = mcp
+        .client("tess-token")
+        .with_caps(json!({"elicitation": {}}));
     let retry = tess
         .rpc(
             "tools/call",

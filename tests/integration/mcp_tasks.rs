@@ -1266,6 +1266,49 @@ async fn a_question_that_needs_two_approvers_takes_one_answer_from_each_in_eithe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_call_asks_its_caller_only_the_questions_its_caller_may_answer() {
+    let mcp = Mcp::start(&[("wf.yaml", TWO_APPROVERS)]).await;
+    let yes = json!({"ask.ok": {"action": "accept", "content": {}}});
+    // 2025-11-25: a held call of the requester, who may not approve, is told where its
+    // question can be answered instead of being asked it.
+    let old =
+        support::mcp::Old::connect(&mcp.url(), "alice-token", json!({"elicitation": {}})).await;
+    let r = old
+        .result("tools/call", json!({"name": "two-of", "arguments": {}}))
+        .await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "input_required", "{r}");
+    let first = r["structuredContent"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // 2026-07-28: the blocking call holds on while the approvers answer elsewhere.
+    let alice = mcp
+        .client("alice-token")
+        .with_caps(json!({"elicitation": {}}));
+    let held = tokio::spawn(async move { alice.call("two-of", json!({})).await });
+    let second = mcp
+        .wait_any("a second run waiting", |r| {
+            r.metadata.name.as_deref() != Some(&*first) && r.phase() == RunPhase::Waiting
+        })
+        .await;
+    let second = second.metadata.name.unwrap();
+    let (bob, paula) = (mcp.client("bob-token"), mcp.client("paula-token"));
+    bob.update(&second, yes.clone()).await.assert_complete();
+    paula.update(&second, yes).await.assert_complete();
+    let r = tokio::time::timeout(support::harness::PATIENCE, held)
+        .await
+        .expect("the held call ends once answered")
+        .unwrap();
+    assert_eq!(
+        r.result()["content"][0]["text"],
+        "released",
+        "{:?}",
+        r.messages
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_stops_showing_a_task_its_caller_may_no_longer_read() {
     let s = server().await;
     let alice = s.client("alice-token");

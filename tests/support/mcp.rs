@@ -257,6 +257,32 @@ impl Mcp {
         super::harness::wait_for_in(self.store(), "team-a", task, what, pred).await
     }
 
+    /// Wait until some Run of `team-a` satisfies `pred`, following the store's watch.
+    pub async fn wait_any(
+        &self,
+        what: &str,
+        pred: impl Fn(&runway::api::Run) -> bool,
+    ) -> runway::api::Run {
+        use futures::StreamExt;
+        use runway::store::RunStore;
+        let store = self.store();
+        let mut changes = store.watch(None);
+        let found = tokio::time::timeout(super::harness::PATIENCE, async {
+            loop {
+                let runs = store
+                    .list(Some("team-a"), &Default::default())
+                    .await
+                    .unwrap();
+                if let Some(r) = runs.into_iter().find(|r| pred(r)) {
+                    return (*r).clone();
+                }
+                changes.next().await;
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    }
+
     /// Wait until Run `task` ends, and check it ended cancelled because the client that held
     /// its call went away.
     pub async fn cancelled_as_left(&self, task: &str) {

@@ -23,7 +23,7 @@ use super::session::{Question, Session};
 use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
-use crate::mcp::access::{allowed, may_read};
+use crate::mcp::access::{allowed, awaiting_answer_from, may_read};
 use crate::mcp::calls::run_result;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
@@ -361,16 +361,20 @@ impl Held {
         sent
     }
 
-    /// Ask the client the Run's open questions it can answer and has not been asked yet.
+    /// Ask the client the Run's open questions it can answer, its caller may answer
+    /// (`update runs`, the approver rules), and it has not been asked yet.
     async fn ask(&self, run: &Run, asked: &mut BTreeSet<String>) -> Asked {
         let open = projection::open_requests(run);
         if open.is_empty() {
             // Every question has its answer; the Run goes on shortly.
             return Asked::Waiting;
         }
+        let mine = awaiting_answer_from(&self.mcp.state, &self.t, run)
+            .await
+            .unwrap_or_default();
         let requests = run.status.as_ref().map(|s| &s.input_requests);
         let mut answerable = 0;
-        for (key, req) in open {
+        for (key, req) in open.into_iter().filter(|(key, _)| mine.contains(key)) {
             let stored = requests.and_then(|r| r.get(&key));
             let can = match stored {
                 Some(r) if r.method == METHOD_SAMPLING => self.session.samples(),
