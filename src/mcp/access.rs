@@ -89,7 +89,7 @@ pub(super) async fn awaiting_answer_from(
     let may_update = allowed(state, t, Verb::Update, Resource::Runs)
         .await
         .unwrap_or(false);
-    let for_anyone = acts_for_anyone(state, t, run).await;
+    let for_anyone = acts_for_anyone(state, t, run).await.unwrap_or(false);
     awaiting_keys(run, &t.identity.principal, may_update, for_anyone)
 }
 
@@ -199,13 +199,17 @@ pub(super) fn is_owner(run: &Run, me: &crate::api::Principal) -> bool {
 }
 
 /// Whether the caller may act on all of `run` under the owner rule: the rule is off
-/// (`--task-access=namespace`), they requested it, or they may `list runs`.
-pub(super) async fn acts_for_anyone(state: &McpState, t: &Tenant, run: &Run) -> bool {
-    state.config.task_access == TaskAccess::Namespace
-        || is_owner(run, &t.identity.principal)
-        || allowed(state, t, Verb::List, Resource::Runs)
-            .await
-            .unwrap_or(false)
+/// (`--task-access=namespace`), they requested it, or they may `list runs` (an error when
+/// that cannot be told now: a "no" would be an answer the caller acts on).
+pub(super) async fn acts_for_anyone(
+    state: &McpState,
+    t: &Tenant,
+    run: &Run,
+) -> Result<bool, ErrorData> {
+    if state.config.task_access == TaskAccess::Namespace || is_owner(run, &t.identity.principal) {
+        return Ok(true);
+    }
+    allowed(state, t, Verb::List, Resource::Runs).await
 }
 
 /// Whether `me` answered one of `run`'s questions: who took part may follow how it ends.
@@ -219,16 +223,26 @@ pub(super) fn answered(run: &Run, me: &crate::api::Principal) -> bool {
 /// Whether the caller, whose RBAC allows `access`, may act on `run` under the owner rule: the
 /// requester, whoever may list runs, — to read and answer, not to cancel — the approvers an open
 /// question names, and — to read — whoever answered one of its questions.
-async fn owner_rule_allows(state: &McpState, t: &Tenant, run: &Run, access: Access) -> bool {
+async fn owner_rule_allows(
+    state: &McpState,
+    t: &Tenant,
+    run: &Run,
+    access: Access,
+) -> Result<bool, ErrorData> {
     let me = &t.identity.principal;
-    (access != Access::Cancel && awaits_answer_from(run, me))
+    if (access != Access::Cancel && awaits_answer_from(run, me))
         || (access == Access::Read && answered(run, me))
-        || acts_for_anyone(state, t, run).await
+    {
+        return Ok(true);
+    }
+    acts_for_anyone(state, t, run).await
 }
 
 /// The Run behind a task id if the caller may act on it; `None` for every kind of "no". The
 /// id's shape and the caller's namespace rights are checked before the store is asked, so a
 /// caller without rights learns nothing, and no id reaches an API path unless it is a name.
+/// A store or an access review that cannot answer now is an internal error (`-32603`), not a
+/// "no": an unknown task is final to a client, and the task is not.
 pub(super) async fn task_run(
     state: &McpState,
     t: &Tenant,
@@ -236,9 +250,7 @@ pub(super) async fn task_run(
     access: Access,
 ) -> Result<Option<Arc<Run>>, ErrorData> {
     if !crate::api::is_dns_subdomain(task_id)
-        || !allowed(state, t, access.verb(), Resource::Runs)
-            .await
-            .unwrap_or(false)
+        || !allowed(state, t, access.verb(), Resource::Runs).await?
     {
         return Ok(None);
     }
@@ -253,16 +265,17 @@ pub(super) async fn task_run(
     crate::telemetry::record_run(&run);
     crate::telemetry::link_run(&tracing::Span::current(), &run);
     Ok(owner_rule_allows(state, t, &run, access)
-        .await
+        .await?
         .then_some(run))
 }
 
 /// The Run behind a task id if the caller may read it; `None` for every kind of "no".
-pub(super) async fn readable_run(state: &McpState, t: &Tenant, task_id: &str) -> Option<Arc<Run>> {
-    task_run(state, t, task_id, Access::Read)
-        .await
-        .ok()
-        .flatten()
+pub(super) async fn readable_run(
+    state: &McpState,
+    t: &Tenant,
+    task_id: &str,
+) -> Result<Option<Arc<Run>>, ErrorData> {
+    task_run(state, t, task_id, Access::Read).await
 }
 
 /// Whether the caller may still read `run`, a version of a task it was shown before: a stream
@@ -309,6 +322,6 @@ pub(super) async fn archived_run(
         return Ok(None);
     };
     Ok(owner_rule_allows(state, t, &entry.run, Access::Read)
-        .await
+        .await?
         .then_some(entry))
 }

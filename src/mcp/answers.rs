@@ -152,7 +152,7 @@ impl RunwayMcp {
             let snapshot = run.workflow_snapshot();
             let open = run.status.clone().unwrap_or_default().input_requests;
             let me = &t.identity.principal;
-            let for_anyone = acts_for_anyone(&self.state, t, &run).await;
+            let for_anyone = acts_for_anyone(&self.state, t, &run).await?;
             let mut outcome = Answers::default();
             for (key, value) in responses {
                 let Some(req) = open.get(key) else {

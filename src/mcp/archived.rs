@@ -41,7 +41,7 @@ impl RunwayMcp {
         let run = &entry.run;
         let events = serde_json::to_value(&entry.events).map_err(internal)?;
         let whole = full(run, None, &[], events);
-        let mut detail = if super::access::acts_for_anyone(&self.state, t, run).await {
+        let mut detail = if super::access::acts_for_anyone(&self.state, t, run).await? {
             whole
         } else {
             for_approver(&whole, &t.identity.principal.username)

@@ -442,7 +442,7 @@ impl RunwayMcp {
             .await?
             .ok_or_else(unknown_task)?;
         let may_answer = allowed(&self.state, t, Verb::Update, Resource::Runs).await?;
-        let for_anyone = acts_for_anyone(&self.state, t, &run).await;
+        let for_anyone = acts_for_anyone(&self.state, t, &run).await?;
         let awaiting =
             awaiting_keys(&run, &t.identity.principal, may_answer, for_anyone).unwrap_or_default();
         let uid = run.metadata.uid.as_deref().unwrap_or_default();

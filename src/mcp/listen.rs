@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -90,12 +91,14 @@ pub async fn serve(
             );
         }
     }
-    let mut readable = Vec::new();
-    for t in task_ids {
-        if !readable.contains(&t) && readable_run(&state, &tenant, &t).await.is_some() {
-            readable.push(t);
-        }
-    }
+    let Ok(readable) = readable_tasks(&state, &tenant, task_ids).await else {
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            codes::INTERNAL_ERROR,
+            "the store or authorization is unavailable; retry later",
+        );
+    };
     // A subscription to tasks alone, none of which the caller may read, follows nothing: it
     // ends after its acknowledgement instead of holding a connection open.
     let follows_nothing = readable.is_empty()
@@ -114,6 +117,22 @@ pub async fn serve(
         );
     };
     stream(state, tenant, id, readable, follows_nothing, slot)
+}
+
+/// Of `task_ids`, once each, those the caller may read; an error when one cannot be looked
+/// at now (left out, it would look unknown to the caller, and it is not).
+async fn readable_tasks(
+    state: &McpState,
+    tenant: &Tenant,
+    task_ids: Vec<String>,
+) -> Result<Vec<String>, ErrorData> {
+    let mut readable = Vec::new();
+    for t in task_ids {
+        if !readable.contains(&t) && readable_run(state, tenant, &t).await?.is_some() {
+            readable.push(t);
+        }
+    }
+    Ok(readable)
 }
 
 /// The task ids a subscription asks to follow (`params.notifications.taskIds`), or why the
@@ -301,7 +320,9 @@ fn stream(
         let mut followers = tokio::task::JoinSet::new();
         for t in &tasks {
             let rx = state.events.subscribe(&tenant.namespace, t);
-            let Some(current) = readable_run(&state, &tenant, t).await else {
+            // Read again after subscribing, so that no change falls between; readable a
+            // moment ago at the acknowledgement, a task that cannot be read now is left out.
+            let Ok(Some(current)) = readable_run(&state, &tenant, t).await else {
                 continue;
             };
             let live = live_spec(&state, &current).await;

@@ -198,7 +198,7 @@ pub(super) async fn find_task(
     task_id: &str,
 ) -> Result<FoundTask, ErrorData> {
     let run = readable_run(state, t, task_id)
-        .await
+        .await?
         .ok_or_else(unknown_task)?;
     let live = live_spec(state, &run).await;
     // Present (possibly empty) whenever questions are open, so a client can tell "none of

@@ -412,7 +412,7 @@ impl RunwayMcp {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let current = readable_run(&self.state, t, run)
-            .await
+            .await?
             .ok_or_else(|| invalid("invalid requestState"))?;
         if current.spec.workflow_ref.name.is_empty() {
             return Err(unknown_task());

@@ -34,6 +34,8 @@ fn reviews(api: &FakeApi) {
             "username": ""}}),
         Some("scoped-token") => json!({"authenticated": true, "audiences": ["runway"], "user": {
             "username": "carl", "uid": "u-2", "extra": {"scopes": ["runs:read"]}}}),
+        Some("dana-token") => json!({"authenticated": true, "audiences": ["runway"], "user": {
+            "username": "dana", "uid": "u-3"}}),
         _ => json!({"authenticated": false, "error": "invalid token"}),
     });
     api.on_review(ACCESS, |body| {
@@ -524,6 +526,42 @@ fn operator_on(
         shutdown.clone(),
     ));
     (shutdown, op)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_unknown_task() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "ask", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let opts = kubeconfig_free_options("runway");
+    let url = format!("http://{}/mcp", opts.listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    let agent = Client::new(&url.replace("/mcp", ""), Some("agent-token"), "/mcp");
+    let task = support::mcp::until_created(&agent, "ask").await;
+    // Two readers of the namespace whose rights were not asked yet (answers are cached).
+    let base = url.replace("/mcp", "");
+    let carl = Client::new(&base, Some("scoped-token"), "/namespaces/team-a/mcp");
+    let at_ns = format!("{base}/namespaces/team-a/mcp");
+    let old = support::mcp::Old::connect(&at_ns, "dana-token", json!({"tasks": {}})).await;
+    // Each era's tasks/get while the access review fails (a 500: the client itself tries a
+    // 503 again), then once it is back.
+    let get_review = |r: &support::fakeapi::Recorded| {
+        r.path.contains("subjectaccessreviews")
+            && r.body["spec"]["resourceAttributes"]["verb"] == "get"
+    };
+    api.fail_next(1, 500, get_review);
+    assert_eq!(carl.get(&task).await.error_code(), -32603);
+    assert_eq!(carl.get(&task).await.result()["status"], "input_required");
+    // Twice: the first failure sends the request from the fast path to the general one.
+    api.fail_next(2, 500, get_review);
+    let failed = old.error("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(failed["code"], -32603, "{failed}");
+    let got = old.result("tasks/get", json!({"taskId": task})).await;
+    assert_eq!(got["taskId"], task.as_str());
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -807,3 +807,21 @@ where
         Some("mcp-request-cancelled")
     );
 }
+
+/// Call `tool` through `client`, as a client would, until the server offers it (a Workflow is
+/// offered once validated, which a server on Kubernetes learns through its watch); the task.
+pub async fn until_created(client: &Client, tool: &str) -> String {
+    let deadline = tokio::time::Instant::now() + super::harness::PATIENCE;
+    loop {
+        let r = client.call(tool, json!({})).await;
+        if r.last().get("error").is_none() {
+            return r.task_id();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{tool} never offered: {:?}",
+            r.messages
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

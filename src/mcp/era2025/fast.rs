@@ -73,7 +73,11 @@ pub(crate) async fn get_task(
     if !version_agrees || !session.has_tasks() {
         return None;
     }
-    let run = readable_run(state, tenant, &get.params.task_id).await?;
+    // Anything but a Run to show (an error included) is the general path's to answer.
+    let run = readable_run(state, tenant, &get.params.task_id)
+        .await
+        .ok()
+        .flatten()?;
     let live = live_spec(state, &run).await;
     let view = projection::view(&run, live.as_ref());
     let result = OldTask::of(&view);

@@ -52,8 +52,9 @@ pub(crate) async fn serve(
         (METHOD_CANCEL_TASK, Some(task_id)) => cancel(&mcp, &t, &task_id).await,
         (METHOD_TASK_RESULT, Some(task_id)) => {
             return match readable_run(&mcp.state, &t, &task_id).await {
-                Some(_) => Held::result(mcp, t, session, bound, id, task_id),
-                None => json_response(StatusCode::OK, &wire::error(&id, &unknown_task())),
+                Ok(Some(_)) => Held::result(mcp, t, session, bound, id, task_id),
+                Ok(None) => json_response(StatusCode::OK, &wire::error(&id, &unknown_task())),
+                Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
             };
         }
         (other, _) => Err(err(
@@ -72,7 +73,7 @@ pub(crate) async fn serve(
 /// `tasks/get`: the task, flat.
 async fn get(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<Value, ErrorData> {
     let run = readable_run(&mcp.state, t, task_id)
-        .await
+        .await?
         .ok_or_else(unknown_task)?;
     let live = live_spec(&mcp.state, &run).await;
     Ok(task(&run, live.as_ref()))
