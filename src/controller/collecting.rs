@@ -23,32 +23,33 @@ const CHILDREN_RETRY: Duration = Duration::from_secs(5);
 const CHANGED_RETRY: Duration = Duration::from_secs(1);
 
 impl Controller {
-    /// A finished Run the engine keeps for good because a schedule started it (its history
-    /// limits keep such Runs instead of a time to live): when that schedule is gone (removed,
-    /// renamed, or its Workflow deleted), nothing would ever delete it, so its own time to live
-    /// applies. Runs that had finished before the schedule went are the scheduler's to find.
+    /// A finished Run the engine keeps for good because its labels say a schedule started it
+    /// (its history limits keep such Runs instead of a time to live) or it is a child (kept
+    /// with its tree): when that schedule is gone (removed, renamed, or its Workflow deleted),
+    /// or the labels were not Runway's (no seal holds: a copied Run), nothing else would ever
+    /// delete it, so its own time to live applies. Runs that had finished before their
+    /// schedule went are the scheduler's to find.
     pub(super) async fn collect_orphan(&self, k: &Key, run: &Run) {
         let Some(l) = run.metadata.labels.as_ref() else {
             return;
         };
-        let (Some(workflow), Some(name)) = (l.get(labels::WORKFLOW), l.get(labels::SCHEDULE))
-        else {
-            return;
-        };
-        if !schedule::started_by(&self.config.marks, run, workflow, name) {
-            return;
+        let marks = &self.config.marks;
+        match (l.get(labels::WORKFLOW), l.get(labels::SCHEDULE)) {
+            (Some(workflow), Some(name)) if schedule::started_by(marks, run, workflow, name) => {
+                let wf = self.workflows.get(&k.namespace, workflow).await;
+                if schedule::keeps_history(wf.as_ref(), name) {
+                    return;
+                }
+            }
+            _ if l.contains_key(labels::ROOT) && crate::steps::child::sealed_child(marks, run) => {
+                return;
+            }
+            _ if l.contains_key(labels::SCHEDULE) || l.contains_key(labels::ROOT) => {}
+            _ => return,
         }
         let Some(at) = schedule::orphan_delete_at(run) else {
             return;
         };
-        let standing = self
-            .workflows
-            .get(&k.namespace, workflow)
-            .await
-            .is_some_and(|w| w.spec.schedules.iter().any(|s| &s.name == name));
-        if standing {
-            return;
-        }
         if at <= Timestamp::now() {
             self.collect(k, run).await;
         } else {

@@ -31,8 +31,8 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// Where a schedule lives: namespace, Workflow, schedule name.
 type ScheduleKey = (String, String, String);
 
-/// The schedules each Workflow (namespace, name) lists, as one sweep has read them.
-type Known = HashMap<(String, String), Vec<String>>;
+/// Each Workflow (namespace, name), as one sweep has read it.
+type Known = HashMap<(String, String), Option<Workflow>>;
 
 /// Starts scheduled Runs.
 pub struct Scheduler {
@@ -162,6 +162,18 @@ impl Scheduler {
                     let Ok(tt) = schedule::timetable(spec) else {
                         continue;
                     };
+                    // A suspended Workflow suspends its schedules: Runs it would only hold
+                    // back unstarted are not made; once resumed, the latest missed time starts.
+                    let suspended;
+                    let spec = if wf.spec.suspend && !spec.suspend {
+                        suspended = ScheduleSpec {
+                            suspend: true,
+                            ..spec.clone()
+                        };
+                        &suspended
+                    } else {
+                        spec
+                    };
                     let key = (ns.clone(), name.clone(), spec.name.clone());
                     let mine: Vec<&Run> = runs
                         .iter()
@@ -186,6 +198,23 @@ impl Scheduler {
         next
     }
 
+    /// Where schedule `key` stands: the latest of the time its newest Run was for (never before
+    /// its Workflow was made: Runs of an earlier Workflow of the name, deleted and applied
+    /// again, outlive it), the last time handled here, and, without Runs, where it was first met.
+    fn since(&self, wf: &Workflow, key: &ScheduleKey, mine: &[&Run], now: Timestamp) -> Timestamp {
+        let created = wf.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let last = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
+        let last = last.map(|l| created.filter(|c| *c <= now).map_or(l, |c| l.max(c)));
+        let handled = self.handled.lock().expect("handled lock").get(key).copied();
+        let seen = *self
+            .first_seen
+            .lock()
+            .expect("first_seen lock")
+            .entry(key.clone())
+            .or_insert_with(|| schedule::first_owed(now, created));
+        last.unwrap_or(seen).max(handled.unwrap_or(Timestamp::MIN))
+    }
+
     /// Act on one schedule; its next time.
     async fn one(
         &self,
@@ -196,20 +225,7 @@ impl Scheduler {
         mine: &[&Run],
         now: Timestamp,
     ) -> Option<Timestamp> {
-        let last = mine.iter().filter_map(|r| schedule::scheduled_for(r)).max();
-        let since = {
-            let handled = self.handled.lock().expect("handled lock").get(key).copied();
-            let seen = *self
-                .first_seen
-                .lock()
-                .expect("first_seen lock")
-                .entry(key.clone())
-                .or_insert_with(|| {
-                    let created = wf.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                    schedule::first_owed(now, created)
-                });
-            [last.or(Some(seen)), handled].into_iter().flatten().max()?
-        };
+        let since = self.since(wf, key, mine, now);
         let plan = schedule::plan(tt, spec, since, now);
         if let Some(at) = plan.too_late {
             tracing::warn!(namespace = %key.0, workflow = %key.1, schedule = %key.2, at = %at, "schedule: missed time past its startingDeadline, not made up for");
@@ -241,11 +257,19 @@ impl Scheduler {
                     false
                 }
                 Admit::Replace => {
+                    let mut replaced = true;
                     for r in &active {
-                        self.cancel(r, &format!("replaced by schedule {} for {at}", spec.name))
-                            .await;
+                        let why = format!("replaced by schedule {} for {at}", spec.name);
+                        replaced &= self.cancel(r, &why).await;
                     }
-                    self.start(wf, spec, key, at).await
+                    if replaced {
+                        self.start(wf, spec, key, at).await
+                    } else {
+                        // Started now, the new Run would run beside the one it replaces until
+                        // the next time: the time stays owed, and the cancel is tried again.
+                        recheck = Some(Timestamp::now() + FORBID_RECHECK);
+                        false
+                    }
                 }
             };
             if started {
@@ -321,17 +345,24 @@ impl Scheduler {
         }
     }
 
-    async fn cancel(&self, run: &Run, reason: &str) {
+    /// Ask `run` to stop for a Run that replaces it; whether it was asked (or no longer
+    /// runs), so that the replacing Run starts only then.
+    async fn cancel(&self, run: &Run, reason: &str) -> bool {
         let (ns, name) = (
             run.metadata.namespace.clone().unwrap_or_default(),
             run.metadata.name.clone().unwrap_or_default(),
         );
         for _ in 0..crate::store::MAX_CONFLICT_RETRIES {
-            let Ok(Some(mut latest)) = self.store.get(&ns, &name).await else {
-                return;
+            let mut latest = match self.store.get(&ns, &name).await {
+                Ok(Some(latest)) => latest,
+                Ok(None) => return true,
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot read the run to replace");
+                    return false;
+                }
             };
             if latest.spec.cancel.is_some() || latest.phase().is_terminal() {
-                return;
+                return true;
             }
             latest.spec.cancel = Some(CancelRequest {
                 reason: Some(reason.to_owned()),
@@ -346,12 +377,13 @@ impl Scheduler {
                 Err(StoreError::Conflict) => continue,
                 Err(e) => {
                     tracing::warn!(namespace = %ns, run = %name, error = %e, "schedule: cannot cancel replaced run");
-                    return;
+                    return false;
                 }
-                Ok(_) => return,
+                Ok(_) => return true,
             }
         }
         tracing::warn!(namespace = %ns, run = %name, "schedule: the replaced run kept changing; the next pass cancels it");
+        false
     }
 
     /// Delete (archived first, with their children) the finished Runs of schedules that are
@@ -456,20 +488,16 @@ impl Scheduler {
         };
     }
 
-    /// Whether `workflow` (of `run`'s namespace) still lists schedule `name`, Ready or not (a
-    /// Workflow edited into an invalid state keeps its schedules' history). Each Workflow is
-    /// read once per sweep, into `known`.
+    /// Whether `workflow` (of `run`'s namespace) still keeps the history of schedule `name`
+    /// ([`schedule::keeps_history`]). Each Workflow is read once per sweep, into `known`.
     async fn still_has(&self, known: &mut Known, run: &Run, workflow: &str, name: &str) -> bool {
         let ns = run.metadata.namespace.as_deref().unwrap_or_default();
         let key = (ns.to_owned(), workflow.to_owned());
         if !known.contains_key(&key) {
-            let names = match self.workflows.get(ns, workflow).await {
-                Some(w) => w.spec.schedules.iter().map(|s| s.name.clone()).collect(),
-                None => Vec::new(),
-            };
-            known.insert(key.clone(), names);
+            let wf = self.workflows.get(ns, workflow).await;
+            known.insert(key.clone(), wf);
         }
-        known[&key].iter().any(|s| s == name)
+        schedule::keeps_history(known[&key].as_ref(), name)
     }
 
     /// Let the oldest finished Runs go past the history limits; whether one was kept because

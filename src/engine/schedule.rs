@@ -10,7 +10,7 @@ use jiff::tz::TimeZone;
 
 use super::duration;
 use super::marks::{Marks, Sealed};
-use crate::api::{ConcurrencyPolicy, Run, ScheduleSpec, annotations};
+use crate::api::{ConcurrencyPolicy, Run, ScheduleSpec, Workflow, annotations};
 
 /// Succeeded Runs of a schedule kept when the schedule does not say.
 pub const DEFAULT_SUCCEEDED_KEPT: u32 = 3;
@@ -451,6 +451,14 @@ pub fn scheduled_for(run: &Run) -> Option<Timestamp> {
         .ok()
 }
 
+/// Whether `workflow` (`None`: it is gone) keeps the history of its schedule `name`: while it
+/// lists it, or while it is not Ready — a Workflow edited into an invalid state (a manifest
+/// that does not parse lists no schedules at all) keeps its schedules' Runs until it is valid
+/// again and says.
+pub fn keeps_history(workflow: Option<&Workflow>, name: &str) -> bool {
+    workflow.is_some_and(|w| !w.is_ready() || w.spec.schedules.iter().any(|s| s.name == name))
+}
+
 /// Whether `run` is one the scheduler started for `workflow`'s schedule `schedule`: its seal
 /// holds. A Run that merely carries the schedule's label and a time (anyone who may create
 /// Runs can write those) is not.
@@ -486,6 +494,38 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_workflow_keeps_its_schedules_history_while_it_lists_them_or_is_not_valid() {
+        let listing = |names: &[&str], valid: bool| {
+            let schedules: Vec<_> = names
+                .iter()
+                .map(|n| json!({"name": n, "cron": "0 2 * * *"}))
+                .collect();
+            let spec = serde_json::from_value(json!({"steps": [], "schedules": schedules}));
+            let mut wf = Workflow::new("w", spec.unwrap());
+            wf.metadata.generation = Some(1);
+            let now = Timestamp::UNIX_EPOCH;
+            let why = if valid { "Valid" } else { "InvalidManifest" };
+            wf.status = Some(crate::api::WorkflowStatus::ready(
+                &wf,
+                None,
+                valid,
+                why,
+                String::new(),
+                now,
+            ));
+            wf
+        };
+        assert!(keeps_history(Some(&listing(&["nightly"], true)), "nightly"));
+        assert!(!keeps_history(
+            Some(&listing(&["renamed"], true)),
+            "nightly"
+        ));
+        assert!(!keeps_history(None, "nightly"));
+        // A manifest that does not parse stands for a Workflow listing nothing, not Ready.
+        assert!(keeps_history(Some(&listing(&[], false)), "nightly"));
+    }
 
     fn spec(v: serde_json::Value) -> ScheduleSpec {
         let mut base = json!({"name": "nightly", "cron": "0 2 * * *"});

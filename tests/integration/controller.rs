@@ -508,13 +508,33 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_are_deleted_after_their_ttl() {
     let h = Harness::start(&[("brief.yaml", TTL)]);
-    let name = h.create("brief", json!({})).await.metadata.name.unwrap();
-    h.wait_for(&name, "finished", |r| r.phase().is_terminal())
-        .await;
+    let plain = h.create("brief", json!({})).await.metadata.name.unwrap();
+    // The labels by which a schedule's history limits or a Run tree keep a Run, copied onto
+    // one Runway did not start so (no seal holds): its own time to live applies all the same.
+    let copied = runway::api::Run::requested(
+        "default",
+        "copied",
+        "brief",
+        json!({}),
+        None,
+        jiff::Timestamp::now(),
+    )
+    .with_labels([
+        (runway::api::labels::SCHEDULE, "nightly".to_owned()),
+        (runway::api::labels::ROOT, "a-root-uid".to_owned()),
+    ]);
+    h.store.create(copied).await.unwrap();
+    for name in [plain.as_str(), "copied"] {
+        until_deleted(&h, name).await;
+    }
+}
+
+/// Wait until Run `name` has finished and been deleted.
+async fn until_deleted(h: &Harness, name: &str) {
+    use futures::StreamExt;
     let rv = RunStore::resource_version(&h.store).await.unwrap();
     let mut w = RunStore::watch(&h.store, Some(rv));
-    use futures::StreamExt;
-    if RunStore::get(&h.store, "default", &name)
+    if RunStore::get(&h.store, "default", name)
         .await
         .unwrap()
         .is_some()
@@ -522,22 +542,16 @@ async fn finished_runs_are_deleted_after_their_ttl() {
         let deleted = tokio::time::timeout(support::harness::PATIENCE, async {
             loop {
                 if let runway::store::WatchEvent::Deleted(r) = w.next().await.unwrap().unwrap()
-                    && r.metadata.name.as_deref() == Some(name.as_str())
+                    && r.metadata.name.as_deref() == Some(name)
                 {
                     return r;
                 }
             }
         })
         .await
-        .expect("deleted after its ttl");
+        .unwrap_or_else(|_| panic!("{name} deleted after its ttl"));
         assert_eq!(deleted.phase(), RunPhase::Succeeded);
     }
-    assert!(
-        RunStore::get(&h.store, "default", &name)
-            .await
-            .unwrap()
-            .is_none()
-    );
 }
 
 const CALLER_DELAY: &str = r#"

@@ -30,6 +30,7 @@ mod properties;
 mod readme;
 mod retrying;
 mod run_views;
+mod scheduler;
 mod schedules;
 mod store_kube;
 mod store_sqlite;
