@@ -263,7 +263,7 @@ impl RunwayMcp {
             CANCEL_RUN => match parse::<RunArgs>(name, args) {
                 Ok(a) => {
                     let reason = a.reason.as_deref().unwrap_or("requested in the console");
-                    self.cancel_task_of(t, &a.task_id, reason).await.map(|()| {
+                    self.cancel_task_of(t, &a.task_id, reason).await.map(|_| {
                         structured(json!({"taskId": a.task_id}), "cancel requested".into())
                     })
                 }

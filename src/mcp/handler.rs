@@ -178,6 +178,7 @@ impl ServerHandler for RunwayMcp {
             "requested via tasks/cancel",
         )
         .await
+        .map(|_| ())
     }
 
     async fn on_custom_request(

@@ -101,20 +101,22 @@ impl RunwayMcp {
     }
 
     /// Record the cancel intent in `spec.cancel` (once). `Ok` only when it is durable (or the
-    /// Run is gone, finished or already cancelled).
+    /// Run is gone, finished or already cancelled): whether this call recorded it, decided on
+    /// the version written, so that of two cancels, or a cancel and the Run's end, racing, one
+    /// answer says which came first.
     pub(super) async fn cancel(
         &self,
         t: &Tenant,
         name: &str,
         reason: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let reason = bounded_reason(reason);
         for _ in 0..crate::store::MAX_CONFLICT_RETRIES {
             let Some(mut run) = self.state.store.get(&t.namespace, name).await? else {
-                return Ok(());
+                return Ok(false);
             };
             if run.spec.cancel.is_some() || run.phase().is_terminal() {
-                return Ok(());
+                return Ok(false);
             }
             run.spec.cancel = Some(CancelRequest {
                 reason: Some(reason.to_owned()),
@@ -123,14 +125,14 @@ impl RunwayMcp {
             });
             match self.state.store.update(run).await {
                 Err(StoreError::Conflict) => continue,
-                Err(StoreError::NotFound) => return Ok(()),
+                Err(StoreError::NotFound) => return Ok(false),
                 Err(e) => {
                     tracing::error!(run = name, error = %e, "cannot record cancellation");
                     return Err(e);
                 }
                 Ok(_) => {
                     tracing::info!(namespace = %t.namespace, run = name, by = %t.identity.principal.username, reason, "cancel requested");
-                    return Ok(());
+                    return Ok(true);
                 }
             }
         }
@@ -161,7 +163,7 @@ impl RunwayMcp {
         t: &Tenant,
         task_id: &str,
         reason: &str,
-    ) -> Result<(), ErrorData> {
+    ) -> Result<bool, ErrorData> {
         task_run(&self.state, t, task_id, Access::Cancel)
             .await?
             .ok_or_else(unknown_task)?;

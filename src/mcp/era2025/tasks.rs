@@ -85,14 +85,23 @@ async fn cancel(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<Value, Err
     let run = task_run(&mcp.state, t, task_id, Access::Cancel)
         .await?
         .ok_or_else(unknown_task)?;
-    // A task whose cancel was taken shows as `cancelled`, a terminal status, already.
-    if run.phase().is_terminal() || run.spec.cancel.is_some() {
-        return Err(invalid(format!(
+    // A task whose cancel was taken shows as `cancelled`, a terminal status, already; decided
+    // again where the cancel is written, so that a cancel racing another, or the Run's end,
+    // is told so too.
+    let ended = || {
+        invalid(format!(
             "cannot cancel task {task_id}: it has already ended"
-        )));
+        ))
+    };
+    if run.phase().is_terminal() || run.spec.cancel.is_some() {
+        return Err(ended());
     }
-    mcp.cancel_task_of(t, task_id, "requested via tasks/cancel")
-        .await?;
+    if !mcp
+        .cancel_task_of(t, task_id, "requested via tasks/cancel")
+        .await?
+    {
+        return Err(ended());
+    }
     let run = mcp.stored_run(t, task_id).await?;
     let live = live_spec(&mcp.state, &run).await;
     Ok(task(&run, live.as_ref()))

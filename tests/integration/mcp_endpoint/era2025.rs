@@ -968,3 +968,24 @@ async fn tasks_get_answers_alike_on_the_fast_path_and_the_general_one() {
     assert_eq!(fast, general);
     assert_eq!(fast.0, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_racing_cancels_of_a_task_one_is_taken_and_the_rest_told_it_ended() {
+    let s = server().await;
+    let alice = Old::connect(&s.url(), "alice-token", json!({"tasks": {}})).await;
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let cancel = || alice.rpc("tasks/cancel", json!({"taskId": id}));
+    let answers = futures::future::join_all((0..8).map(|_| cancel())).await;
+    let last: Vec<&Value> = answers.iter().map(|(_, m)| m.last().unwrap()).collect();
+    let taken = last.iter().filter(|m| m.get("error").is_none()).count();
+    assert_eq!(taken, 1, "{last:?}");
+    for m in last.iter().filter_map(|m| m.get("error")) {
+        assert_eq!(m["code"], -32602, "{m}");
+    }
+}
