@@ -93,6 +93,14 @@ pub(super) fn check_answer(
     for_anyone: bool,
 ) -> Result<(InputAction, Option<Value>), AnswerError> {
     if req.method == METHOD_SAMPLING {
+        // A client that could not, or would not, ask its model declines (a 2025-era client's
+        // error response is read so): the step fails, saying so, instead of waiting on.
+        if value.get("action").and_then(Value::as_str) == Some("decline")
+            && value.get("role").is_none()
+        {
+            may_answer_question(spec, run, me, for_anyone)?;
+            return Ok((InputAction::Decline, None));
+        }
         // The answer is the model's message itself (a CreateMessageResult).
         if let Some(why) = sampling_answer_error(Some(value)) {
             return Err(AnswerError::NotAModelMessage(why));

@@ -860,6 +860,57 @@ async fn a_sample_step_is_answered_by_the_callers_model_and_survives_a_restart()
     assert_eq!(done["result"]["content"][0]["text"], "Ada: hello");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_the_caller_would_not_ask_fails_the_sample_step_in_either_era() {
+    let s = Mcp::start(&[("wf.yaml", SAMPLE)]).await;
+    // 2025-11-25: the client answers the held call's sampling/createMessage with an error.
+    let old = support::mcp::Old::connect(&s.url(), "alice-token", json!({"sampling": {}})).await;
+    let mut held = old
+        .open(
+            "tools/call",
+            json!({"name": "muse", "arguments": {"who": "Ada"}}),
+        )
+        .await;
+    let asked = loop {
+        let m = held.next().await.expect("the model is asked");
+        if m["method"] == "sampling/createMessage" {
+            break m;
+        }
+    };
+    let refusal = json!({"jsonrpc": "2.0", "id": asked["id"],
+        "error": {"code": -1, "message": "the user would not"}});
+    let status = old.post(&refusal).send().await.unwrap().status();
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let ended = tokio::time::timeout(support::harness::PATIENCE, async {
+        loop {
+            let m = held.next().await.expect("the call ends");
+            if m.get("result").is_some() || m.get("error").is_some() {
+                return m;
+            }
+        }
+    });
+    let last = ended
+        .await
+        .expect("the call ends once the model is declined");
+    assert_eq!(last["result"]["isError"], true, "{last}");
+    // 2026-07-28: declining through tasks/update does the same.
+    let alice = s
+        .client("alice-token")
+        .with_caps(json!({"extensions": {TASKS: {}}, "sampling": {}}));
+    let id = alice.call("muse", json!({"who": "Bo"})).await.task_id();
+    alice.await_status(&id, "input_required").await;
+    alice
+        .update(&id, json!({"greet.sample": {"action": "decline"}}))
+        .await
+        .assert_complete();
+    let run = s.wait(&id, "ended", |r| r.phase().is_terminal()).await;
+    let message = run.status.unwrap().steps[0]
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(message.contains("declined by alice"), "{message}");
+}
+
 /// One `tasks/get` as the caller `c` sends it, and the same request with its `Mcp-Name` in the
 /// header encoding's Base64 form — which the server's fast path leaves to rmcp.
 async fn get_both_ways(c: &Client, task: &str) -> [(StatusCode, Value); 2] {
