@@ -265,9 +265,12 @@ async fn follow(
     if current.phase().is_terminal() {
         return;
     }
+    let mut seen = current;
     loop {
         match rx.recv().await {
+            Ok(Change::Updated(run)) if crate::store::changes::stale(&run, &seen) => {}
             Ok(Change::Updated(run)) => {
+                seen = Arc::clone(&run);
                 if !may_read(&state, &tenant, &run).await {
                     return;
                 }

@@ -320,6 +320,7 @@ impl RunwayMcp {
             tokio::select! {
                 biased;
                 change = changes.recv() => match change {
+                    Ok(Change::Updated(r)) if crate::store::changes::stale(&r, &run) => {}
                     Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted) => return Err(unknown_task()),
                     Err(_) => {

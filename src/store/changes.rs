@@ -36,6 +36,17 @@ pub enum Change {
     Deleted,
 }
 
+/// Whether `next`, a version of a Run a subscriber was told, is no newer than `seen`, the
+/// version it holds (read after it subscribed, that read may be ahead of the feed): a follower
+/// that took it would show the Run going back. Another uid is another Run, never stale.
+pub fn stale(next: &Run, seen: &Run) -> bool {
+    let version = |r: &Run| r.metadata.resource_version.as_deref()?.parse::<u64>().ok();
+    next.metadata.uid == seen.metadata.uid
+        && version(next)
+            .zip(version(seen))
+            .is_some_and(|(next, seen)| next <= seen)
+}
+
 /// Per-Run change feeds, cheap to clone: every clone shares the subscribers.
 #[derive(Clone, Default)]
 pub struct RunChanges {
@@ -197,6 +208,27 @@ mod tests {
                 Change::Deleted => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_version_no_newer_than_the_one_held_is_stale_unless_it_is_another_run() {
+        let at = |rv: &str, uid: &str| {
+            let mut r = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
+            r.metadata.resource_version = Some(rv.into());
+            r.metadata.uid = Some(uid.into());
+            r
+        };
+        assert!(stale(&at("6", "a"), &at("7", "a")));
+        assert!(stale(&at("7", "a"), &at("7", "a")));
+        assert!(!stale(&at("8", "a"), &at("7", "a")));
+        assert!(
+            !stale(&at("6", "b"), &at("7", "a")),
+            "another Run of the name"
+        );
+        assert!(
+            !stale(&at("x", "a"), &at("7", "a")),
+            "a version that is not a number"
+        );
     }
 
     #[test]

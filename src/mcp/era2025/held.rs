@@ -331,6 +331,7 @@ impl Held {
             };
             tokio::select! {
                 change = changes.recv() => match change {
+                    Ok(Change::Updated(r)) if crate::store::changes::stale(&r, &run) => {}
                     Ok(Change::Updated(r)) => run = std::sync::Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted) => return Some(Err(unknown_task())),
                     Err(_) => {
