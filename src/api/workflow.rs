@@ -517,6 +517,13 @@ impl Workflow {
             .is_some_and(|s| s.observed_generation == self.metadata.generation)
     }
 
+    /// Where this Workflow stands among those offering one tool name: of two, the one created
+    /// first (then the first by name) keeps it.
+    pub fn seniority(&self) -> (Option<jiff::Timestamp>, Option<&str>) {
+        let created = self.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        (created, self.metadata.name.as_deref())
+    }
+
     /// Whether the Workflow's `Ready` condition is `True` for its current generation.
     pub fn is_ready(&self) -> bool {
         self.status.as_ref().is_some_and(|s| {

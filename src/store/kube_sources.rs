@@ -15,7 +15,7 @@ use crate::api::Workflow;
 
 /// Workflows from the cluster, read through a reflector.
 #[derive(Clone)]
-pub(crate) struct KubeWorkflows {
+pub struct KubeWorkflows {
     workflows: Store<Workflow>,
     changes: watch::Sender<u64>,
 }
@@ -76,12 +76,16 @@ impl WorkflowSource for KubeWorkflows {
         all.into_iter().collect()
     }
 
+    /// The Ready Workflow offering tool `name`; of two (for the moment between one taking a
+    /// name another holds and the validator's verdict on it), the one the validator keeps —
+    /// the oldest, then by name — so that every replica calls the same.
     async fn tool(&self, namespace: &str, name: &str) -> Option<Arc<Workflow>> {
-        self.workflows.state().into_iter().find(|w| {
+        let offering = self.workflows.state().into_iter().filter(|w| {
             w.metadata.namespace.as_deref() == Some(namespace)
                 && w.is_ready()
                 && w.tool_name() == name
-        })
+        });
+        offering.min_by(|a, b| a.seniority().cmp(&b.seniority()))
     }
 
     fn changes(&self) -> watch::Receiver<u64> {

@@ -492,6 +492,33 @@ async fn a_job_an_earlier_run_of_the_name_left_is_waited_out_not_refused() {
     assert!(message.contains("BackoffLimitExceeded"), "{message}");
 }
 
+#[tokio::test]
+async fn of_two_ready_workflows_offering_a_tool_every_replica_calls_the_older() {
+    use runway::store::WorkflowSource;
+    let api = FakeApi::start().await;
+    // For the moment before the validator's verdict on the newer one, both are Ready.
+    let ready = |name: &str, tool: &str, created: &str| {
+        json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": name, "namespace": "team-a", "generation": 1,
+                "creationTimestamp": created},
+            "spec": {"tool": {"name": tool}, "steps": []},
+            "status": {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True",
+                "reason": "Valid", "message": "", "lastTransitionTime": created}]}})
+    };
+    let workflows = "runway.dev/v1alpha1/workflows";
+    api.put(workflows, ready("zeta", "first", "2026-01-01T00:00:00Z"));
+    api.put(workflows, ready("alpha", "first", "2026-02-01T00:00:00Z"));
+    api.put(workflows, ready("omega", "second", "2026-02-01T00:00:00Z"));
+    api.put(workflows, ready("beta", "second", "2026-01-01T00:00:00Z"));
+    let source = runway::store::kube_sources::KubeWorkflows::start(api.client())
+        .await
+        .unwrap();
+    for (tool, older) in [("first", "zeta"), ("second", "beta")] {
+        let chosen = source.tool("team-a", tool).await.expect("offered");
+        assert_eq!(chosen.metadata.name.as_deref(), Some(older), "{tool}");
+    }
+}
+
 fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
     let mut mcp = runway::mcp::Config::new();
     mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-op".to_vec()];

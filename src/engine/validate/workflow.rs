@@ -43,22 +43,16 @@ pub(crate) fn readiness<'a>(
             ),
         ));
     }
-    let age = |w: &Workflow| {
-        (
-            w.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            w.metadata.name.clone(),
-        )
-    };
-    let mine = age(wf);
+    let mine = wf.seniority();
     let holder = namespace
         .into_iter()
         .filter(|o| {
             o.metadata.name != wf.metadata.name
                 && o.tool_name() == wf.tool_name()
-                && age(o) < mine
+                && o.seniority() < mine
                 && workflow(o, caps).is_ok()
         })
-        .min_by_key(|o| age(o));
+        .min_by_key(|o| o.seniority());
     match holder {
         Some(o) => Err(invalid(
             reasons::DUPLICATE_TOOL,
