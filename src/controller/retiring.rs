@@ -110,7 +110,7 @@ mod tests {
     use jiff::Timestamp;
 
     use super::*;
-    use crate::api::{RunPhase, RunSpec, RunStatus, WorkflowRef};
+    use crate::api::{RunPhase, RunStatus};
     use crate::controller::history::MemoryEvents;
     use crate::store::archive::sqlite::SqliteArchive;
     use crate::store::archive::{Archive, Entry, Retention};
@@ -160,20 +160,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("runway-retire-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let store = Arc::new(SqliteStore::open(&dir.join("runs.db")).unwrap());
-        let mut run = Run::new(
+        let run = Run::requested(
+            "ns",
             "r",
-            RunSpec {
-                workflow_ref: WorkflowRef { name: "w".into() },
-                arguments: None,
-                requested_by: None,
-                cancel: None,
-                pause: None,
-                retry_of: None,
-                priority: None,
-                input_responses: Default::default(),
-            },
+            "w",
+            serde_json::Value::Null,
+            None,
+            Timestamp::now(),
         );
-        run.metadata.namespace = Some("ns".into());
         let mut run = store.create(run).await.unwrap();
         run.status = Some(RunStatus {
             phase: RunPhase::Succeeded,
