@@ -3,7 +3,9 @@
 //! result) cannot be delivered — the client went away while the call was served, even while
 //! the create was under way (it may land all the same), before the connection took the
 //! response — the Run is cancelled, so that a retry without an idempotency key does not leave a
-//! task running that nobody holds. With an idempotency key the Run stays: the retry finds it.
+//! task running that nobody holds. So is a Run whose create had no answer (a proxy's timeout,
+//! a dropped connection) and may have landed all the same: the client is told its call
+//! failed. With an idempotency key the Run stays: the retry finds it.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -36,6 +38,15 @@ impl Delivery {
     /// The Run announced was not created after all.
     pub(super) fn withdraw(&self) {
         self.take();
+    }
+
+    /// The create's answer was lost and the call fails: the announced Run, should it land all
+    /// the same, is cancelled.
+    pub(super) fn give_up(&self, state: &Arc<McpState>) {
+        if let Some((tenant, name)) = self.take() {
+            tracing::warn!(namespace = %tenant.namespace, run = %name, "the create of this run had no answer; cancelling it if it landed");
+            tokio::spawn(cancel_when_stored(state.clone(), tenant, name));
+        }
     }
 
     fn take(&self) -> Option<(Tenant, String)> {

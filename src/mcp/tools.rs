@@ -34,6 +34,20 @@ use crate::store::StoreError;
 
 use super::calls::{answer_mode, idempotency_key, run_result, tool_of, validate_args};
 
+/// Why a call's create gave it no Run.
+enum NotCreated {
+    /// Nothing was written: the answer says why.
+    Refused(ErrorData),
+    /// The store's answer did not come back: the Run may be written all the same.
+    Unknown(ErrorData),
+}
+
+impl From<ErrorData> for NotCreated {
+    fn from(e: ErrorData) -> Self {
+        Self::Refused(e)
+    }
+}
+
 /// How long a caller may cache `tools/list`: Workflows change with `kubectl apply`, and the
 /// list depends on the caller's rights (private).
 const LIST_TTL_MS: u64 = 5_000;
@@ -162,7 +176,7 @@ impl RunwayMcp {
         idem: Option<&str>,
         fresh: String,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Run, ErrorData> {
+    ) -> Result<Run, NotCreated> {
         let wf_name = wf.metadata.name.clone().unwrap_or_default();
         let name = match idem {
             Some(k) => {
@@ -176,7 +190,7 @@ impl RunwayMcp {
                         .await
                         .map_err(internal)?
                     {
-                        return same_call(owned(e, t)?, wf, &args, k);
+                        return Ok(same_call(owned(e, t)?, wf, &args, k)?);
                     }
                 }
                 names[0].clone()
@@ -209,21 +223,21 @@ impl RunwayMcp {
                     .get(&t.namespace, &name)
                     .await
                     .map_err(internal)?;
-                match existing {
-                    Some(e) => same_call(
-                        owned(e, t)?,
-                        wf,
-                        run.spec
-                            .arguments
-                            .as_ref()
-                            .and_then(Value::as_object)
-                            .unwrap_or(&Map::new()),
-                        idem.unwrap_or_default(),
-                    ),
-                    None => Err(internal("idempotent run vanished; retry")),
-                }
+                let Some(e) = existing else {
+                    return Err(internal("idempotent run vanished; retry").into());
+                };
+                let empty = Map::new();
+                let args = run.spec.arguments.as_ref().and_then(Value::as_object);
+                let args = args.unwrap_or(&empty);
+                Ok(same_call(owned(e, t)?, wf, args, idem.unwrap_or_default())?)
             }
-            Err(e) => Err(internal(e)),
+            // The API server's answer was lost (a proxy's timeout, a dropped connection) or
+            // the client library sent the create again after one that landed: the name is
+            // this call's own, so the Run it finds is this call's.
+            Err(e @ (StoreError::Backend(_) | StoreError::AlreadyExists)) => {
+                Err(NotCreated::Unknown(internal(e)))
+            }
+            Err(e) => Err(internal(e).into()),
         }
     }
 
@@ -259,10 +273,18 @@ impl RunwayMcp {
             .await
         {
             Ok(run) => run,
-            Err(e) => {
+            Err(NotCreated::Refused(e)) => {
                 // Nothing was created: a client that leaves now has no Run to give up.
                 if let Some(d) = delivery {
                     d.withdraw();
+                }
+                return Err(e);
+            }
+            Err(NotCreated::Unknown(e)) => {
+                // The client hears that its call failed, so a Run that lands all the same
+                // must not go on beside the one its retry makes.
+                if let Some(d) = delivery {
+                    d.give_up(&self.state);
                 }
                 return Err(e);
             }

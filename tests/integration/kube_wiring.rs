@@ -592,6 +592,58 @@ async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_un
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_create_had_no_answer_is_cancelled_when_it_lands() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "ask", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let opts = kubeconfig_free_options("runway");
+    let base = format!("http://{}", opts.listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    let agent = Client::new(&base, Some("agent-token"), "/mcp");
+    support::mcp::until_created(&agent, "ask").await;
+    let old = support::mcp::Old::connect(
+        &format!("{base}/namespaces/team-a/mcp"),
+        "dana-token",
+        json!({}),
+    )
+    .await;
+    let creates = |api: &FakeApi| api.requests("POST", "/runs").len();
+    // A gateway's timeout, which the client sends again and finds the Run there (409); then an
+    // error after the write, which it does not: either way the call fails and its Run stops.
+    for (code, era) in [(504, "2026-07-28"), (500, "2025-11-25")] {
+        let before = creates(&api);
+        api.lose_next_answers(1, code, |r| r.method == "POST" && r.path.ends_with("/runs"));
+        let failed = match era {
+            "2026-07-28" => agent.call("ask", json!({})).await.error_code(),
+            _ => old
+                .error("tools/call", json!({"name": "ask", "arguments": {}}))
+                .await["code"]
+                .as_i64()
+                .unwrap(),
+        };
+        assert_eq!(failed, -32603, "{era}");
+        let posted = api.requests("POST", "/runs");
+        let name = posted[before].body["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            api.get(RUNS, "team-a", &name).is_some(),
+            "{era}: the run landed"
+        );
+        api.wait_until("the run nobody was told of is cancelled", |api| {
+            api.get(RUNS, "team-a", &name)
+                .is_some_and(|r| r["status"]["phase"] == "Cancelled")
+        })
+        .await;
+    }
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_collects_runs() {
     let api = FakeApi::start().await;
     reviews(&api);

@@ -38,10 +38,21 @@ struct Inner {
     log: Vec<Recorded>,
     /// resource → responder for create-only review APIs
     reviews: BTreeMap<String, Responder>,
-    /// Requests to answer with an HTTP status instead: (which, how many more, status).
-    failing: Vec<(Matcher, usize, u16)>,
+    /// Requests to answer with an HTTP status instead of their result.
+    failing: Vec<Failing>,
     /// The next request each picks waits until its gate opens (`None` once one was held).
     holding: Vec<(Matcher, Option<tokio::sync::watch::Receiver<bool>>)>,
+}
+
+/// Requests to answer with an HTTP status instead of their result.
+struct Failing {
+    which: Matcher,
+    /// How many more.
+    left: usize,
+    code: u16,
+    /// Whether the request is carried out first (a proxy that gave up on a request the API
+    /// server went on to complete) or not at all.
+    served: bool,
 }
 
 #[derive(Clone)]
@@ -170,11 +181,33 @@ impl FakeApi {
         code: u16,
         which: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
     ) {
-        self.inner
-            .lock()
-            .unwrap()
-            .failing
-            .push((Arc::new(which), n, code));
+        self.inject(n, code, which, false);
+    }
+
+    /// Carry out the next `n` requests that `which` picks, then answer them with HTTP `code`
+    /// instead of their result (a gateway timing out on a write that lands all the same).
+    pub fn lose_next_answers(
+        &self,
+        n: usize,
+        code: u16,
+        which: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
+    ) {
+        self.inject(n, code, which, true);
+    }
+
+    fn inject(
+        &self,
+        left: usize,
+        code: u16,
+        which: impl Fn(&Recorded) -> bool + Send + Sync + 'static,
+        served: bool,
+    ) {
+        self.inner.lock().unwrap().failing.push(Failing {
+            which: Arc::new(which),
+            left,
+            code,
+            served,
+        });
     }
 
     /// Hold the next request that `which` picks (logged as it arrives) until the gate this
@@ -357,10 +390,10 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
         let hit = inner
             .failing
             .iter_mut()
-            .find(|(which, left, _)| *left > 0 && which(&seen));
-        let code = hit.map(|(_, left, code)| {
-            *left -= 1;
-            *code
+            .find(|f| f.left > 0 && (f.which)(&seen));
+        let code = hit.map(|f| {
+            f.left -= 1;
+            (f.code, f.served)
         });
         let held = inner
             .holding
@@ -375,9 +408,25 @@ async fn handle(State(api): State<FakeApi>, req: Request) -> Response {
     if let Some(mut gate) = held {
         let _ = gate.wait_for(|open| *open).await;
     }
-    if let Some(code) = injected {
-        return status(code, "InternalError", "failure injected by the test");
+    let answer = match injected {
+        Some((_, false)) => None,
+        _ => Some(serve(api, method, path, query, content_type, body).await),
+    };
+    match (injected, answer) {
+        (Some((code, _)), _) => status(code, "InternalError", "failure injected by the test"),
+        (None, answer) => answer.expect("served"),
     }
+}
+
+/// Carry out a request as the API server would.
+async fn serve(
+    api: FakeApi,
+    method: Method,
+    path: String,
+    query: BTreeMap<String, String>,
+    content_type: Option<String>,
+    body: Value,
+) -> Response {
     let Some((collection, ns, name, sub)) = parse(&path) else {
         return status(404, "NotFound", "no such path");
     };
