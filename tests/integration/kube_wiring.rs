@@ -644,6 +644,85 @@ async fn a_run_whose_create_had_no_answer_is_cancelled_when_it_lands() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_their_own() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put(
+        "runway.dev/v1alpha1/workflows",
+        json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "nap", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "sleep", "delay": {"duration": "1h"}}]}}),
+    );
+    let opts = kubeconfig_free_options("runway");
+    let base = format!("http://{}", opts.listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    support::mcp::until_created(&Client::new(&base, Some("agent-token"), "/mcp"), "nap").await;
+    let dana = support::mcp::Old::connect(
+        &format!("{base}/namespaces/team-a/mcp"),
+        "dana-token",
+        json!({}),
+    )
+    .await;
+    let mut held = dana
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    held.next().await.unwrap();
+    let call = |r: &Value| {
+        r["metadata"]["labels"]["runway.dev/call"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let mine = api
+        .requests("POST", "/runs")
+        .into_iter()
+        .find(|r| call(&r.body).is_some())
+        .expect("the held call's run")
+        .body;
+    let name = mine["metadata"]["name"].as_str().unwrap().to_owned();
+    // Someone who may edit Runs copies the label onto another's Run.
+    let mut theirs = api.get(RUNS, "team-a", &name).unwrap();
+    theirs["metadata"]["name"] = json!("someone-elses");
+    theirs["metadata"]["uid"] = json!("uid-of-someone-elses");
+    theirs["spec"]["requestedBy"] = json!({"username": "erin", "uid": "u-9"});
+    api.put(RUNS, theirs);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "held", "reason": "user pressed stop"}});
+    // Where the caller may not call (team-b), the notification is taken and reads nothing.
+    let elsewhere = support::mcp::Old::connect(
+        &format!("{base}/namespaces/team-b/mcp"),
+        "dana-token",
+        json!({}),
+    )
+    .await;
+    assert_eq!(elsewhere.post(&cancel).send().await.unwrap().status(), 202);
+    assert_eq!(dana.post(&cancel).send().await.unwrap().status(), 202);
+    api.wait_until("the caller's own run is cancelled", |api| {
+        api.get(RUNS, "team-a", &name)
+            .is_some_and(|r| r["spec"]["cancel"]["reason"] == "mcp-request-cancelled")
+    })
+    .await;
+    let searched = |ns: &str| {
+        api.requests("GET", &format!("/namespaces/{ns}/runs"))
+            .into_iter()
+            .filter(|r| r.query.contains_key("labelSelector"))
+            .count()
+    };
+    assert_eq!(
+        searched("team-b"),
+        0,
+        "nothing read for a caller without rights"
+    );
+    assert!(searched("team-a") > 0);
+    let copied = api.get(RUNS, "team-a", "someone-elses").unwrap();
+    assert!(copied["spec"]["cancel"].is_null(), "{copied}");
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_collects_runs() {
     let api = FakeApi::start().await;
     reviews(&api);

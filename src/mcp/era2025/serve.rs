@@ -15,7 +15,8 @@ use super::session::{Question, Session, binding, call_label};
 use super::tasks as old_tasks;
 use super::wire::{self, accepted, json_response, older, with_session};
 use crate::api::{labels, reasons};
-use crate::auth::Identity;
+use crate::auth::{Identity, Resource, Verb};
+use crate::mcp::access::{allowed, is_owner};
 use crate::mcp::apps::read as read_view;
 use crate::mcp::errors::{err, internal, invalid, rpc_error};
 use crate::mcp::handler::RunwayMcp;
@@ -273,15 +274,24 @@ async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Va
 }
 
 /// `notifications/cancelled` of a held call: its Run is cancelled, as when the client goes
-/// away. Only the caller's own call can be named (the label is keyed with its session).
+/// away. Only the caller's own call can be named (the label is keyed with its session), and
+/// only by a caller who could have made it: the search reads the API server itself, which a
+/// caller without rights in the namespace must not make it do.
 async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
+    if !matches!(
+        allowed(state, t, Verb::Create, Resource::Runs).await,
+        Ok(true)
+    ) {
+        return;
+    }
     let selector = BTreeMap::from([(labels::CALL.to_owned(), label.to_owned())]);
     // The call may have reached another replica a moment ago: its Run must be found anyway.
     let Ok(runs) = state.store.list_now(Some(&t.namespace), &selector).await else {
         return;
     };
     let mcp = RunwayMcp::new(state.clone());
-    for run in runs {
+    // A label anyone who may edit Runs could copy names only the caller's own Runs.
+    for run in runs.iter().filter(|r| is_owner(r, &t.identity.principal)) {
         if let Some(name) = run.metadata.name.as_deref() {
             let _ = mcp.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
         }
