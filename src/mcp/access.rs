@@ -312,9 +312,7 @@ pub(super) async fn archived_run(
     task_id: &str,
 ) -> Result<Option<crate::store::archive::Entry>, ErrorData> {
     if !crate::api::is_dns_subdomain(task_id)
-        || !allowed(state, t, Verb::Get, Resource::Runs)
-            .await
-            .unwrap_or(false)
+        || !allowed(state, t, Verb::Get, Resource::Runs).await?
     {
         return Ok(None);
     }

@@ -562,9 +562,23 @@ async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_un
     api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
         "metadata": {"name": "ask", "namespace": "team-a"},
         "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
-    let opts = kubeconfig_free_options("runway");
+    let mut opts = kubeconfig_free_options("runway");
+    let dir = support::harness::TempDir::new();
+    opts.archive.address = Some(format!(
+        "sqlite:{}",
+        dir.path().join("archive.db").display()
+    ));
     let url = format!("http://{}/mcp", opts.listen);
+    let listen = opts.listen;
     let (shutdown, op) = operator_on(&api, opts);
+    // It listens once the archive is open.
+    tokio::time::timeout(support::harness::PATIENCE, async {
+        while tokio::net::TcpStream::connect(listen).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the operator listens");
     let agent = Client::new(&url.replace("/mcp", ""), Some("agent-token"), "/mcp");
     let task = support::mcp::until_created(&agent, "ask").await;
     // Two readers of the namespace whose rights were not asked yet (answers are cached).
@@ -587,6 +601,13 @@ async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_un
     assert_eq!(failed["code"], -32603, "{failed}");
     let got = old.result("tasks/get", json!({"taskId": task})).await;
     assert_eq!(got["taskId"], task.as_str());
+    // The archive is asked under the same rules (by a caller whose answer is not cached yet).
+    let archived = json!({"taskId": "gone-a-while", "archived": true});
+    api.fail_next(1, 500, get_review);
+    let failed = agent.call("runway_get_run", archived.clone()).await;
+    assert_eq!(failed.error_code(), -32603);
+    let unknown = agent.call("runway_get_run", archived).await;
+    assert_eq!(unknown.error_code(), -32602);
     shutdown.cancel();
     op.await.unwrap().unwrap();
 }
