@@ -91,6 +91,15 @@ pub async fn serve(
             );
         }
     }
+    // The stream's slot before any per-task work: a caller at its limit costs no reads.
+    let Some(slot) = StreamSlot::take(&state, &tenant.identity.principal.username) else {
+        return rpc_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            id,
+            codes::INVALID_REQUEST,
+            "too many open subscriptions/listen streams for this caller; close one first",
+        );
+    };
     let Ok(readable) = readable_tasks(&state, &tenant, task_ids).await else {
         return rpc_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -108,14 +117,6 @@ pub async fn serve(
         && requested
             .get("taskIds")
             .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-    let Some(slot) = StreamSlot::take(&state, &tenant.identity.principal.username) else {
-        return rpc_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            id,
-            codes::INVALID_REQUEST,
-            "too many open subscriptions/listen streams for this caller; close one first",
-        );
-    };
     stream(state, tenant, id, readable, follows_nothing, slot)
 }
 
@@ -126,14 +127,19 @@ async fn readable_tasks(
     tenant: &Tenant,
     task_ids: Vec<String>,
 ) -> Result<Vec<String>, ErrorData> {
+    let mut seen = std::collections::HashSet::new();
     let mut readable = Vec::new();
     for t in task_ids {
-        if !readable.contains(&t) && readable_run(state, tenant, &t).await?.is_some() {
+        if seen.insert(t.clone()) && readable_run(state, tenant, &t).await?.is_some() {
             readable.push(t);
         }
     }
     Ok(readable)
 }
+
+/// Most tasks one subscription follows: each is an access check and a read before the
+/// acknowledgement, and a follower after it.
+pub(crate) const MAX_TASK_IDS: usize = 256;
 
 /// The task ids a subscription asks to follow (`params.notifications.taskIds`), or why the
 /// request is malformed.
@@ -143,6 +149,9 @@ fn requested_tasks(params: &Value, requested: &Value) -> Result<Vec<String>, &'s
     }
     match requested.get("taskIds") {
         None | Some(Value::Null) => Ok(vec![]),
+        Some(Value::Array(ids)) if ids.len() > MAX_TASK_IDS => {
+            Err("notifications.taskIds lists at most 256 tasks: subscribe again for more")
+        }
         Some(Value::Array(ids)) if ids.iter().all(Value::is_string) => Ok(ids
             .iter()
             .filter_map(Value::as_str)

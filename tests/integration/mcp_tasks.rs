@@ -733,6 +733,34 @@ async fn listen_refuses_task_ids_in_the_wrong_place_instead_of_following_nothing
             .unwrap()
             .contains("params.notifications.taskIds")
     );
+    // More tasks than one subscription follows: refused before any is looked at.
+    let many: Vec<String> = (0..=256).map(|i| format!("{id}-{i}")).collect();
+    let reply = alice
+        .rpc(
+            "subscriptions/listen",
+            None,
+            json!({"notifications": {"taskIds": many}}),
+        )
+        .await;
+    assert_eq!(reply.error_code(), -32602, "{:?}", reply.messages);
+    assert!(
+        reply.last()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 256")
+    );
+    // The most it takes, the same task many times among them: followed once.
+    let mut most = vec![id.clone(); 255];
+    most.push("not-a-task".into());
+    let ids: Vec<&str> = most.iter().map(String::as_str).collect();
+    let (status, mut frames) = listen(&alice, &ids).await;
+    assert_eq!(status, StatusCode::OK);
+    let ack = frames.next().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([id]),
+        "{ack}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
