@@ -26,6 +26,7 @@ use crate::protocol::{
     PROTOCOL_VERSION, TASKS_EXTENSION, codes,
 };
 use crate::store::Change;
+use crate::store::changes::{ends, stale};
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -277,7 +278,7 @@ async fn follow(
     let mut seen = current;
     loop {
         match rx.recv().await {
-            Ok(Change::Updated(run)) if crate::store::changes::stale(&run, &seen) => {}
+            Ok(Change::Updated(run)) if stale(&run, &seen) => {}
             Ok(Change::Updated(run)) => {
                 seen = Arc::clone(&run);
                 if !may_read(&state, &tenant, &run).await {
@@ -298,7 +299,8 @@ async fn follow(
                     return;
                 }
             }
-            Ok(Change::Deleted) => return,
+            Ok(Change::Deleted(d)) if ends(d.as_deref(), &seen) => return,
+            Ok(Change::Deleted(_)) => {}
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(_) => return,
         }

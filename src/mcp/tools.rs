@@ -31,6 +31,7 @@ use crate::engine::input::answer_schema_error;
 use crate::protocol::{META_IDEMPOTENCY_KEY, METHOD_ELICITATION, METHOD_SAMPLING, codes};
 use crate::store::Change;
 use crate::store::StoreError;
+use crate::store::changes::{ends, stale};
 
 use super::calls::{answer_mode, idempotency_key, run_result, tool_of, validate_args};
 
@@ -342,9 +343,12 @@ impl RunwayMcp {
             tokio::select! {
                 biased;
                 change = changes.recv() => match change {
-                    Ok(Change::Updated(r)) if crate::store::changes::stale(&r, &run) => {}
+                    Ok(Change::Updated(r)) if stale(&r, &run) => {}
                     Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
-                    Ok(Change::Deleted) => return Err(unknown_task()),
+                    Ok(Change::Deleted(d)) if ends(d.as_deref(), &run) => {
+                        return Err(unknown_task());
+                    }
+                    Ok(Change::Deleted(_)) => {}
                     Err(_) => {
                         changes = self.state.events.subscribe(&t.namespace, name);
                         run = self.stored_run(t, name).await?;

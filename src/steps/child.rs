@@ -20,6 +20,7 @@ use crate::api::{ErrorClass, JsonText};
 use crate::engine::marks::{Marks, Sealed};
 use crate::engine::{Action, Effect, Outcome, budget};
 use crate::protocol::codes;
+use crate::store::changes::{ends, stale};
 use crate::store::{Change, RunChanges, RunStore, StoreError};
 
 /// How often a waiting parent reads its child again even without a change notice: a safety
@@ -351,23 +352,25 @@ impl ChildExecutor {
         let mut changes = self.changes.subscribe(ns, name);
         let what = format!("reading child run {name}");
         loop {
-            match super::again(&what, passing, || self.store.get(ns, name)).await {
-                Ok(Some(child)) => {
-                    if let Some(outcome) = ended(&child) {
-                        return outcome;
-                    }
-                }
+            let child = match super::again(&what, passing, || self.store.get(ns, name)).await {
+                Ok(Some(child)) => child,
                 Ok(None) => return Self::failed(format!("child run {name} was deleted")),
                 Err(e) => return Self::connection(e),
+            };
+            if let Some(outcome) = ended(&child) {
+                return outcome;
             }
-            // Until this child changes (or notices were missed), then read it again.
+            // Until this child changes (or notices were missed), then read it again. What the
+            // feed still brings of an earlier Run of the name is older than this child.
             let waited = tokio::time::timeout(RECHECK, async {
                 loop {
                     match changes.recv().await {
+                        Ok(Change::Updated(run)) if stale(&run, &child) => {}
                         Ok(Change::Updated(run)) => return ended(&run),
-                        Ok(Change::Deleted) => {
+                        Ok(Change::Deleted(d)) if ends(d.as_deref(), &child) => {
                             return Some(Self::failed(format!("child run {name} was deleted")));
                         }
+                        Ok(Change::Deleted(_)) => {}
                         Err(RecvError::Lagged(_)) => return None,
                         Err(RecvError::Closed) => {
                             std::future::pending::<()>().await;

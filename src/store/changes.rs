@@ -32,19 +32,28 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 pub enum Change {
     /// The Run's new state.
     Updated(Arc<Run>),
-    /// The Run is gone.
-    Deleted,
+    /// A Run of the name is gone: its last state, or `None` when a read after a gap found the
+    /// name empty. See [`ends`] for whether it is the Run a subscriber holds.
+    Deleted(Option<Arc<Run>>),
 }
 
 /// Whether `next`, a version of a Run a subscriber was told, is no newer than `seen`, the
 /// version it holds (read after it subscribed, that read may be ahead of the feed): a follower
-/// that took it would show the Run going back. Another uid is another Run, never stale.
+/// that took it would show the Run going back. Versions count every write of the store, so
+/// this holds across Runs of one name too: a late change of the Run the name held before is
+/// older than any version of the Run it holds now.
 pub fn stale(next: &Run, seen: &Run) -> bool {
     let version = |r: &Run| r.metadata.resource_version.as_deref()?.parse::<u64>().ok();
-    next.metadata.uid == seen.metadata.uid
-        && version(next)
-            .zip(version(seen))
-            .is_some_and(|(next, seen)| next <= seen)
+    version(next)
+        .zip(version(seen))
+        .is_some_and(|(next, seen)| next <= seen)
+}
+
+/// Whether a delete the feed sent ends `seen`, the Run a subscriber holds: the delete of that
+/// Run (a delete carries the version it was made at), of a Run that came after it, or a name
+/// found empty; not the late delete of the Run the name held before.
+pub fn ends(deleted: Option<&Run>, seen: &Run) -> bool {
+    deleted.is_none_or(|d| d.metadata.uid == seen.metadata.uid || !stale(d, seen))
 }
 
 /// Per-Run change feeds, cheap to clone: every clone shares the subscribers.
@@ -102,7 +111,7 @@ impl RunChanges {
         };
         let change = match event {
             WatchEvent::Applied(r) => Change::Updated(r.clone()),
-            WatchEvent::Deleted(_) => Change::Deleted,
+            WatchEvent::Deleted(r) => Change::Deleted(Some(Arc::clone(r))),
         };
         self.send(&key, change, rv_num(event.run()));
     }
@@ -139,7 +148,12 @@ impl RunChanges {
             };
             // Subscribers read after subscribing, so starting from "now" loses nothing of
             // theirs; what changed during the gap is sent again.
-            self.resync(&*store).await;
+            if self.resync(&*store).await.is_err() {
+                // A Run that could not be read now would miss what changed during the gap:
+                // no watch starts until every one was.
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
             let mut watch = store.watch(Some(rv));
             let since = tokio::time::Instant::now();
             loop {
@@ -167,8 +181,9 @@ impl RunChanges {
         }
     }
 
-    /// After a watch gap, send every watched Run's current state.
-    async fn resync(&self, store: &dyn RunStore) {
+    /// After a watch gap, send every watched Run's current state; an error when one could not
+    /// be read.
+    async fn resync(&self, store: &dyn RunStore) -> Result<(), StoreError> {
         let keys: Vec<ObjectKey> = self
             .subs
             .lock()
@@ -178,13 +193,18 @@ impl RunChanges {
             .collect();
         for key in keys {
             // The source, not a cache that may lag the version the watch resumes from.
-            let (change, version) = match store.get_now(&key.namespace, &key.name).await {
-                Ok(Some(r)) => (Change::Updated(Arc::clone(&r)), rv_num(&r)),
-                Ok(None) => (Change::Deleted, None),
-                Err(_) => continue,
+            let (change, version) = match store.get_now(&key.namespace, &key.name).await? {
+                Some(r) => (Change::Updated(Arc::clone(&r)), rv_num(&r)),
+                // Gone by now: what the watch replays of the name from before is older, and
+                // would bring it back.
+                None => {
+                    let now = store.resource_version().await?;
+                    (Change::Deleted(None), now.parse().ok())
+                }
             };
             self.send(&key, change, version);
         }
+        Ok(())
     }
 }
 
@@ -205,30 +225,62 @@ mod tests {
         std::iter::from_fn(|| rx.try_recv().ok())
             .map(|c| match c {
                 Change::Updated(r) => rv_num(&r),
-                Change::Deleted => None,
+                Change::Deleted(_) => None,
             })
             .collect()
     }
 
+    fn at(rv: &str, uid: &str) -> Run {
+        let mut r = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
+        r.metadata.resource_version = Some(rv.into());
+        r.metadata.uid = Some(uid.into());
+        r
+    }
+
     #[test]
-    fn a_version_no_newer_than_the_one_held_is_stale_unless_it_is_another_run() {
-        let at = |rv: &str, uid: &str| {
-            let mut r = Run::requested("ns", "r", "w", Value::Null, None, Timestamp::UNIX_EPOCH);
-            r.metadata.resource_version = Some(rv.into());
-            r.metadata.uid = Some(uid.into());
-            r
-        };
+    fn a_version_no_newer_than_the_one_held_is_stale_whichever_run_it_is_of() {
         assert!(stale(&at("6", "a"), &at("7", "a")));
         assert!(stale(&at("7", "a"), &at("7", "a")));
         assert!(!stale(&at("8", "a"), &at("7", "a")));
         assert!(
-            !stale(&at("6", "b"), &at("7", "a")),
-            "another Run of the name"
+            stale(&at("6", "b"), &at("7", "a")),
+            "a late change of the Run the name held before"
         );
+        assert!(!stale(&at("8", "b"), &at("7", "a")), "a Run after it");
         assert!(
             !stale(&at("x", "a"), &at("7", "a")),
             "a version that is not a number"
         );
+    }
+
+    #[test]
+    fn only_a_delete_of_the_run_held_or_of_a_later_one_ends_it() {
+        let held = at("7", "b");
+        assert!(ends(Some(&at("8", "b")), &held), "its own delete");
+        assert!(ends(None, &held), "the name found empty");
+        assert!(ends(Some(&at("9", "c")), &held), "a Run after it");
+        assert!(
+            !ends(Some(&at("5", "a")), &held),
+            "the late delete of the Run before it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_run_found_gone_after_a_gap_is_not_brought_back_by_the_replay() {
+        let dir = std::env::temp_dir().join(format!("runway-changes-{}", crate::store::new_uid()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = crate::store::sqlite::SqliteStore::open(&dir.join("runs.db")).unwrap();
+        let created = store.create(at("0", "a")).await.unwrap();
+        store.delete("ns", "r", None, None).await.unwrap();
+        let changes = RunChanges::default();
+        let mut rx = changes.subscribe("ns", "r");
+        // The watch resumes from before the Run's last write: the read after the gap finds it
+        // gone, then the watch replays its last state.
+        changes.resync(&store).await.unwrap();
+        changes.publish(&WatchEvent::Applied(Arc::new(created)));
+        let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert!(matches!(got[..], [Change::Deleted(None)]), "{got:?}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use runway::api::RunPhase;
-use runway::store::{RunStore, StoreError};
+use runway::store::changes::RunChanges;
+use runway::store::{RunStore, StoreError, WatchEvent};
 use serde_json::json;
 use support::harness::Harness;
 use support::hooked::{Call, Hooked};
@@ -52,13 +53,22 @@ impl runway::steps::Executor for Deferred {
 
 /// A harness on the SQLite store with `hook` asked before each call, child Runs included.
 fn start(hook: impl Fn(Call<'_>) -> Option<StoreError> + Send + Sync + 'static) -> Harness {
+    start_fed(hook, None)
+}
+
+/// [`start`], with parents following their children through `feed` instead of a feed that
+/// follows the store.
+fn start_fed(
+    hook: impl Fn(Call<'_>) -> Option<StoreError> + Send + Sync + 'static,
+    feed: Option<RunChanges>,
+) -> Harness {
     let dir = support::harness::workflows_dir(&[("wf.yaml", PARENT)]);
     let executor = Arc::new(Deferred::default());
     let deferred = Arc::clone(&executor);
     Harness::start_wrapped(dir, executor, 4, move |inner| {
         let store: Arc<dyn RunStore> = Arc::new(Hooked::new(inner, hook));
         let changes =
-            runway::store::changes::RunChanges::follow(store.clone(), CancellationToken::new());
+            feed.unwrap_or_else(|| RunChanges::follow(store.clone(), CancellationToken::new()));
         let children = runway::steps::child::ChildExecutor::new(
             store.clone(),
             changes,
@@ -214,6 +224,64 @@ async fn a_child_an_earlier_parent_of_the_name_left_is_waited_out() {
         parent.phase(),
         RunPhase::Running,
         "the step was not refused"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_feed_still_brings_of_an_earlier_child_of_the_name_is_passed_over() {
+    // A feed behind the store: it brings what the test hands it.
+    let feed = RunChanges::default();
+    let h = start_fed(|_| None, Some(feed.clone()));
+    let parent = h.create("parent", json!({})).await.metadata.name.unwrap();
+    let child = waiting_child(&h, &parent).await;
+    let now = h.store.get("default", &child).await.unwrap().unwrap();
+    // The earlier Run of the name, which ended and was deleted before this one was made: its
+    // last changes reach the feed after the parent read this one.
+    let mut earlier = now.clone();
+    earlier.metadata.uid = Some("uid-of-an-earlier-child".into());
+    let version: u64 = now
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    earlier.metadata.resource_version = Some((version - 2).to_string());
+    let status = earlier.status.get_or_insert_with(Default::default);
+    status.phase = RunPhase::Succeeded;
+    status.result = Some(runway::api::JsonText::of(
+        &json!({"content": [], "structuredContent": {"from": "the earlier child"}}),
+    ));
+    feed.publish(&WatchEvent::Applied(Arc::new(earlier.clone())));
+    earlier.metadata.resource_version = Some((version - 1).to_string());
+    feed.publish(&WatchEvent::Deleted(Arc::new(earlier)));
+    h.answer(
+        &child,
+        "q.go",
+        runway::api::InputAction::Accept,
+        json!({}),
+        "alice",
+        &[],
+    )
+    .await;
+    let ended = h
+        .wait_for(&child, "ended", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(
+        ended.phase(),
+        RunPhase::Succeeded,
+        "the parent waited for it"
+    );
+    feed.publish(&WatchEvent::Applied(Arc::new(ended)));
+    let done = h
+        .wait_for(&parent, "ended", |r| r.phase().is_terminal())
+        .await;
+    assert_eq!(done.phase(), RunPhase::Succeeded, "{:?}", done.status);
+    let step = &done.status.unwrap().steps[0];
+    assert_ne!(
+        step.output.as_ref().and_then(|o| o.get("from")),
+        Some(&json!("the earlier child"))
     );
     h.stop().await;
 }

@@ -38,6 +38,7 @@ use crate::protocol::{
     NOTIFICATION_PROGRESS, NOTIFICATION_TASK_STATUS, codes,
 };
 use crate::store::Change;
+use crate::store::changes::{ends, stale};
 
 /// `execution.taskSupport` of a Workflow's tool.
 pub(crate) fn task_support(wf: &Workflow) -> &'static str {
@@ -331,9 +332,12 @@ impl Held {
             };
             tokio::select! {
                 change = changes.recv() => match change {
-                    Ok(Change::Updated(r)) if crate::store::changes::stale(&r, &run) => {}
+                    Ok(Change::Updated(r)) if stale(&r, &run) => {}
                     Ok(Change::Updated(r)) => run = std::sync::Arc::unwrap_or_clone(r),
-                    Ok(Change::Deleted) => return Some(Err(unknown_task())),
+                    Ok(Change::Deleted(d)) if ends(d.as_deref(), &run) => {
+                        return Some(Err(unknown_task()));
+                    }
+                    Ok(Change::Deleted(_)) => {}
                     Err(_) => {
                         changes = state.events.subscribe(&self.t.namespace, &self.name);
                         run = match self.mcp.stored_run(&self.t, &self.name).await {
