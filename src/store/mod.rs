@@ -125,7 +125,9 @@ pub trait RunStore: Send + Sync + 'static {
     }
     /// Create a Run that carries its first status, decided from the `uid`, `generation` and
     /// `creationTimestamp` it carries (which are kept; `resourceVersion` is set), in one write.
-    /// Where [`RunStore::creates_with_status`] is false this is [`RunStore::create`].
+    /// A `creationTimestamp` finer than whole seconds, which the store would not keep, is
+    /// [`StoreError::Invalid`]. Where [`RunStore::creates_with_status`] is false this is
+    /// [`RunStore::create`].
     async fn create_started(&self, run: Run) -> Result<Run, StoreError> {
         self.create(run).await
     }

@@ -374,6 +374,16 @@ impl RunStore for SqliteStore {
                     .into(),
             ));
         }
+        // Stored, the time keeps whole seconds: a finer one would be decided from, and
+        // ordered by, a time the Run no longer carries once read back.
+        if m.creation_timestamp
+            .as_ref()
+            .is_some_and(|t| t.0.subsec_nanosecond() != 0)
+        {
+            return Err(StoreError::Invalid(
+                "creationTimestamp has whole seconds, as stored".into(),
+            ));
+        }
         self.submit(move |b| {
             if b.current(&key).is_some() || b.inner.unreadable.contains(&key) {
                 return Err(StoreError::AlreadyExists);

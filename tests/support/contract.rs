@@ -336,7 +336,20 @@ pub async fn create_started<S: RunStore>(store: &S) {
         assert_eq!(created.phase(), RunPhase::Pending, "{:?}", created.status);
     }
     assert_eq!(
-        store.create_started(decided).await.unwrap_err(),
+        store.create_started(decided.clone()).await.unwrap_err(),
         StoreError::AlreadyExists
     );
+    if store.creates_with_status() {
+        // A time the store would cut to the second is refused, not kept in memory only.
+        let mut finer = decided;
+        finer.metadata.name = Some("finer".into());
+        let at: jiff::Timestamp = "2026-01-02T03:04:05.7Z".parse().unwrap();
+        finer.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+        assert!(matches!(
+            store.create_started(finer).await.unwrap_err(),
+            StoreError::Invalid(_)
+        ));
+        assert_eq!(store.get("a", "finer").await.unwrap(), None);
+    }
 }
