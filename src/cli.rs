@@ -187,7 +187,8 @@ pub(crate) struct McpFlags {
     pub(crate) no_console: bool,
     /// How long a blocking call of a 2025-era client (one that opened with `initialize`) that
     /// sent no progress token is held before it is answered with a result naming its Run,
-    /// which goes on (most clients give up after 60 s).
+    /// which goes on (most clients give up after 60 s); and how long a Tasks-extension
+    /// client's call of a `sync` tool is held before it gets a task.
     #[arg(long, default_value = "50s", value_parser = parse_positive_duration)]
     pub(crate) hold_limit: std::time::Duration,
 }

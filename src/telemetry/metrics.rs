@@ -165,7 +165,12 @@ impl Inner {
     /// Counters and histograms of known labels exist from the start, at zero, so that a rate
     /// over them is defined before the first error or attempt.
     fn preset(&self) {
-        for kind in [ErrorKind::Store, ErrorKind::Refused, ErrorKind::Panic] {
+        for kind in [
+            ErrorKind::Store,
+            ErrorKind::Refused,
+            ErrorKind::Panic,
+            ErrorKind::Archive,
+        ] {
             let _ = self.reconcile_errors.get_or_create(&ErrorLabels {
                 kind: kind.as_str(),
             });
@@ -522,6 +527,7 @@ mod tests {
             "runway_auth_cache_requests_total{cache=\"token\",result=\"hit\"} 1",
             "runway_runs{phase=\"Running\"} 3",
             "runway_reconcile_errors_total{kind=\"refused\"} 1",
+            "runway_reconcile_errors_total{kind=\"archive\"} 0",
             "runway_step_duration_seconds_count{kind=\"http\"} 1",
             "runway_queue_depth 0",
         ] {
