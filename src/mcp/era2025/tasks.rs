@@ -51,9 +51,8 @@ pub(crate) async fn serve(
         (METHOD_GET_TASK, Some(task_id)) => get(&mcp, &t, &task_id).await,
         (METHOD_CANCEL_TASK, Some(task_id)) => cancel(&mcp, &t, &task_id).await,
         (METHOD_TASK_RESULT, Some(task_id)) => {
-            return match readable_run(&mcp.state, &t, &task_id).await {
-                Ok(Some(_)) => Held::result(mcp, t, session, bound, id, task_id),
-                Ok(None) => json_response(StatusCode::OK, &wire::error(&id, &unknown_task())),
+            return match may_hold(&mcp, &t, &task_id).await {
+                Ok(()) => Held::result(mcp, t, session, bound, id, task_id),
                 Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
             };
         }
@@ -68,6 +67,21 @@ pub(crate) async fn serve(
         Err(e) => wire::error(&id, &e),
     };
     json_response(StatusCode::OK, &message)
+}
+
+/// Whether `tasks/result` may hold for `task_id`: a task the caller may read and, until it
+/// ends, the right to watch Runs, since holding the request is following the task (as
+/// `subscriptions/listen` is); a caller without it polls `tasks/get` and asks for the result
+/// once the task has ended.
+async fn may_hold(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<(), ErrorData> {
+    let run = readable_run(&mcp.state, t, task_id)
+        .await?
+        .ok_or_else(unknown_task)?;
+    if run.phase().is_terminal() || allowed(&mcp.state, t, Verb::Watch, Resource::Runs).await? {
+        Ok(())
+    } else {
+        Err(forbidden(t, Verb::Watch, Resource::Runs))
+    }
 }
 
 /// `tasks/get`: the task, flat.

@@ -989,3 +989,48 @@ async fn of_racing_cancels_of_a_task_one_is_taken_and_the_rest_told_it_ended() {
         assert_eq!(m["code"], -32602, "{m}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_result_holds_only_for_who_may_watch_runs_until_the_task_has_ended() {
+    // Every reader of the namespace may read every task; rita may `get runs`, not `watch` them.
+    let s = Mcp::start_with(&[("tasks.yaml", TASK_WORKFLOWS)], |c| {
+        c.task_access = runway::mcp::TaskAccess::Namespace;
+    })
+    .await;
+    let tasks = json!({"tasks": {"requests": {"tools": {"call": {}}}}});
+    let olga = Old::connect(&s.url(), "olga-token", tasks.clone()).await;
+    let rita = Old::connect(&s.url(), "reader-token", tasks).await;
+    let task = olga
+        .result(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "task": {}}),
+        )
+        .await["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        rita.result("tasks/get", json!({"taskId": task})).await["status"],
+        "working"
+    );
+    let refused = tokio::time::timeout(
+        super::support::harness::PATIENCE,
+        rita.error("tasks/result", json!({"taskId": task})),
+    )
+    .await
+    .expect("answered at once, not held");
+    assert_eq!(refused["code"], -32003, "{refused}");
+    assert_eq!(
+        refused["message"],
+        "forbidden: rita may not watch runs in namespace team-a"
+    );
+    // Ended, the task's result is an answer, not a following: hers to ask for.
+    olga.result("tasks/cancel", json!({"taskId": task})).await;
+    s.wait(&task, "ended", |r| r.phase().is_terminal()).await;
+    let result = rita.result("tasks/result", json!({"taskId": task})).await;
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str(),
+        "{result}"
+    );
+}
