@@ -303,6 +303,18 @@ pub(super) async fn may_read(state: &McpState, t: &Tenant, run: &Run) -> bool {
         .unwrap_or(true)
 }
 
+/// Whether `token`, the bearer token a stream was opened with, still names the stream's
+/// caller: asked at each change beside [`may_read`], so that a token revoked or expired while
+/// the stream is open stops it within one authentication cache lifetime, as it stops
+/// requests. An authenticator that cannot answer keeps the stream, as [`may_read`] does.
+pub(super) async fn still_signed_in(state: &McpState, t: &Tenant, token: Option<&str>) -> bool {
+    match state.authn.authenticate(token).await {
+        Ok(identity) => identity.principal == t.identity.principal,
+        Err(crate::auth::AuthError::Unauthenticated(_)) => false,
+        Err(_) => true,
+    }
+}
+
 /// The archive entry behind a task id if the caller may read it, under the rules of a live
 /// Run (`get runs` and the owner rule); `None` for every kind of "no".
 pub(super) async fn archived_run(

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::access::{allowed, may_read, readable_run};
+use super::access::{allowed, may_read, readable_run, still_signed_in};
+use super::caller::bearer;
 use super::caps::declares_tasks_in;
 use super::errors::{forbidden, rpc_error};
 use super::projection;
@@ -118,7 +119,30 @@ pub async fn serve(
         && requested
             .get("taskIds")
             .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-    stream(state, tenant, id, readable, follows_nothing, slot)
+    let token = bearer(headers).map(Arc::from);
+    let reader = Reader {
+        state,
+        tenant,
+        token,
+    };
+    stream(reader, id, readable, follows_nothing, slot)
+}
+
+/// Whom a stream shows tasks to, and the bearer token it was opened with.
+#[derive(Clone)]
+struct Reader {
+    state: Arc<McpState>,
+    tenant: Tenant,
+    token: Option<Arc<str>>,
+}
+
+impl Reader {
+    /// Whether the caller may still be shown `run`: still signed in with the stream's token,
+    /// and still allowed to read it.
+    async fn may_read(&self, run: &crate::api::Run) -> bool {
+        still_signed_in(&self.state, &self.tenant, self.token.as_deref()).await
+            && may_read(&self.state, &self.tenant, run).await
+    }
 }
 
 /// Of `task_ids`, once each, those the caller may read; an error when one cannot be looked
@@ -262,7 +286,7 @@ fn frame(v: Value) -> Result<Event, Infallible> {
 /// differently, until the Run ends, goes, the caller may no longer read it, or the stream
 /// closes.
 async fn follow(
-    (state, tenant): (Arc<McpState>, Tenant),
+    reader: Reader,
     current: Arc<crate::api::Run>,
     live: Option<crate::api::WorkflowSpec>,
     mut rx: tokio::sync::broadcast::Receiver<Change>,
@@ -281,7 +305,7 @@ async fn follow(
             Ok(Change::Updated(run)) if stale(&run, &seen) => {}
             Ok(Change::Updated(run)) => {
                 seen = Arc::clone(&run);
-                if !may_read(&state, &tenant, &run).await {
+                if !reader.may_read(&run).await {
                     return;
                 }
                 let next = projection::project(&run, live.as_ref());
@@ -308,8 +332,7 @@ async fn follow(
 }
 
 fn stream(
-    state: Arc<McpState>,
-    tenant: Tenant,
+    reader: Reader,
     id: Value,
     tasks: Vec<String>,
     end_at_once: bool,
@@ -322,8 +345,9 @@ fn stream(
         "method": NOTIFICATION_ACKNOWLEDGED,
         "params": {"notifications": {"taskIds": tasks}, "_meta": sub_meta},
     });
-    let keep_alive = state.config.keep_alive;
+    let keep_alive = reader.state.config.keep_alive;
     tokio::spawn(async move {
+        let (state, tenant) = (&reader.state, &reader.tenant);
         // Counted until the stream ends (released before the last frame, so a client that has
         // read the whole stream may open the next one at once).
         let slot = slot;
@@ -336,12 +360,17 @@ fn stream(
             let rx = state.events.subscribe(&tenant.namespace, t);
             // Read again after subscribing, so that no change falls between; readable a
             // moment ago at the acknowledgement, a task that cannot be read now is left out.
-            let Ok(Some(current)) = readable_run(&state, &tenant, t).await else {
+            let Ok(Some(current)) = readable_run(state, tenant, t).await else {
                 continue;
             };
-            let live = live_spec(&state, &current).await;
-            let reader = (state.clone(), tenant.clone());
-            followers.spawn(follow(reader, current, live, rx, changes_tx.clone()));
+            let live = live_spec(state, &current).await;
+            followers.spawn(follow(
+                reader.clone(),
+                current,
+                live,
+                rx,
+                changes_tx.clone(),
+            ));
         }
         drop(changes_tx);
         let open = !tasks.is_empty();

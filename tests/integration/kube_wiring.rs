@@ -744,6 +744,68 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_stream_stops_once_its_token_no_longer_signs_its_caller_in() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "ask", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let mut opts = kubeconfig_free_options("runway");
+    // Every request and every check of a stream reviews its token again.
+    opts.auth_cache_ttl = Duration::ZERO;
+    let base = format!("http://{}", opts.listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    let agent = Client::new(&base, Some("agent-token"), "/mcp");
+    let task = support::mcp::until_created(&agent, "ask").await;
+    let mut listen = agent.listen(&[&task]).await;
+    let ack = listen.next().await.unwrap();
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task]));
+    listen.next().await.expect("the task as it is");
+    let dana = support::mcp::Old::connect(
+        &format!("{base}/namespaces/team-a/mcp"),
+        "dana-token",
+        json!({"tasks": {"requests": {"tools": {"call": {}}}}}),
+    )
+    .await;
+    let mut result = dana.open("tasks/result", json!({"taskId": task})).await;
+    // Both tokens are revoked; then the Run changes.
+    api.on_review(
+        TOKENS,
+        |_| json!({"authenticated": false, "error": "token revoked"}),
+    );
+    let mut run = api.get(RUNS, "team-a", &task).unwrap();
+    run["metadata"]["labels"]["touched"] = json!("yes");
+    api.put(RUNS, run);
+    let ended = tokio::time::timeout(support::harness::PATIENCE, async {
+        let mut last = None;
+        while let Some(m) = listen.next().await {
+            assert_ne!(
+                m["method"], "notifications/tasks",
+                "nothing more shown: {m}"
+            );
+            last = Some(m);
+        }
+        last
+    })
+    .await
+    .expect("the listen stream ended");
+    assert_eq!(ended.unwrap()["result"]["resultType"], "complete");
+    let answer = tokio::time::timeout(support::harness::PATIENCE, async {
+        loop {
+            let m = result.next().await.expect("an answer before the end");
+            if m.get("id").is_some() {
+                return m;
+            }
+        }
+    })
+    .await
+    .expect("the tasks/result stream ended");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_collects_runs() {
     let api = FakeApi::start().await;
     reviews(&api);

@@ -533,6 +533,23 @@ impl Client {
         msg["result"]["taskId"].as_str().map(str::to_owned)
     }
 
+    /// Open `subscriptions/listen` on `tasks`, to be read frame by frame.
+    pub async fn listen(&self, tasks: &[&str]) -> Events {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+            "params": {"_meta": self.meta(), "notifications": {"taskIds": tasks}}});
+        let resp = self
+            .request("subscriptions/listen", None)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        Events {
+            body: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
     /// Follow `task` on `subscriptions/listen` until its status is `status`; returns the task.
     pub async fn await_status(&self, task: &str, status: &str) -> Value {
         self.await_task(task, &format!("status {status}"), |t| t["status"] == status)

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -23,7 +24,7 @@ use super::session::{Question, Session};
 use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
-use crate::mcp::access::{allowed, awaiting_answer_from, may_read};
+use crate::mcp::access::{allowed, awaiting_answer_from, may_read, still_signed_in};
 use crate::mcp::calls::run_result;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
@@ -100,6 +101,7 @@ pub(crate) async fn call(
                 owns: true,
                 structured,
                 limit,
+                token: None,
                 task_updates: false,
                 tx,
             };
@@ -194,6 +196,9 @@ pub(crate) struct Held {
     structured: bool,
     /// How long to hold at most.
     limit: Option<std::time::Duration>,
+    /// The bearer token a `tasks/result` was asked with, which must go on signing its caller
+    /// in for the stream to go on.
+    token: Option<Arc<str>>,
     /// Whether to send `notifications/tasks/status` as the task changes (`tasks/result`).
     task_updates: bool,
     tx: mpsc::Sender<Result<Event, Infallible>>,
@@ -209,6 +214,7 @@ impl Held {
         bound: String,
         id: Value,
         name: String,
+        token: Option<Arc<str>>,
     ) -> Response {
         let (tx, rx) = mpsc::channel(16);
         let related = json!({ META_RELATED_TASK: { "taskId": name } });
@@ -222,10 +228,19 @@ impl Held {
             owns: false,
             structured: true,
             limit: None,
+            token,
             task_updates: true,
             tx,
         };
         held.spawn(id, Some(related), rx)
+    }
+
+    /// Whether the caller of a `tasks/result` may still be shown `run`: still signed in with
+    /// the token it asked with, and still allowed to read it.
+    async fn may_read(&self, run: &Run) -> bool {
+        let state = &self.mcp.state;
+        still_signed_in(state, &self.t, self.token.as_deref()).await
+            && may_read(state, &self.t, run).await
     }
 
     /// Run the held request on its own task and answer with its stream.
@@ -292,8 +307,9 @@ impl Held {
         loop {
             // A `tasks/result` shows what `tasks/get` would: once the caller may no longer read
             // the Run (its question answered by someone else, its rights removed), the task is
-            // unknown to it. A call's own Run needs only the `create runs` it was made with.
-            if !self.owns && !may_read(state, &self.t, &run).await {
+            // unknown to it, and so it is once the token it was asked with no longer signs the
+            // caller in. A call's own Run needs only the `create runs` it was made with.
+            if !self.owns && !self.may_read(&run).await {
                 return Some(Err(unknown_task()));
             }
             if let Some(token) = &self.progress
@@ -333,7 +349,7 @@ impl Held {
             tokio::select! {
                 change = changes.recv() => match change {
                     Ok(Change::Updated(r)) if stale(&r, &run) => {}
-                    Ok(Change::Updated(r)) => run = std::sync::Arc::unwrap_or_clone(r),
+                    Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
                     Ok(Change::Deleted(d)) if ends(d.as_deref(), &run) => {
                         return Some(Err(unknown_task()));
                     }

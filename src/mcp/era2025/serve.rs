@@ -131,7 +131,8 @@ pub(crate) async fn serve(
         METHOD_READ_RESOURCE => read_resource(&params),
         m if m.starts_with("tasks/") && session.has_tasks() => {
             state.config.metrics.request(m, 200);
-            return old_tasks::serve(mcp, tenant, session, bound, id, m, params).await;
+            let token = crate::mcp::caller::bearer(headers).map(Arc::from);
+            return old_tasks::serve(mcp, tenant, session, bound, id, m, params, token).await;
         }
         other => Err(err(
             codes::METHOD_NOT_FOUND,

@@ -3,6 +3,8 @@
 //! `tasks/list` (the caller's tasks, newest first, paged) and `tasks/cancel`. The owner rule
 //! and the one "unknown task" answer are the same as in 2026-07-28.
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use rmcp::model::ErrorData;
@@ -29,7 +31,8 @@ use crate::protocol::{
 /// Tasks in one page of `tasks/list`.
 const PAGE: usize = 50;
 
-/// Serve one `tasks/*` request.
+/// Serve one `tasks/*` request (`token`: the bearer token it came with).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     mcp: RunwayMcp,
     t: Tenant,
@@ -38,6 +41,7 @@ pub(crate) async fn serve(
     id: Value,
     method: &str,
     params: Value,
+    token: Option<Arc<str>>,
 ) -> Response {
     let task_id = params
         .get("taskId")
@@ -52,7 +56,7 @@ pub(crate) async fn serve(
         (METHOD_CANCEL_TASK, Some(task_id)) => cancel(&mcp, &t, &task_id).await,
         (METHOD_TASK_RESULT, Some(task_id)) => {
             return match may_hold(&mcp, &t, &task_id).await {
-                Ok(()) => Held::result(mcp, t, session, bound, id, task_id),
+                Ok(()) => Held::result(mcp, t, session, bound, id, task_id, token),
                 Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
             };
         }
