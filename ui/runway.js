@@ -1248,7 +1248,8 @@
       var hd = token ? { Authorization: "Bearer " + token } : {};
       onRetry = start;
       fetch("/ui/api/namespaces", { headers: hd }).then(function (res) {
-        if (res.status >= 502 && res.status <= 504) throw new McpError(OFFLINE, "the server answered " + res.status);
+        // Busy (429: this caller's share is in use) is waited out like a server that is away.
+        if (res.status === 429 || (res.status >= 502 && res.status <= 504)) throw new McpError(OFFLINE, "the server answered " + res.status);
         health(true);
         if (res.status === 401) { sessionStorage.removeItem(TOKEN_KEY); signIn(token ? "That token was not accepted." : null); return null; }
         if (!res.ok) throw new Error("the server answered " + res.status);

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::json;
 
 use super::caller::authenticated;
+use super::errors::{TOO_MANY_IN_PROGRESS, busy, too_many};
 use super::state::McpState;
 use crate::auth::{Resource, Verb};
 
@@ -80,12 +81,22 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// Who the caller is and the namespaces the console may offer them: their own namespace, and
-/// every namespace with Workflows where they may `get runs`.
+/// every namespace with Workflows where they may `get runs`. An access review per namespace:
+/// counted against the endpoint's slots and the caller's share, as an MCP request is.
 async fn namespaces(State(state): State<Arc<McpState>>, req: Request) -> Response {
+    let Ok(_slot) = state.requests.clone().try_acquire_owned() else {
+        return busy();
+    };
     let (parts, _) = req.into_parts();
     let (_, identity) = match authenticated(&state, &parts).await {
         Ok(c) => c,
         Err(refused) => return refused,
+    };
+    let Some(_share) = state.shares.take(
+        &identity.principal.username,
+        state.config.max_concurrent_requests,
+    ) else {
+        return too_many(TOO_MANY_IN_PROGRESS);
     };
     let mut candidates = state.workflows.namespaces().await;
     if let Some(own) = &identity.namespace

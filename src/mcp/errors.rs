@@ -87,6 +87,10 @@ pub(super) fn busy() -> Response {
     resp
 }
 
+/// Why a request is refused when its caller or namespace holds its share already.
+pub(super) const TOO_MANY_IN_PROGRESS: &str =
+    "too many requests of this caller or namespace in progress; retry later";
+
 /// 429 with `Retry-After`, saying which limit.
 pub(super) fn too_many(why: &str) -> Response {
     let mut resp = rpc_error(

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::caller::{authenticated, path_namespace};
 use super::config::MAX_BODY_BYTES;
-use super::errors::{busy, rpc_error, too_many};
+use super::errors::{TOO_MANY_IN_PROGRESS, busy, rpc_error, too_many};
 use super::handler::RunwayMcp;
 use super::headers::{ParamHeaderError, check_param_headers, protocol_headers, task_headers_agree};
 use super::message::{MessageError, member, parse_message};
@@ -264,10 +264,6 @@ impl hyper::body::Body for Holding {
         self.inner.size_hint()
     }
 }
-
-/// Why a request is refused when its caller or namespace holds its share already.
-const TOO_MANY_IN_PROGRESS: &str =
-    "too many requests of this caller or namespace in progress; retry later";
 
 /// The rest of [`gate_handler`], for a caller that was authenticated and holds its principal's
 /// share; the namespace's is counted once the body is read.

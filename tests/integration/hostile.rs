@@ -873,3 +873,29 @@ spec:
         .unwrap();
     assert!(run.spec.input_responses.is_empty(), "no answer recorded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consoles_namespace_list_counts_against_the_callers_share() {
+    // Four slots: a quarter of them, one request, is a principal's share.
+    let mcp = Mcp::start_with(&[("wf.yaml", WORKFLOWS)], |c| c.max_concurrent_requests = 4).await;
+    let namespaces = |token: &str| {
+        reqwest::Client::new()
+            .get(format!("http://{}/ui/api/namespaces", mcp.addr))
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(namespaces("alice-token").await.unwrap().status(), 200);
+    // A held call of alice's holds her share: her next request of the list waits its turn.
+    let alice = support::mcp::Old::connect(&mcp.url(), "alice-token", json!({})).await;
+    let _nap = alice
+        .open(
+            "tools/call",
+            json!({"name": "nap", "arguments": {}, "_meta": {"progressToken": 1}}),
+        )
+        .await;
+    let refused = namespaces("alice-token").await.unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    // Another caller's share is hers to use.
+    assert_eq!(namespaces("bob-token").await.unwrap().status(), 200);
+}
