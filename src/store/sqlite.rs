@@ -159,7 +159,10 @@ impl SqliteStore {
             .map_err(backend)?
             .map_or(0, |v| v as u64);
         let compactor = Compactor::default();
-        let (cache, unreadable) = load_runs(&conn, &compactor)?;
+        let (cache, unreadable, newest) = load_runs(&conn, &compactor)?;
+        // A counter behind the Runs stored (the table restored without it) would hand out
+        // versions they carry already.
+        let rv = rv.max(newest);
         // A probe write makes an unwritable database fail here, not on the first Run.
         conn.execute("INSERT OR IGNORE INTO kv (k, v) VALUES ('rv', 0)", [])
             .map_err(backend)?;
@@ -308,11 +311,11 @@ fn writer(
 
 /// Every stored Run, by key. One Run that cannot be read (written by an older version, say)
 /// must not keep the server, and every other tenant's Runs, from starting: it is left out.
-/// The Runs stored, and the keys of those that cannot be read.
+/// The Runs stored, the keys of those that cannot be read, and the newest version stored.
 fn load_runs(
     conn: &Connection,
     compactor: &Compactor,
-) -> Result<(OrderedRuns, std::collections::HashSet<Key>), StoreError> {
+) -> Result<(OrderedRuns, std::collections::HashSet<Key>, u64), StoreError> {
     let mut cache = OrderedRuns::default();
     let mut unreadable = std::collections::HashSet::new();
     let mut stmt = conn
@@ -327,20 +330,31 @@ fn load_runs(
             ))
         })
         .map_err(backend)?;
+    let mut newest = 0;
     for row in rows {
         let (namespace, name, body) = row.map_err(backend)?;
-        match serde_json::from_str::<Run>(&body) {
+        let key = Key::new(&namespace, &name);
+        // The row's key is where writes of the Run go: a body naming another Run (or none)
+        // would be cached, written and deleted under that other key, and come back.
+        let read = serde_json::from_str::<Run>(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|run| match key_of(&run) {
+                Ok(k) if k == key => Ok(run),
+                _ => Err("its body names another run".to_owned()),
+            });
+        match read {
             Ok(mut run) => {
+                newest = newest.max(super::recent::rv_num(&run).unwrap_or(0));
                 compactor.compact(&mut run);
-                cache.insert(key_of(&run)?, Arc::new(run));
+                cache.insert(key, Arc::new(run));
             }
             Err(e) => {
                 tracing::error!(%namespace, run = %name, error = %e, "a stored run cannot be read; it is left out");
-                unreadable.insert(Key::new(&namespace, &name));
+                unreadable.insert(key);
             }
         }
     }
-    Ok((cache, unreadable))
+    Ok((cache, unreadable, newest))
 }
 
 #[async_trait]
