@@ -28,6 +28,7 @@ use crate::protocol::{
 };
 use crate::store::Change;
 use crate::store::changes::{ends, stale};
+use tokio::sync::broadcast::error::RecvError;
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -301,32 +302,43 @@ async fn follow(
     }
     let mut seen = current;
     loop {
-        match rx.recv().await {
-            Ok(Change::Updated(run)) if stale(&run, &seen) => {}
-            Ok(Change::Updated(run)) => {
-                seen = Arc::clone(&run);
-                if !reader.may_read(&run).await {
-                    return;
-                }
-                let next = projection::project(&run, live.as_ref());
-                if next != last {
-                    last = next;
-                    if out
-                        .send(serde_json::to_value(&last).unwrap_or(Value::Null))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                if run.phase().is_terminal() {
-                    return;
+        let run = match rx.recv().await {
+            Ok(Change::Updated(run)) if stale(&run, &seen) => continue,
+            Ok(Change::Updated(run)) => run,
+            Ok(Change::Deleted(d)) if ends(&d, &seen) => return,
+            Ok(Change::Deleted(_)) | Err(RecvError::Lagged(_)) => continue,
+            // After a gap the feed could not vouch for the Run: read it again.
+            Err(RecvError::Closed) => {
+                let name = seen.metadata.name.clone().unwrap_or_default();
+                rx = reader
+                    .state
+                    .events
+                    .subscribe(&reader.tenant.namespace, &name);
+                match readable_run(&reader.state, &reader.tenant, &name).await {
+                    Ok(Some(run)) if !stale(&run, &seen) => run,
+                    Ok(Some(_)) => continue,
+                    // Gone, no longer readable, or not readable now: nothing more to show.
+                    Ok(None) | Err(_) => return,
                 }
             }
-            Ok(Change::Deleted(d)) if ends(d.as_deref(), &seen) => return,
-            Ok(Change::Deleted(_)) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(_) => return,
+        };
+        seen = Arc::clone(&run);
+        if !reader.may_read(&run).await {
+            return;
+        }
+        let next = projection::project(&run, live.as_ref());
+        if next != last {
+            last = next;
+            if out
+                .send(serde_json::to_value(&last).unwrap_or(Value::Null))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        if run.phase().is_terminal() {
+            return;
         }
     }
 }

@@ -362,18 +362,21 @@ impl ChildExecutor {
             }
             // Until this child changes (or notices were missed), then read it again. What the
             // feed still brings of an earlier Run of the name is older than this child.
+            let mut closed = false;
             let waited = tokio::time::timeout(RECHECK, async {
                 loop {
                     match changes.recv().await {
                         Ok(Change::Updated(run)) if stale(&run, &child) => {}
                         Ok(Change::Updated(run)) => return ended(&run),
-                        Ok(Change::Deleted(d)) if ends(d.as_deref(), &child) => {
+                        Ok(Change::Deleted(d)) if ends(&d, &child) => {
                             return Some(Self::failed(format!("child run {name} was deleted")));
                         }
                         Ok(Change::Deleted(_)) => {}
                         Err(RecvError::Lagged(_)) => return None,
+                        // After a gap the feed could not vouch for the child.
                         Err(RecvError::Closed) => {
-                            std::future::pending::<()>().await;
+                            closed = true;
+                            return None;
                         }
                     }
                 }
@@ -381,6 +384,9 @@ impl ChildExecutor {
             .await;
             if let Ok(Some(outcome)) = waited {
                 return outcome;
+            }
+            if closed {
+                changes = self.changes.subscribe(ns, name);
             }
         }
     }

@@ -5,7 +5,8 @@
 //! A subscriber that falls behind by more than `PER_RUN_BUFFER` changes gets
 //! `RecvError::Lagged` and reads the Run again; a Run that is deleted gives [`Change::Deleted`];
 //! after a gap in the watch (the store restarted, the resume point expired) every watched Run's
-//! current state is sent again. Subscribers subscribe first and read the Run second, so that no
+//! current state is sent again, and a Run that is gone or cannot be read then has its feed
+//! closed (`RecvError::Closed`): its subscribers subscribe and read it again. Subscribers subscribe first and read the Run second, so that no
 //! change falls between the two.
 
 use std::collections::HashMap;
@@ -32,9 +33,9 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 pub enum Change {
     /// The Run's new state.
     Updated(Arc<Run>),
-    /// A Run of the name is gone: its last state, or `None` when a read after a gap found the
-    /// name empty. See [`ends`] for whether it is the Run a subscriber holds.
-    Deleted(Option<Arc<Run>>),
+    /// A Run of the name is gone: its last state. See [`ends`] for whether it is the Run a
+    /// subscriber holds.
+    Deleted(Arc<Run>),
 }
 
 /// Whether `next`, a version of a Run a subscriber was told, is no newer than `seen`, the
@@ -50,10 +51,10 @@ pub fn stale(next: &Run, seen: &Run) -> bool {
 }
 
 /// Whether a delete the feed sent ends `seen`, the Run a subscriber holds: the delete of that
-/// Run (a delete carries the version it was made at), of a Run that came after it, or a name
-/// found empty; not the late delete of the Run the name held before.
-pub fn ends(deleted: Option<&Run>, seen: &Run) -> bool {
-    deleted.is_none_or(|d| d.metadata.uid == seen.metadata.uid || !stale(d, seen))
+/// Run (a delete carries the version it was made at) or of a Run that came after it; not the
+/// late delete of the Run the name held before.
+pub fn ends(deleted: &Run, seen: &Run) -> bool {
+    deleted.metadata.uid == seen.metadata.uid || !stale(deleted, seen)
 }
 
 /// Per-Run change feeds, cheap to clone: every clone shares the subscribers.
@@ -111,7 +112,7 @@ impl RunChanges {
         };
         let change = match event {
             WatchEvent::Applied(r) => Change::Updated(r.clone()),
-            WatchEvent::Deleted(r) => Change::Deleted(Some(Arc::clone(r))),
+            WatchEvent::Deleted(r) => Change::Deleted(Arc::clone(r)),
         };
         self.send(&key, change, rv_num(event.run()));
     }
@@ -148,12 +149,7 @@ impl RunChanges {
             };
             // Subscribers read after subscribing, so starting from "now" loses nothing of
             // theirs; what changed during the gap is sent again.
-            if self.resync(&*store).await.is_err() {
-                // A Run that could not be read now would miss what changed during the gap:
-                // no watch starts until every one was.
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
+            self.resync(&*store).await;
             let mut watch = store.watch(Some(rv));
             let since = tokio::time::Instant::now();
             loop {
@@ -181,9 +177,11 @@ impl RunChanges {
         }
     }
 
-    /// After a watch gap, send every watched Run's current state; an error when one could not
-    /// be read.
-    async fn resync(&self, store: &dyn RunStore) -> Result<(), StoreError> {
+    /// After a watch gap, send every watched Run's current state. A Run found gone, or that
+    /// cannot be read now, has its feed closed instead: its subscribers read it again
+    /// themselves (as after falling behind), and what the watch replays of it from before the
+    /// gap cannot bring it back or hold the feed up for the others.
+    async fn resync(&self, store: &dyn RunStore) {
         let keys: Vec<ObjectKey> = self
             .subs
             .lock()
@@ -193,18 +191,13 @@ impl RunChanges {
             .collect();
         for key in keys {
             // The source, not a cache that may lag the version the watch resumes from.
-            let (change, version) = match store.get_now(&key.namespace, &key.name).await? {
-                Some(r) => (Change::Updated(Arc::clone(&r)), rv_num(&r)),
-                // Gone by now: what the watch replays of the name from before is older, and
-                // would bring it back.
-                None => {
-                    let now = store.resource_version().await?;
-                    (Change::Deleted(None), now.parse().ok())
+            match store.get_now(&key.namespace, &key.name).await {
+                Ok(Some(r)) => self.send(&key, Change::Updated(Arc::clone(&r)), rv_num(&r)),
+                Ok(None) | Err(_) => {
+                    self.subs.lock().expect("subs lock").remove(&key);
                 }
-            };
-            self.send(&key, change, version);
+            }
         }
-        Ok(())
     }
 }
 
@@ -256,11 +249,10 @@ mod tests {
     #[test]
     fn only_a_delete_of_the_run_held_or_of_a_later_one_ends_it() {
         let held = at("7", "b");
-        assert!(ends(Some(&at("8", "b")), &held), "its own delete");
-        assert!(ends(None, &held), "the name found empty");
-        assert!(ends(Some(&at("9", "c")), &held), "a Run after it");
+        assert!(ends(&at("8", "b"), &held), "its own delete");
+        assert!(ends(&at("9", "c"), &held), "a Run after it");
         assert!(
-            !ends(Some(&at("5", "a")), &held),
+            !ends(&at("5", "a"), &held),
             "the late delete of the Run before it"
         );
     }
@@ -275,11 +267,17 @@ mod tests {
         let changes = RunChanges::default();
         let mut rx = changes.subscribe("ns", "r");
         // The watch resumes from before the Run's last write: the read after the gap finds it
-        // gone, then the watch replays its last state.
-        changes.resync(&store).await.unwrap();
+        // gone, and closes its feed; the watch's replay of its last state goes to nobody.
+        changes.resync(&store).await;
         changes.publish(&WatchEvent::Applied(Arc::new(created)));
-        let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
-        assert!(matches!(got[..], [Change::Deleted(None)]), "{got:?}");
+        assert_eq!(
+            rx.try_recv().unwrap_err(),
+            broadcast::error::TryRecvError::Closed
+        );
+        // Subscribed again, a subscriber gets what comes next.
+        let mut again = changes.subscribe("ns", "r");
+        changes.publish(&version(40));
+        assert_eq!(received(&mut again), [Some(40)]);
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -166,3 +166,58 @@ async fn a_new_term_reads_its_unfinished_runs_at_the_source_first() {
     assert_eq!(read, [waiting], "only the unfinished Run");
     h.stop().await;
 }
+
+/// After a gap in its watch the change feed reads every followed Run again; one it cannot read
+/// then has its feed closed, so that its followers read it themselves, and the feed goes on
+/// for the others instead of waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_the_feed_cannot_read_after_a_gap_is_handed_back_to_its_followers() {
+    let dir = support::harness::TempDir::new();
+    let inner = SqliteStore::open(&dir.path().join("runs.db")).unwrap();
+    for name in ["unreadable", "readable"] {
+        inner
+            .create(support::contract::run("ns", name, "wf"))
+            .await
+            .unwrap();
+    }
+    let watches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&watches);
+    let store: Arc<dyn RunStore> = Arc::new(Hooked::new(inner, move |call| match call {
+        // The first watch fails at once: a gap, after which the feed reads its Runs again.
+        Call::Watch if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 => {
+            Some(StoreError::Backend("connection reset".into()))
+        }
+        Call::GetNow("unreadable") => Some(StoreError::Backend("503 Service Unavailable".into())),
+        _ => None,
+    }));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let changes = runway::store::changes::RunChanges::follow(store.clone(), shutdown.clone());
+    let mut lost = changes.subscribe("ns", "unreadable");
+    let mut kept = changes.subscribe("ns", "readable");
+    let closed = tokio::time::timeout(PATIENCE, lost.recv()).await.unwrap();
+    assert_eq!(
+        closed.unwrap_err(),
+        tokio::sync::broadcast::error::RecvError::Closed
+    );
+    // The other Run's followers are told of its changes once the watch runs again.
+    let readable = store.get("ns", "readable").await.unwrap().unwrap();
+    let mut changed = readable.clone();
+    changed.metadata.labels = Some([("seen".to_owned(), "yes".to_owned())].into());
+    let written = store.update(changed).await.unwrap();
+    let told = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match kept.recv().await.unwrap() {
+                runway::store::Change::Updated(r)
+                    if r.metadata.resource_version == written.metadata.resource_version =>
+                {
+                    return r;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the change of the readable Run");
+    assert_eq!(told.metadata.labels, written.metadata.labels);
+    shutdown.cancel();
+}

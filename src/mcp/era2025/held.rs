@@ -350,7 +350,7 @@ impl Held {
                 change = changes.recv() => match change {
                     Ok(Change::Updated(r)) if stale(&r, &run) => {}
                     Ok(Change::Updated(r)) => run = Arc::unwrap_or_clone(r),
-                    Ok(Change::Deleted(d)) if ends(d.as_deref(), &run) => {
+                    Ok(Change::Deleted(d)) if ends(&d, &run) => {
                         return Some(Err(unknown_task()));
                     }
                     Ok(Change::Deleted(_)) => {}
