@@ -179,6 +179,16 @@ async fn start(
     })
 }
 
+/// Who asked a `tasks/result`, as far as its stream goes on showing them the task.
+pub(crate) struct Asker {
+    /// The bearer token it was asked with, which must go on signing its caller in.
+    pub(crate) token: Option<Arc<str>>,
+    /// Whether the caller may watch Runs: only then does the stream tell the task's status as
+    /// it changes (following it, as `subscriptions/listen` does); the questions it may answer
+    /// and the answer come either way.
+    pub(crate) watches: bool,
+}
+
 /// A held request: a call waiting for its Run, or a `tasks/result` waiting for its task.
 pub(crate) struct Held {
     mcp: RunwayMcp,
@@ -199,7 +209,8 @@ pub(crate) struct Held {
     /// The bearer token a `tasks/result` was asked with, which must go on signing its caller
     /// in for the stream to go on.
     token: Option<Arc<str>>,
-    /// Whether to send `notifications/tasks/status` as the task changes (`tasks/result`).
+    /// Whether to send `notifications/tasks/status` as the task changes (a `tasks/result` of a
+    /// caller who may watch Runs).
     task_updates: bool,
     tx: mpsc::Sender<Result<Event, Infallible>>,
 }
@@ -214,7 +225,7 @@ impl Held {
         bound: String,
         id: Value,
         name: String,
-        token: Option<Arc<str>>,
+        asker: Asker,
     ) -> Response {
         let (tx, rx) = mpsc::channel(16);
         let related = json!({ META_RELATED_TASK: { "taskId": name } });
@@ -228,8 +239,8 @@ impl Held {
             owns: false,
             structured: true,
             limit: None,
-            token,
-            task_updates: true,
+            token: asker.token,
+            task_updates: asker.watches,
             tx,
         };
         held.spawn(id, Some(related), rx)
@@ -427,7 +438,7 @@ impl Held {
                     p.remove("mode");
                 }
                 // Asked on a `tasks/result` stream, a question says which task it is of.
-                if self.task_updates
+                if !self.owns
                     && let Value::Object(m) = p.entry("_meta").or_insert_with(|| json!({}))
                 {
                     m.insert(

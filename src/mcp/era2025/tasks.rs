@@ -10,7 +10,7 @@ use axum::response::Response;
 use rmcp::model::ErrorData;
 use serde_json::{Value, json};
 
-use super::held::Held;
+use super::held::{Asker, Held};
 use super::session::Session;
 use super::wire::{self, json_response, task};
 use crate::api::Run;
@@ -55,8 +55,11 @@ pub(crate) async fn serve(
         (METHOD_GET_TASK, Some(task_id)) => get(&mcp, &t, &task_id).await,
         (METHOD_CANCEL_TASK, Some(task_id)) => cancel(&mcp, &t, &task_id).await,
         (METHOD_TASK_RESULT, Some(task_id)) => {
-            return match may_hold(&mcp, &t, &task_id).await {
-                Ok(()) => Held::result(mcp, t, session, bound, id, task_id, token),
+            return match watches(&mcp, &t, &task_id).await {
+                Ok(watches) => {
+                    let asker = Asker { token, watches };
+                    Held::result(mcp, t, session, bound, id, task_id, asker)
+                }
                 Err(e) => json_response(StatusCode::OK, &wire::error(&id, &e)),
             };
         }
@@ -73,19 +76,13 @@ pub(crate) async fn serve(
     json_response(StatusCode::OK, &message)
 }
 
-/// Whether `tasks/result` may hold for `task_id`: a task the caller may read and, until it
-/// ends, the right to watch Runs, since holding the request is following the task (as
-/// `subscriptions/listen` is); a caller without it polls `tasks/get` and asks for the result
-/// once the task has ended.
-async fn may_hold(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<(), ErrorData> {
-    let run = readable_run(&mcp.state, t, task_id)
+/// For a `tasks/result` of `task_id`, a task the caller may read: whether the caller may also
+/// watch Runs, and so be told the task's status on the stream as it changes.
+async fn watches(mcp: &RunwayMcp, t: &Tenant, task_id: &str) -> Result<bool, ErrorData> {
+    readable_run(&mcp.state, t, task_id)
         .await?
         .ok_or_else(unknown_task)?;
-    if run.phase().is_terminal() || allowed(&mcp.state, t, Verb::Watch, Resource::Runs).await? {
-        Ok(())
-    } else {
-        Err(forbidden(t, Verb::Watch, Resource::Runs))
-    }
+    allowed(&mcp.state, t, Verb::Watch, Resource::Runs).await
 }
 
 /// `tasks/get`: the task, flat.

@@ -991,7 +991,7 @@ async fn of_racing_cancels_of_a_task_one_is_taken_and_the_rest_told_it_ended() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_result_holds_only_for_who_may_watch_runs_until_the_task_has_ended() {
+async fn tasks_result_tells_the_status_as_it_changes_only_to_who_may_watch_runs() {
     // Every reader of the namespace may read every task; rita may `get runs`, not `watch` them.
     let s = Mcp::start_with(&[("tasks.yaml", TASK_WORKFLOWS)], |c| {
         c.task_access = runway::mcp::TaskAccess::Namespace;
@@ -1009,28 +1009,50 @@ async fn tasks_result_holds_only_for_who_may_watch_runs_until_the_task_has_ended
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(
-        rita.result("tasks/get", json!({"taskId": task})).await["status"],
-        "working"
-    );
-    let refused = tokio::time::timeout(
+    // Both hold for the result; the task is cancelled meanwhile (its status changes).
+    let mut watching = olga.open("tasks/result", json!({"taskId": task})).await;
+    let mut reading = rita.open("tasks/result", json!({"taskId": task})).await;
+    olga.result("tasks/cancel", json!({"taskId": task})).await;
+    let (told, answer) = tokio::time::timeout(
         super::support::harness::PATIENCE,
-        rita.error("tasks/result", json!({"taskId": task})),
+        until_answer(&mut watching),
     )
     .await
-    .expect("answered at once, not held");
-    assert_eq!(refused["code"], -32003, "{refused}");
-    assert_eq!(
-        refused["message"],
-        "forbidden: rita may not watch runs in namespace team-a"
+    .unwrap();
+    assert!(
+        told.iter().any(|m| m == "notifications/tasks/status"),
+        "{told:?}"
     );
-    // Ended, the task's result is an answer, not a following: hers to ask for.
-    olga.result("tasks/cancel", json!({"taskId": task})).await;
-    s.wait(&task, "ended", |r| r.phase().is_terminal()).await;
-    let result = rita.result("tasks/result", json!({"taskId": task})).await;
     assert_eq!(
-        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        answer["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    let (told, answer) = tokio::time::timeout(
+        super::support::harness::PATIENCE,
+        until_answer(&mut reading),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !told.iter().any(|m| m == "notifications/tasks/status"),
+        "no status without watch: {told:?}"
+    );
+    assert_eq!(
+        answer["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
         task.as_str(),
-        "{result}"
+        "the answer all the same: {answer}"
     );
+}
+
+/// The notifications of a held request's stream (their methods), until its answer; and the
+/// answer.
+async fn until_answer(events: &mut super::support::mcp::Events) -> (Vec<String>, Value) {
+    let mut told = vec![];
+    loop {
+        let m = events.next().await.expect("an answer before the end");
+        if m.get("id").is_some() {
+            return (told, m);
+        }
+        told.push(m["method"].as_str().unwrap_or_default().to_owned());
+    }
 }
