@@ -136,7 +136,19 @@ fn on_frame(msg: &Value, id: &str, acknowledged: &mut bool) -> Option<Result<u8,
             _ => None,
         };
     }
-    msg.get("id").is_some().then_some(Ok(exit::OK))
+    if let Some(e) = msg.get("error") {
+        return Some(Err(ClientError::Rpc {
+            code: e["code"].as_i64().unwrap_or_default(),
+            message: e["message"].as_str().unwrap_or("stream ended").to_owned(),
+        }));
+    }
+    // The stream's end before the task's: the task can no longer be read (gone, or the right
+    // to read it lost), which says nothing of how it ends.
+    msg.get("id").is_some().then(|| {
+        Err(ClientError::Usage(format!(
+            "task {id} can no longer be followed (deleted, or no longer readable by you)"
+        )))
+    })
 }
 
 /// `runway tasks watch`: follow a task on `subscriptions/listen` until it ends.
@@ -216,4 +228,55 @@ pub async fn watch(target: &Target, id: &str) -> Result<u8, ClientError> {
     } else {
         "no acknowledgement".into()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended_with(frames: &[Value]) -> Option<Result<u8, ClientError>> {
+        let mut acknowledged = false;
+        frames
+            .iter()
+            .find_map(|f| on_frame(f, "t-1", &mut acknowledged))
+    }
+
+    fn ack() -> Value {
+        json!({"jsonrpc": "2.0", "method": crate::protocol::NOTIFICATION_ACKNOWLEDGED,
+            "params": {"notifications": {"taskIds": ["t-1"]}}})
+    }
+
+    fn task(status: &str) -> Value {
+        json!({"jsonrpc": "2.0", "method": crate::protocol::NOTIFICATION_TASK,
+            "params": {"taskId": "t-1", "status": status}})
+    }
+
+    #[test]
+    fn a_watch_succeeds_only_on_the_tasks_own_end() {
+        let done = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "complete"}});
+        assert_eq!(
+            ended_with(&[ack(), task("working"), task("completed")])
+                .unwrap()
+                .unwrap(),
+            exit::OK
+        );
+        assert_eq!(
+            ended_with(&[ack(), task("cancelled")]).unwrap().unwrap(),
+            exit::FAILED
+        );
+        // The stream ends before the task did: no longer followable, not a success.
+        let lost = ended_with(&[ack(), task("working"), done]).unwrap();
+        assert!(
+            matches!(&lost, Err(ClientError::Usage(m)) if m.contains("can no longer be followed")),
+            "{lost:?}"
+        );
+        // Signed out mid-stream: the server's error, to be acted on.
+        let refused = json!({"jsonrpc": "2.0", "id": 1,
+            "error": {"code": -32001, "message": "unauthenticated: token no longer accepted"}});
+        let out = ended_with(&[ack(), task("working"), refused]).unwrap();
+        assert!(
+            matches!(&out, Err(ClientError::Rpc { code: -32001, .. })),
+            "{out:?}"
+        );
+    }
 }

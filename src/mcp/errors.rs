@@ -87,6 +87,16 @@ pub(super) fn busy() -> Response {
     resp
 }
 
+/// The end of a stream whose token no longer signs its caller in: not the task's end, nor an
+/// unknown task, but a request to ask again with a fresh token.
+pub(super) fn signed_out() -> ErrorData {
+    err(
+        codes::UNAUTHENTICATED,
+        "unauthenticated: the token this stream was opened with is no longer accepted; ask again with a fresh one",
+        None,
+    )
+}
+
 /// Why a request is refused when its caller or namespace holds its share already.
 pub(super) const TOO_MANY_IN_PROGRESS: &str =
     "too many requests of this caller or namespace in progress; retry later";

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::access::{allowed, may_read, readable_run, still_signed_in};
 use super::caller::bearer;
 use super::caps::declares_tasks_in;
-use super::errors::{forbidden, rpc_error};
+use super::errors::{forbidden, rpc_error, signed_out};
 use super::projection;
 use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
@@ -29,6 +29,7 @@ use crate::protocol::{
 use crate::store::Change;
 use crate::store::changes::{ends, stale};
 use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -120,12 +121,7 @@ pub async fn serve(
         && requested
             .get("taskIds")
             .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-    let token = bearer(headers).map(Arc::from);
-    let reader = Reader {
-        state,
-        tenant,
-        token,
-    };
+    let reader = Reader::new(state, tenant, bearer(headers));
     stream(reader, id, readable, follows_nothing, slot)
 }
 
@@ -135,14 +131,30 @@ struct Reader {
     state: Arc<McpState>,
     tenant: Tenant,
     token: Option<Arc<str>>,
+    /// Cancelled once the token no longer signs the caller in: the stream ends with that
+    /// error, not as if its tasks had ended.
+    signed_out: CancellationToken,
 }
 
 impl Reader {
+    /// The reader of a stream `tenant` opened with bearer `token`.
+    fn new(state: Arc<McpState>, tenant: Tenant, token: Option<&str>) -> Self {
+        Self {
+            state,
+            tenant,
+            token: token.map(Arc::from),
+            signed_out: CancellationToken::new(),
+        }
+    }
+
     /// Whether the caller may still be shown `run`: still signed in with the stream's token,
     /// and still allowed to read it.
     async fn may_read(&self, run: &crate::api::Run) -> bool {
-        still_signed_in(&self.state, &self.tenant, self.token.as_deref()).await
-            && may_read(&self.state, &self.tenant, run).await
+        if !still_signed_in(&self.state, &self.tenant, self.token.as_deref()).await {
+            self.signed_out.cancel();
+            return false;
+        }
+        may_read(&self.state, &self.tenant, run).await
     }
 }
 
@@ -393,6 +405,12 @@ fn stream(
             tokio::select! {
                 _ = state.shutdown.cancelled() => break,
                 _ = tx.closed() => return,
+                () = reader.signed_out.cancelled() => {
+                    drop(slot);
+                    let refused = json!({"jsonrpc": "2.0", "id": id, "error": signed_out()});
+                    let _ = tx.send(frame(refused)).await;
+                    return;
+                }
                 msg = changes.recv(), if open => match msg {
                     Some(mut task) => {
                         task["_meta"] = sub_meta.clone();

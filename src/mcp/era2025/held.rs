@@ -28,7 +28,7 @@ use crate::mcp::access::{allowed, awaiting_answer_from, may_read, still_signed_i
 use crate::mcp::calls::run_result;
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
-use crate::mcp::errors::{err, forbidden, invalid, missing_capability, unknown_task};
+use crate::mcp::errors::{err, forbidden, invalid, missing_capability, signed_out, unknown_task};
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::own_tools::is_builtin;
 use crate::mcp::projection;
@@ -246,12 +246,15 @@ impl Held {
         held.spawn(id, Some(related), rx)
     }
 
-    /// Whether the caller of a `tasks/result` may still be shown `run`: still signed in with
-    /// the token it asked with, and still allowed to read it.
-    async fn may_read(&self, run: &Run) -> bool {
+    /// Why the caller of a `tasks/result` may no longer be shown `run`, if so: the token it
+    /// asked with no longer signs it in (to be asked again with a fresh one), or it may no
+    /// longer read the task.
+    async fn refused(&self, run: &Run) -> Option<ErrorData> {
         let state = &self.mcp.state;
-        still_signed_in(state, &self.t, self.token.as_deref()).await
-            && may_read(state, &self.t, run).await
+        if !still_signed_in(state, &self.t, self.token.as_deref()).await {
+            return Some(signed_out());
+        }
+        (!may_read(state, &self.t, run).await).then(unknown_task)
     }
 
     /// Run the held request on its own task and answer with its stream.
@@ -318,10 +321,11 @@ impl Held {
         loop {
             // A `tasks/result` shows what `tasks/get` would: once the caller may no longer read
             // the Run (its question answered by someone else, its rights removed), the task is
-            // unknown to it, and so it is once the token it was asked with no longer signs the
-            // caller in. A call's own Run needs only the `create runs` it was made with.
-            if !self.owns && !self.may_read(&run).await {
-                return Some(Err(unknown_task()));
+            // unknown to it. A call's own Run needs only the `create runs` it was made with.
+            if !self.owns
+                && let Some(refused) = self.refused(&run).await
+            {
+                return Some(Err(refused));
             }
             if let Some(token) = &self.progress
                 && let Some((done, total, msg)) = progress_due(&run, &mut sent)
