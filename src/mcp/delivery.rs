@@ -44,8 +44,7 @@ impl Delivery {
     /// the same, is cancelled.
     pub(super) fn give_up(&self, state: &Arc<McpState>) {
         if let Some((tenant, name)) = self.take() {
-            tracing::warn!(namespace = %tenant.namespace, run = %name, "the create of this run had no answer; cancelling it if it landed");
-            tokio::spawn(cancel_when_stored(state.clone(), tenant, name));
+            give_up(state, tenant, name);
         }
     }
 
@@ -98,6 +97,13 @@ impl Drop for Guard {
         tracing::warn!(namespace = %tenant.namespace, run = %name, "the answer naming this run was not delivered; cancelling it");
         rt.spawn(cancel_when_stored(self.state.clone(), tenant, name));
     }
+}
+
+/// Run `name`, whose create had no answer, is cancelled should it land all the same: the
+/// request that made it fails, and its retry must not find two.
+pub(super) fn give_up(state: &Arc<McpState>, tenant: Tenant, name: String) {
+    tracing::warn!(namespace = %tenant.namespace, run = %name, "the create of this run had no answer; cancelling it if it landed");
+    tokio::spawn(cancel_when_stored(state.clone(), tenant, name));
 }
 
 /// Cancel Run `name`, waiting up to [`LANDING`] for it to be stored: the client may have left

@@ -13,6 +13,7 @@ use super::state::Tenant;
 use crate::api::{RetryOf, Run, item_of, labels};
 use crate::auth::{Resource, Verb};
 use crate::engine::retry;
+use crate::store::StoreError;
 
 /// A retry that was created.
 pub(super) struct Retried {
@@ -73,7 +74,18 @@ impl RunwayMcp {
         let records = retry::plan(&run, &original, &wf.spec).map_err(|e| invalid(e.to_string()))?;
         let args = run.spec.arguments.as_ref().and_then(Value::as_object);
         validate_args(&wf, args.unwrap_or(&Map::new()))?;
-        let created = self.state.store.create(run).await.map_err(internal)?;
+        let fresh = run.metadata.name.clone().unwrap_or_default();
+        let created = match self.state.store.create(run).await {
+            Ok(created) => created,
+            // The answer was lost (a gateway's timeout, which the client library sends again
+            // into AlreadyExists under this fresh name): the retry fails, so a Run that landed
+            // all the same must not go on beside the one the next retry makes.
+            Err(e @ (StoreError::Backend(_) | StoreError::AlreadyExists)) => {
+                super::delivery::give_up(&self.state, t.clone(), fresh);
+                return Err(internal(e));
+            }
+            Err(e) => return Err(internal(e)),
+        };
         let task_id = created.metadata.name.unwrap_or_default();
         tracing::info!(namespace = %t.namespace, run = %task_id, retry_of = %original.metadata.name.as_deref().unwrap_or_default(), by = %t.identity.principal.username, "retry created");
         Ok(Retried {

@@ -660,6 +660,30 @@ async fn a_run_whose_create_had_no_answer_is_cancelled_when_it_lands() {
         })
         .await;
     }
+    // A retry of a task makes a Run under a fresh name the same way.
+    let task = support::mcp::until_created(&agent, "ask").await;
+    agent.cancel(&task).await;
+    api.wait_until("the task ended", |api| {
+        api.get(RUNS, "team-a", &task)
+            .is_some_and(|r| r["status"]["phase"] == "Cancelled")
+    })
+    .await;
+    let before = creates(&api);
+    api.lose_next_answers(1, 504, |r| r.method == "POST" && r.path.ends_with("/runs"));
+    let failed = agent
+        .call("runway_retry_run", json!({"taskId": task}))
+        .await;
+    assert_eq!(failed.error_code(), -32603, "{:?}", failed.messages);
+    let name = api.requests("POST", "/runs")[before].body["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(name, task);
+    api.wait_until("the retry nobody was told of is cancelled", |api| {
+        api.get(RUNS, "team-a", &name)
+            .is_some_and(|r| r["status"]["phase"] == "Cancelled")
+    })
+    .await;
     shutdown.cancel();
     op.await.unwrap().unwrap();
 }
