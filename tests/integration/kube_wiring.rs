@@ -698,7 +698,9 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
         "metadata": {"name": "nap", "namespace": "team-a"},
         "spec": {"steps": [{"name": "sleep", "delay": {"duration": "1h"}}]}}),
     );
-    let opts = kubeconfig_free_options("runway");
+    let mut opts = kubeconfig_free_options("runway");
+    // Every notification asks for the caller's rights again.
+    opts.auth_cache_ttl = Duration::ZERO;
     let base = format!("http://{}", opts.listen);
     let (shutdown, op) = operator_on(&api, opts);
     support::mcp::until_created(&Client::new(&base, Some("agent-token"), "/mcp"), "nap").await;
@@ -743,6 +745,13 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
     )
     .await;
     assert_eq!(elsewhere.post(&cancel).send().await.unwrap().status(), 202);
+    // The access review fails for a moment: the notification, never sent again, is acted on
+    // once it answers.
+    api.fail_next(1, 500, |r| {
+        r.path.contains("subjectaccessreviews")
+            && r.body["spec"]["resourceAttributes"]["verb"] == "create"
+            && r.body["spec"]["resourceAttributes"]["namespace"] == "team-a"
+    });
     assert_eq!(dana.post(&cancel).send().await.unwrap().status(), 202);
     api.wait_until("the caller's own run is cancelled", |api| {
         api.get(RUNS, "team-a", &name)

@@ -279,17 +279,49 @@ async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Va
 /// only by a caller who could have made it: the search reads the API server itself, which a
 /// caller without rights in the namespace must not make it do.
 async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
-    if !matches!(
-        allowed(state, t, Verb::Create, Resource::Runs).await,
-        Ok(true)
-    ) {
+    if cancel_labelled(state, t, label).await.is_ok() {
         return;
+    }
+    // A notification is not sent again: while the access review or the store cannot answer,
+    // it is tried again for a while, after its 202.
+    let (state, t, label) = (state.clone(), t.clone(), label.to_owned());
+    tokio::spawn(async move {
+        let mut pause = CANCEL_RETRY;
+        while pause <= CANCEL_RETRY_MAX {
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = state.shutdown.cancelled() => return,
+            }
+            if cancel_labelled(&state, &t, &label).await.is_ok() {
+                return;
+            }
+            pause *= 2;
+        }
+        tracing::warn!(namespace = %t.namespace, "a cancel notification could not be acted on; its call's run goes on");
+    });
+}
+
+/// First pause before a cancel notification that could not be acted on is tried again, and
+/// the longest (doubling: about a minute in all).
+const CANCEL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+const CANCEL_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(32);
+
+/// Cancel the caller's Runs carrying call label `label`, if the caller may call at all; an
+/// error when that could not be found out now.
+async fn cancel_labelled(state: &Arc<McpState>, t: &Tenant, label: &str) -> Result<(), ()> {
+    if !allowed(state, t, Verb::Create, Resource::Runs)
+        .await
+        .map_err(|_| ())?
+    {
+        return Ok(());
     }
     let selector = BTreeMap::from([(labels::CALL.to_owned(), label.to_owned())]);
     // The call may have reached another replica a moment ago: its Run must be found anyway.
-    let Ok(runs) = state.store.list_now(Some(&t.namespace), &selector).await else {
-        return;
-    };
+    let runs = state
+        .store
+        .list_now(Some(&t.namespace), &selector)
+        .await
+        .map_err(|_| ())?;
     let mcp = RunwayMcp::new(state.clone());
     // A label anyone who may edit Runs could copy names only the caller's own Runs.
     for run in runs.iter().filter(|r| is_owner(r, &t.identity.principal)) {
@@ -297,6 +329,7 @@ async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
             let _ = mcp.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
         }
     }
+    Ok(())
 }
 
 /// A JSON-RPC response of the client: its answer to a question a held call (on any replica)
