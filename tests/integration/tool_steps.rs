@@ -566,6 +566,41 @@ async fn an_answer_the_upstream_refuses_fails_the_step_and_cancels_the_upstream_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_the_upstream_took_before_a_stop_are_not_taken_for_refused_after_it() {
+    let (a, proxy, b) = through_proxy("relay-approve", "approve").await;
+    let c = a.client("alice-token");
+    let id = c
+        .call("relay-approve", json!({"msg": "deploy"}))
+        .await
+        .task_id();
+    c.await_status(&id, "input_required").await;
+    // The upstream takes the answer; its reply is held, and the server stops before it comes.
+    proxy.hold_next("tasks/update", 1);
+    c.update(
+        &id,
+        json!({"call.approval.decision": {"action": "accept", "content": {"ok": true}}}),
+    )
+    .await;
+    proxy.wait_for("tasks/update held", 1).await;
+    let dir = a.stop().await;
+    // The next start sends the answer again, and this upstream refuses an answer it has.
+    proxy.refuse_next("tasks/update", 1, -32602);
+    let a = Mcp::start_in(dir).await;
+    proxy.release();
+    let c = a.client("alice-token");
+    let t = c.await_status(&id, "completed").await;
+    assert_eq!(proxy.count("tasks/update refused"), 1, "sent again");
+    assert_eq!(t["result"]["isError"], false, "{t}");
+    assert_eq!(
+        t["result"]["structuredContent"]["upstream"]["approved"],
+        true
+    );
+    let upstream = b_runs(&b, "approve").await;
+    assert_eq!(upstream.len(), 1);
+    assert_eq!(upstream[0].phase(), RunPhase::Succeeded, "not cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_step_that_times_out_cancels_its_upstream_task_and_waits_for_its_end() {
     let (a, b) = servers(&[("relay-forever", "forever", "timeout: 1s", "")], None).await;
     let c = a.client("alice-token");

@@ -147,6 +147,10 @@ impl Upstream {
             let update = session.update_task(UpdateTaskParams::new(id.to_owned(), responses));
             match tokio::time::timeout(REQUEST_TIMEOUT, update).await {
                 Ok(Ok(())) => {}
+                // Sent already by an attempt that did not live to record it (a crash, a shard
+                // moving on): the upstream took them then and refuses them now. A task that no
+                // longer asks for any of them has them.
+                Ok(Err(_)) if self.taken(session, id, &answered).await => {}
                 Ok(Err(e)) => {
                     return task_goes_on(service_failure(&format!("tasks/update {id}"), e));
                 }
@@ -154,6 +158,25 @@ impl Upstream {
             }
         }
         self.follow(session, id, &answered).await
+    }
+
+    /// Whether upstream task `id` has the answers to `keys` already: it asks for none of them
+    /// (or asks for nothing any more). `false` when that cannot be told now.
+    async fn taken(&self, session: &Session, id: &str, keys: &BTreeSet<String>) -> bool {
+        let got = tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            session.get_task(GetTaskParams::new(id.to_owned())),
+        )
+        .await;
+        match got {
+            Ok(Ok(t)) => match t.task.payload {
+                TaskPayload::InputRequired { input_requests } => {
+                    !input_requests.keys().any(|k| keys.contains(k))
+                }
+                _ => true,
+            },
+            _ => false,
+        }
     }
 
     /// A fresh `tools/call`, or the MRTR retry with answers and the upstream `requestState`.
