@@ -371,13 +371,13 @@ impl JobExecutor {
                     message: refused,
                 });
             }
-            Err(_) => {
-                return Some(Outcome::Failed {
-                    detail: None,
-                    class: ErrorClass::Timeout,
-                    message: format!("job {job_name} timed out"),
-                });
-            }
+            // Out of time, perhaps before this attempt looked at all (it resumed after its
+            // deadline, the Job having finished meanwhile): a Job that ended has its own
+            // verdict, and a success is not run again as a timeout.
+            Err(_) => match self.ended_by_now(&api, &ns, job_name).await {
+                Some(ended) => ended,
+                None => return Some(timed_out(job_name)),
+            },
         };
         if let Some(output) = output {
             return Some(Outcome::Succeeded(output));
@@ -480,6 +480,41 @@ async fn delete_job(api: &Api<Job>, name: &str) -> Result<(), String> {
 
 /// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
 /// will never finish).
+/// The outcome of an attempt whose Job was still running when its time was up.
+fn timed_out(job_name: &str) -> Outcome {
+    Outcome::Failed {
+        detail: None,
+        class: ErrorClass::Timeout,
+        message: format!("job {job_name} timed out"),
+    }
+}
+
+/// How long one last look at a Job whose attempt ran out of time may take.
+const LAST_LOOK: Duration = Duration::from_secs(10);
+
+impl JobExecutor {
+    /// Job `name` and its output if it has ended by now (one read, at most [`LAST_LOOK`]);
+    /// `None` when it has not, or cannot be read.
+    async fn ended_by_now(
+        &self,
+        api: &Api<Job>,
+        ns: &str,
+        name: &str,
+    ) -> Option<(Option<Job>, Option<Value>)> {
+        tokio::time::timeout(LAST_LOOK, async {
+            let job = api.get_opt(name).await.ok()??;
+            let output = match finished(&job)? {
+                true => Some(self.output(ns, &job).await.ok()?),
+                false => None,
+            };
+            Some((Some(job), output))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
 async fn until_finished(api: &Api<Job>, name: &str) -> Result<Option<Job>, String> {
     let what = format!("reading job {name}");
     again(&what, || async {

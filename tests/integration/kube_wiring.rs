@@ -211,6 +211,30 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         .await;
     assert_eq!(again, Some(Outcome::Succeeded(json!({"image": "api:v2"}))));
     assert_eq!(api.requests("POST", "/namespaces/team-a/jobs").len(), 1);
+    // ... also when it comes back after the attempt's deadline: the Job finished in time, and
+    // its verdict stands rather than a timeout (which a retry would run again).
+    let late = Effect {
+        deadline: Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(5)),
+        ..effect.clone()
+    };
+    let again = JobExecutor::new(api.client(), test_marks())
+        .execute(&run, &late, CancellationToken::new())
+        .await;
+    assert_eq!(again, Some(Outcome::Succeeded(json!({"image": "api:v2"}))));
+    assert_eq!(api.requests("POST", "/namespaces/team-a/jobs").len(), 1);
+    // A Job still running at that point has timed out.
+    let mut unfinished = late.clone();
+    if let Action::Job { job_name, .. } = &mut unfinished.action {
+        *job_name = "deploy-abc-build-2".into();
+    }
+    let out = JobExecutor::new(api.client(), test_marks())
+        .execute(&run, &unfinished, CancellationToken::new())
+        .await;
+    let Some(Outcome::Failed { class, message, .. }) = out else {
+        panic!("timed out: {out:?}")
+    };
+    assert_eq!(class, runway::api::ErrorClass::Timeout);
+    assert_eq!(message, "job deploy-abc-build-2 timed out");
 
     // cleanup deletes it with background propagation, through an API server that stumbles
     // twice first (a Job left behind would run on until its Run is deleted)
