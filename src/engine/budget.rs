@@ -147,6 +147,35 @@ pub fn guard_text(v: Value, limit: usize) -> JsonText {
     JsonText::of(&guard_output(v, limit).0)
 }
 
+/// What is left of a step's message once a finished Run's status had to be cut to fit.
+const CUT_MESSAGE: &str = "(cut: the run's status had no room for it)";
+
+/// `st`, a finished Run's status past [`MAX_STATUS_BYTES`] with its step outputs dropped,
+/// made to fit without touching how it ended (phase, ending, error, conditions): step messages
+/// and notes go first, then the attempts kept, and only if still too large the result.
+pub(crate) fn fit_finished(mut st: crate::api::RunStatus) -> crate::api::RunStatus {
+    if encoded_len(&st) <= MAX_STATUS_BYTES {
+        return st;
+    }
+    for rec in &mut st.steps {
+        if rec.message.is_some() {
+            rec.message = Some(CUT_MESSAGE.to_owned());
+        }
+    }
+    st.notes.clear();
+    if encoded_len(&st) <= MAX_STATUS_BYTES {
+        return st;
+    }
+    for rec in &mut st.steps {
+        rec.attempts.clear();
+    }
+    if encoded_len(&st) <= MAX_STATUS_BYTES {
+        return st;
+    }
+    st.result = None;
+    st
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

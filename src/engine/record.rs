@@ -88,7 +88,8 @@ pub(super) fn record_unchecked(
 
 /// A status that fits [`budget::MAX_STATUS_BYTES`]: `st` itself, or, when it would not fit, the
 /// Run failed with its step outputs dropped (flagged as truncated), so that the failure can be
-/// written instead of a write the store refuses being retried forever.
+/// written instead of a write the store refuses being retried forever. A Run that had finished
+/// (a late cleanup note outgrew it) keeps its outcome: only what it carries besides is cut.
 pub(super) fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStatus {
     let size = budget::encoded_len(&st);
     if size <= budget::MAX_STATUS_BYTES {
@@ -99,6 +100,9 @@ pub(super) fn within_budget(run: &Run, st: RunStatus, now: Timestamp) -> RunStat
         if rec.output.take().is_some() {
             rec.output_truncated = true;
         }
+    }
+    if run.phase().is_terminal() {
+        return budget::fit_finished(st);
     }
     st.result = None;
     let mut over = run.clone();
@@ -556,4 +560,43 @@ pub(super) fn fresh_key(run: &Run, st: &RunStatus, base: &str) -> String {
         .chain((2..).map(|n| format!("{base}.{n}")))
         .find(|k| unused(k))
         .expect("an unbounded range has an unused key")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+    use crate::api::{RunPhase, StepPhase, StepRecord};
+
+    #[test]
+    fn a_finished_run_that_outgrows_its_budget_keeps_how_it_ended() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut run = Run::requested("ns", "r", "w", Value::Null, None, now);
+        let ended = RunStatus {
+            phase: RunPhase::Cancelled,
+            steps: vec![StepRecord {
+                name: "deploy".into(),
+                phase: StepPhase::Failed,
+                output: Some(serde_json::json!({"log": "x".repeat(600 * 1024)})),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        run.status = Some(ended.clone());
+        // A late cleanup note, and the status no longer fits.
+        let mut grown = ended;
+        grown.steps[0].message = Some(format!("cleanup failed: {}", "y".repeat(600 * 1024)));
+        let kept = within_budget(&run, grown, now);
+        assert_eq!(kept.phase, RunPhase::Cancelled);
+        assert!(kept.error.is_none(), "{:?}", kept.error);
+        assert!(kept.steps[0].output_truncated);
+        assert!(budget::encoded_len(&kept) <= budget::MAX_STATUS_BYTES);
+        // A Run that had not finished still fails with the reason.
+        run.status.as_mut().unwrap().phase = RunPhase::Running;
+        let mut grown = run.status.clone().unwrap();
+        grown.steps[0].message = Some("z".repeat(600 * 1024));
+        let failed = within_budget(&run, grown, now);
+        assert_eq!(failed.phase, RunPhase::Failed);
+    }
 }
