@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use super::lineage::sealed_child;
+use super::lineage::{Lineage, child_parts, lineage};
 use super::{Executor, within_deadline};
 use crate::api::{
     CancelRequest, Cleanup, Run, RunError, RunPhase, annotations, conditions, labels, reasons,
@@ -43,69 +45,6 @@ pub struct ChildExecutor {
 
 /// Most uids [`ChildExecutor::sealed`] remembers before it starts over.
 const SEALED_REMEMBERED: usize = 100_000;
-
-/// Where a Run stands in its Run tree: the root's uid, its depth (0 for a top-level Run) and
-/// the Workflows from the root down to it, itself included.
-struct Lineage {
-    root: String,
-    depth: u32,
-    workflows: Vec<String>,
-}
-
-/// The parts a child Run's seal covers: its identity and every marker Runway reads from it.
-fn child_parts(run: &Run) -> [&str; 6] {
-    let ann = |k: &str| {
-        run.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .map(String::as_str)
-            .unwrap_or_default()
-    };
-    [
-        run.metadata.namespace.as_deref().unwrap_or_default(),
-        run.metadata.name.as_deref().unwrap_or_default(),
-        ann(annotations::PARENT_UID),
-        run.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::ROOT))
-            .map(String::as_str)
-            .unwrap_or_default(),
-        ann(annotations::DEPTH),
-        ann(annotations::LINEAGE),
-    ]
-}
-
-/// Whether `run` is a child Run Runway started (its seal holds), not one that only looks so.
-pub(crate) fn sealed_child(marks: &Marks, run: &Run) -> bool {
-    let mark = run
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::MARK));
-    marks.verify(Sealed::Child, &child_parts(run), mark.map(String::as_str))
-}
-
-/// `run`'s place in its tree: from its own sealed markers, else as a top-level Run.
-fn lineage(marks: &Marks, run: &Run) -> Lineage {
-    let own = run.spec.workflow_ref.name.clone();
-    if sealed_child(marks, run) {
-        let [_, _, _, root, depth, above] = child_parts(run);
-        let mut workflows: Vec<String> = above.split(',').map(str::to_owned).collect();
-        workflows.push(own);
-        return Lineage {
-            root: root.to_owned(),
-            depth: depth.parse().unwrap_or(budget::MAX_CHILD_DEPTH),
-            workflows,
-        };
-    }
-    Lineage {
-        root: run.metadata.uid.clone().unwrap_or_default(),
-        depth: 0,
-        workflows: vec![own],
-    }
-}
 
 /// A bound of the Run tree was reached: the step ends the Run with a protocol-level error that
 /// names the bound (not retried: trying again meets the same bound).
@@ -307,9 +246,18 @@ impl ChildExecutor {
         }
     }
 
-    /// Create the child, or find the one an earlier try of this attempt created. Within one
-    /// process, counting the tree and creating are one step per tree.
-    async fn start(&self, parent: &Run, child: Run, tree: &Lineage) -> Result<(), Outcome> {
+    /// Create the child, or find the one an earlier try of this attempt created; `Ok(false)`
+    /// when stopped before a create began. Within one process, counting the tree and creating
+    /// are one step per tree, and a create under way is not dropped when the step is stopped:
+    /// dropped, it could still land after the step's cleanup looked for the child (the
+    /// cleanup waits for the tree's lock first).
+    async fn start(
+        &self,
+        parent: &Run,
+        child: Run,
+        tree: &Lineage,
+        cancel: &CancellationToken,
+    ) -> Result<bool, Outcome> {
         let (ns, name) = (
             child.metadata.namespace.clone().unwrap_or_default(),
             child.metadata.name.clone().unwrap_or_default(),
@@ -319,21 +267,29 @@ impl ChildExecutor {
                 "a run named {name} exists and is not this step's child"
             ))
         };
-        self.until_earlier_gone(parent, &ns, &name).await?;
-        let _tree = self.tree_lock(&tree.root).lock().await;
-        match self.store.get(&ns, &name).await {
-            Ok(Some(existing)) if self.adoptable(parent, &existing) => return Ok(()),
-            Ok(Some(_)) => return Err(not_ours()),
-            Ok(None) => {}
-            Err(e) => return Err(Self::connection(e)),
-        }
-        if let Some(refused) = self.over_limit(parent, tree).await? {
-            return Err(refused);
-        }
+        let ready = async {
+            self.until_earlier_gone(parent, &ns, &name).await?;
+            let lock = self.tree_lock(&tree.root).lock().await;
+            match self.store.get(&ns, &name).await {
+                Ok(Some(existing)) if self.adoptable(parent, &existing) => return Ok(None),
+                Ok(Some(_)) => return Err(not_ours()),
+                Ok(None) => {}
+                Err(e) => return Err(Self::connection(e)),
+            }
+            if let Some(refused) = self.over_limit(parent, tree).await? {
+                return Err(refused);
+            }
+            Ok(Some(lock))
+        };
+        let lock = tokio::select! {
+            ready = ready => ready?,
+            () = cancel.cancelled() => return Ok(false),
+        };
+        let Some(_tree) = lock else { return Ok(true) };
         match self.store.create(child).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(StoreError::AlreadyExists) => match self.store.get(&ns, &name).await {
-                Ok(Some(existing)) if self.adoptable(parent, &existing) => Ok(()),
+                Ok(Some(existing)) if self.adoptable(parent, &existing) => Ok(true),
                 Ok(Some(_)) => Err(not_ours()),
                 Ok(None) => Err(Self::connection(StoreError::NotFound)),
                 Err(e) => Err(Self::connection(e)),
@@ -408,6 +364,13 @@ impl ChildExecutor {
             requested_by: Some(who),
             requested_at: Some(jiff::Timestamp::now().to_string()),
         };
+        // A create of the child under way in this process (its step stopped meanwhile) ends
+        // first, so that the child is found.
+        drop(
+            self.tree_lock(&lineage(&self.marks, parent).root)
+                .lock()
+                .await,
+        );
         let what = format!("cancelling child run {name}");
         let asked = super::again(&what, passing, || self.ask_to_stop(&ns, name, &request));
         asked.await.unwrap_or_else(Self::connection)
@@ -421,7 +384,16 @@ impl ChildExecutor {
         request: &CancelRequest,
     ) -> Result<Outcome, StoreError> {
         for _ in 0..8 {
-            let mut child = match self.store.get(ns, name).await? {
+            // Not in a cache that may lag a create that just returned: asked at the source.
+            let found = match self.store.get(ns, name).await? {
+                Some(c) => Some(c),
+                None => self
+                    .store
+                    .get_now(ns, name)
+                    .await?
+                    .map(Arc::unwrap_or_clone),
+            };
+            let mut child = match found {
                 Some(c) => c,
                 None => {
                     return Ok(Outcome::Succeeded(json!(format!(
@@ -497,6 +469,55 @@ fn ended(child: &Run) -> Option<Outcome> {
     }
 }
 
+impl ChildExecutor {
+    /// A `workflow` step's attempt: start its child (a create under way finishes even when
+    /// the step is stopped meanwhile), then follow it until it ends or the step is stopped.
+    async fn run_child(
+        &self,
+        run: &Run,
+        effect: &Effect,
+        (workflow, arguments, run_name): (&str, &Value, &str),
+        cancel: &CancellationToken,
+    ) -> Option<Outcome> {
+        let tree = lineage(&self.marks, run);
+        if tree.depth + 1 > budget::MAX_CHILD_DEPTH {
+            return Some(limit(
+                reasons::RUN_LIMIT,
+                format!(
+                    "run limit: child runs nest deeper than {}",
+                    budget::MAX_CHILD_DEPTH
+                ),
+            ));
+        }
+        if tree.workflows.iter().any(|w| w == workflow) {
+            return Some(limit(
+                reasons::WORKFLOW_CYCLE,
+                format!(
+                    "workflow {workflow} is already running above this run ({}): workflows may not call themselves",
+                    tree.workflows.join(" -> ")
+                ),
+            ));
+        }
+        let child = self.child(run, workflow, arguments, run_name, &tree);
+        match self.start(run, child, &tree, cancel).await {
+            Ok(true) if !cancel.is_cancelled() => {}
+            Err(outcome) if !cancel.is_cancelled() => return Some(outcome),
+            // Stopped: the step's cleanup cancels a child that was made.
+            Ok(_) | Err(_) => return None,
+        }
+        let ns = run.metadata.namespace.clone().unwrap_or_default();
+        let following = within_deadline(effect, self.follow(&ns, run_name), || Outcome::Failed {
+            class: ErrorClass::Timeout,
+            message: format!("child run {run_name} did not finish in time"),
+            detail: None,
+        });
+        tokio::select! {
+            outcome = following => Some(outcome),
+            () = cancel.cancelled() => None,
+        }
+    }
+}
+
 #[async_trait]
 impl Executor for ChildExecutor {
     async fn execute(
@@ -505,44 +526,17 @@ impl Executor for ChildExecutor {
         effect: &Effect,
         cancel: CancellationToken,
     ) -> Option<Outcome> {
+        if let Action::Child {
+            workflow,
+            arguments,
+            run_name,
+        } = &effect.action
+        {
+            let child = (workflow.as_str(), arguments, run_name.as_str());
+            return self.run_child(run, effect, child, &cancel).await;
+        }
         let work = async {
             match &effect.action {
-                Action::Child {
-                    workflow,
-                    arguments,
-                    run_name,
-                } => {
-                    let tree = lineage(&self.marks, run);
-                    if tree.depth + 1 > budget::MAX_CHILD_DEPTH {
-                        return limit(
-                            reasons::RUN_LIMIT,
-                            format!(
-                                "run limit: child runs nest deeper than {}",
-                                budget::MAX_CHILD_DEPTH
-                            ),
-                        );
-                    }
-                    if tree.workflows.iter().any(|w| w == workflow) {
-                        return limit(
-                            reasons::WORKFLOW_CYCLE,
-                            format!(
-                                "workflow {workflow} is already running above this run ({}): workflows may not call themselves",
-                                tree.workflows.join(" -> ")
-                            ),
-                        );
-                    }
-                    let child = self.child(run, workflow, arguments, run_name, &tree);
-                    if let Err(outcome) = self.start(run, child, &tree).await {
-                        return outcome;
-                    }
-                    let ns = run.metadata.namespace.clone().unwrap_or_default();
-                    within_deadline(effect, self.follow(&ns, run_name), || Outcome::Failed {
-                        class: ErrorClass::Timeout,
-                        message: format!("child run {run_name} did not finish in time"),
-                        detail: None,
-                    })
-                    .await
-                }
                 Action::Cleanup(Cleanup {
                     cancel_run: Some(name),
                     ..

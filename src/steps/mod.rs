@@ -5,6 +5,7 @@ pub mod child;
 pub mod egress;
 pub mod http;
 pub mod job;
+mod lineage;
 pub mod tool;
 
 use std::sync::Arc;

@@ -1195,3 +1195,77 @@ async fn a_run_nested_deeper_than_a_parser_reads_does_not_stop_the_cache() {
     );
     assert!(store.get("team-a", "deploy-abc").await.unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_whose_create_was_under_way_when_its_step_stopped_is_cancelled_by_the_cleanup() {
+    use std::sync::Arc;
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    let store: Arc<dyn runway::store::RunStore> = Arc::new(
+        runway::store::kube::KubeStore::start(api.client())
+            .await
+            .unwrap(),
+    );
+    let changes =
+        runway::store::changes::RunChanges::follow(store.clone(), CancellationToken::new());
+    let exec = Arc::new(runway::steps::child::ChildExecutor::new(
+        store,
+        changes,
+        test_marks(),
+    ));
+    let effect = Effect {
+        step: "call".into(),
+        attempt: 1,
+        deadline: Some(jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120)),
+        idempotency_key: "uid/call".into(),
+        action: Action::Child {
+            workflow: "build".into(),
+            arguments: json!({}),
+            run_name: "deploy-abc-call-1".into(),
+        },
+    };
+    // The child's create reaches the API server, whose answer is slow to come back.
+    let open = api.hold_next(|r| r.method == "POST" && r.path.ends_with("/runs"));
+    let stop = CancellationToken::new();
+    let attempt = {
+        let (exec, run, effect, stop) = (exec.clone(), run.clone(), effect.clone(), stop.clone());
+        tokio::spawn(async move { exec.execute(&run, &effect, stop).await })
+    };
+    api.wait_until("the child's create is under way", |a| {
+        !a.requests("POST", "/namespaces/team-a/runs").is_empty()
+    })
+    .await;
+    // The step is stopped (the parent cancelled) and its cleanup starts at once.
+    stop.cancel();
+    let cleanup = Effect {
+        action: Action::Cleanup(runway::api::Cleanup {
+            step: "call".into(),
+            cancel_upstream_task: None,
+            delete_job: None,
+            cancel_run: Some("deploy-abc-call-1".into()),
+        }),
+        ..effect.clone()
+    };
+    let mut cleaning = {
+        let (exec, run) = (exec.clone(), run.clone());
+        tokio::spawn(async move { exec.execute(&run, &cleanup, CancellationToken::new()).await })
+    };
+    // It does not conclude the child is gone while the create is unanswered.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut cleaning).await;
+    assert!(early.is_err(), "the cleanup ended first: {early:?}");
+    open.send(true).unwrap();
+    assert_eq!(
+        attempt.await.unwrap(),
+        None,
+        "a stopped attempt reports nothing"
+    );
+    let out = cleaning.await.unwrap();
+    assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+    let child = api
+        .get(RUNS, "team-a", "deploy-abc-call-1")
+        .expect("the create landed");
+    assert_eq!(
+        child["spec"]["cancel"]["reason"], "parent run deploy-abc stopped waiting for it",
+        "{child}"
+    );
+}
