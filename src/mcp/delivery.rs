@@ -109,6 +109,7 @@ pub(super) fn give_up(state: &Arc<McpState>, tenant: Tenant, name: String) {
 /// Cancel Run `name`, waiting up to [`LANDING`] for it to be stored: the client may have left
 /// while its create was under way.
 async fn cancel_when_stored(state: Arc<McpState>, tenant: Tenant, name: String) {
+    use tokio::sync::broadcast::error::RecvError;
     let mut changes = state.events.subscribe(&tenant.namespace, &name);
     let until = tokio::time::Instant::now() + LANDING;
     // A change of the name says the Run is stored, even before a cache that follows another
@@ -118,10 +119,17 @@ async fn cancel_when_stored(state: Arc<McpState>, tenant: Tenant, name: String) 
         Ok(None) | Err(_) => loop {
             match tokio::time::timeout_at(until, changes.recv()).await {
                 Ok(Ok(crate::store::Change::Updated(_))) => break,
-                Ok(Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => {}
-                // Never created (the create failed or never left), or the server is going
-                // down.
-                Ok(Err(_)) | Err(_) => return,
+                Ok(Ok(_) | Err(RecvError::Lagged(_))) => {}
+                // After a gap the feed could not vouch for the name (the create had not landed,
+                // or could not be read): subscribed again, and asked at the source.
+                Ok(Err(RecvError::Closed)) => {
+                    changes = state.events.subscribe(&tenant.namespace, &name);
+                    if let Ok(Some(_)) = state.store.get_now(&tenant.namespace, &name).await {
+                        break;
+                    }
+                }
+                // Never created within the time a create may take to land.
+                Err(_) => return,
             }
         },
     }

@@ -17,6 +17,7 @@ use super::access::{allowed, may_read, readable_run, still_signed_in};
 use super::caller::bearer;
 use super::caps::declares_tasks_in;
 use super::errors::{forbidden, rpc_error, signed_out};
+use super::handler::RunwayMcp;
 use super::projection;
 use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
@@ -319,18 +320,20 @@ async fn follow(
             Ok(Change::Updated(run)) => run,
             Ok(Change::Deleted(d)) if ends(&d, &seen) => return,
             Ok(Change::Deleted(_)) | Err(RecvError::Lagged(_)) => continue,
-            // After a gap the feed could not vouch for the Run: read it again.
+            // After a gap the feed could not vouch for the Run: read it at the source (whether
+            // the caller may still see it is asked below, as for any change).
             Err(RecvError::Closed) => {
                 let name = seen.metadata.name.clone().unwrap_or_default();
                 rx = reader
                     .state
                     .events
                     .subscribe(&reader.tenant.namespace, &name);
-                match readable_run(&reader.state, &reader.tenant, &name).await {
-                    Ok(Some(run)) if !stale(&run, &seen) => run,
-                    Ok(Some(_)) => continue,
-                    // Gone, no longer readable, or not readable now: nothing more to show.
-                    Ok(None) | Err(_) => return,
+                let mcp = RunwayMcp::new(reader.state.clone());
+                match mcp.stored_run_now(&reader.tenant, &name).await {
+                    Ok(run) if !stale(&run, &seen) => Arc::new(run),
+                    Ok(_) => continue,
+                    // Gone, or not to be read for a while: nothing more to show.
+                    Err(_) => return,
                 }
             }
         };

@@ -18,6 +18,10 @@ use crate::api::{CancelRequest, Run};
 use crate::protocol::META_AWAITING_YOU;
 use crate::store::StoreError;
 
+/// First pause before a read at the source that failed is tried again, and the longest.
+const READ_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+const READ_AGAIN_MAX: std::time::Duration = std::time::Duration::from_secs(8);
+
 /// The Workflow spec of a Run that has no snapshot yet (only just created).
 pub(super) async fn live_spec(state: &McpState, run: &Run) -> Option<crate::api::WorkflowSpec> {
     if run.status.as_ref().is_some_and(|s| s.workflow.is_some()) {
@@ -98,6 +102,24 @@ impl RunwayMcp {
             .await
             .map_err(internal)?
             .ok_or_else(unknown_task)
+    }
+
+    /// Run `name` read at the source, after a gap the change feed could not vouch for (a cache
+    /// may not have caught up either). A read that fails is tried again for a while (1 s
+    /// doubling to 8 s), since the Run goes on meanwhile; gone is the unknown task.
+    pub(super) async fn stored_run_now(&self, t: &Tenant, name: &str) -> Result<Run, ErrorData> {
+        let mut pause = READ_AGAIN;
+        loop {
+            match self.state.store.get_now(&t.namespace, name).await {
+                Ok(Some(run)) => return Ok(std::sync::Arc::unwrap_or_clone(run)),
+                Ok(None) => return Err(unknown_task()),
+                Err(e) if pause > READ_AGAIN_MAX => return Err(internal(e)),
+                Err(_) => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+            }
+        }
     }
 
     /// Record the cancel intent in `spec.cancel` (once). `Ok` only when it is durable (or the

@@ -32,6 +32,7 @@ use crate::protocol::{META_IDEMPOTENCY_KEY, METHOD_ELICITATION, METHOD_SAMPLING,
 use crate::store::Change;
 use crate::store::StoreError;
 use crate::store::changes::{ends, stale};
+use tokio::sync::broadcast::error::RecvError;
 
 use super::calls::{answer_mode, idempotency_key, run_result, tool_of, validate_args};
 
@@ -349,9 +350,14 @@ impl RunwayMcp {
                         return Err(unknown_task());
                     }
                     Ok(Change::Deleted(_)) => {}
-                    Err(_) => {
+                    Err(RecvError::Lagged(_)) => {
                         changes = self.state.events.subscribe(&t.namespace, name);
                         run = self.stored_run(t, name).await?;
+                    }
+                    // After a gap the feed could not vouch for the Run: read at the source.
+                    Err(RecvError::Closed) => {
+                        changes = self.state.events.subscribe(&t.namespace, name);
+                        run = self.stored_run_now(t, name).await?;
                     }
                 },
                 _ = &mut limit, if tasks => {

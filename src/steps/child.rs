@@ -222,17 +222,20 @@ impl ChildExecutor {
     /// [`super::EARLIER_GONE_WAIT`].
     async fn until_earlier_gone(&self, parent: &Run, ns: &str, name: &str) -> Result<(), Outcome> {
         let mut changes = self.changes.subscribe(ns, name);
+        let mut at_source = false;
         let wait = async {
             loop {
-                match self.store.get(ns, name).await {
+                match self.read(ns, name, at_source).await {
                     Ok(Some(existing)) if self.left_by_earlier(parent, &existing) => {}
                     Ok(_) => return Ok(()),
                     Err(e) => return Err(Self::connection(e)),
                 }
-                // Until it changes (or notices were missed), then look again.
+                // Until it changes (or notices were missed), then look again; after a gap the
+                // feed could not vouch for (closed), subscribed again and read at the source.
                 let changed = tokio::time::timeout(RECHECK, changes.recv()).await;
-                if let Ok(Err(RecvError::Closed)) = changed {
-                    tokio::time::sleep(RECHECK).await;
+                at_source = matches!(changed, Ok(Err(RecvError::Closed)));
+                if at_source {
+                    changes = self.changes.subscribe(ns, name);
                 }
             }
         };
@@ -301,14 +304,29 @@ impl ChildExecutor {
         }
     }
 
+    /// Run `name`: from the store's cache, or `at_source` (after a gap in the change feed, which
+    /// the cache may not have caught up with either).
+    async fn read(&self, ns: &str, name: &str, at_source: bool) -> Result<Option<Run>, StoreError> {
+        match at_source {
+            true => Ok(self
+                .store
+                .get_now(ns, name)
+                .await?
+                .map(Arc::unwrap_or_clone)),
+            false => self.store.get(ns, name).await,
+        }
+    }
+
     /// Wait until the child ends; its ending is the step's outcome. A read that fails for a
     /// reason that may pass is tried again (the step's timeout bounds the wait): failing the
     /// step would cancel a child that runs on fine and start its work over.
     async fn follow(&self, ns: &str, name: &str) -> Outcome {
         let mut changes = self.changes.subscribe(ns, name);
+        let mut at_source = false;
         let what = format!("reading child run {name}");
         loop {
-            let child = match super::again(&what, passing, || self.store.get(ns, name)).await {
+            let read = || self.read(ns, name, at_source);
+            let child = match super::again(&what, passing, read).await {
                 Ok(Some(child)) => child,
                 Ok(None) => return Self::failed(format!("child run {name} was deleted")),
                 Err(e) => return Self::connection(e),
@@ -341,6 +359,7 @@ impl ChildExecutor {
             if let Ok(Some(outcome)) = waited {
                 return outcome;
             }
+            at_source = closed;
             if closed {
                 changes = self.changes.subscribe(ns, name);
             }

@@ -40,6 +40,7 @@ use crate::protocol::{
 };
 use crate::store::Change;
 use crate::store::changes::{ends, stale};
+use tokio::sync::broadcast::error::RecvError;
 
 /// `execution.taskSupport` of a Workflow's tool.
 pub(crate) fn task_support(wf: &Workflow) -> &'static str {
@@ -257,6 +258,15 @@ impl Held {
         (!may_read(state, &self.t, run).await).then(unknown_task)
     }
 
+    /// The Run read again after its feed missed changes: from the cache when it fell behind,
+    /// at the source after a gap the feed could not vouch for (closed).
+    async fn read_again(&self, missed: RecvError) -> Result<Run, ErrorData> {
+        match missed {
+            RecvError::Closed => self.mcp.stored_run_now(&self.t, &self.name).await,
+            RecvError::Lagged(_) => self.mcp.stored_run(&self.t, &self.name).await,
+        }
+    }
+
     /// Run the held request on its own task and answer with its stream.
     fn spawn(
         self,
@@ -369,9 +379,9 @@ impl Held {
                         return Some(Err(unknown_task()));
                     }
                     Ok(Change::Deleted(_)) => {}
-                    Err(_) => {
+                    Err(missed) => {
                         changes = state.events.subscribe(&self.t.namespace, &self.name);
-                        run = match self.mcp.stored_run(&self.t, &self.name).await {
+                        run = match self.read_again(missed).await {
                             Ok(r) => r,
                             Err(e) => return Some(Err(e)),
                         };
