@@ -318,6 +318,10 @@ impl Controller {
             if self.is_stopping() {
                 return;
             }
+            // What this write stopped (a step failFast ended, one out of time) is told to stop
+            // before the next effect, its cleanup among them, begins: not only when the watch
+            // brings the write back.
+            self.inflight.abort_undue(k, &run);
             match next {
                 Next::Execute(effect) if waits_long(&effect) => {
                     return self.execute_detached(k, &run, *effect);

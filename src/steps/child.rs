@@ -29,6 +29,9 @@ use crate::store::{Change, RunChanges, RunStore, StoreError};
 /// net for a notice missed while the store's cache caught up.
 const RECHECK: Duration = Duration::from_secs(10);
 
+/// Longest wait for the answer to a child's create, which holds its tree's lock.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Locks that make "count the tree, then create" one step per Run tree in this process
 /// (striped by the root's uid, so that their number stays fixed).
 const TREE_LOCKS: usize = 64;
@@ -285,11 +288,21 @@ impl ChildExecutor {
             Ok(Some(lock))
         };
         let lock = tokio::select! {
-            ready = ready => ready?,
+            biased;
             () = cancel.cancelled() => return Ok(false),
+            ready = ready => ready?,
         };
         let Some(_tree) = lock else { return Ok(true) };
-        match self.store.create(child).await {
+        // Stopped while the lock was waited for: the cleanup may have looked already.
+        if cancel.is_cancelled() {
+            return Ok(false);
+        }
+        // Bounded, since the tree's lock is held: an API server that never answers must not
+        // hold every child start and cleanup of the trees sharing it.
+        let created = tokio::time::timeout(CREATE_TIMEOUT, self.store.create(child))
+            .await
+            .unwrap_or_else(|_| Err(StoreError::Backend("the create had no answer".into())));
+        match created {
             Ok(_) => Ok(true),
             Err(StoreError::AlreadyExists) => match self.store.get(&ns, &name).await {
                 Ok(Some(existing)) if self.adoptable(parent, &existing) => Ok(true),
