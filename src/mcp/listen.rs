@@ -405,8 +405,10 @@ fn stream(
             if end_at_once {
                 break;
             }
+            // Biased: a follower that ended because the caller was signed out must not be taken
+            // for every task having ended.
             tokio::select! {
-                _ = state.shutdown.cancelled() => break,
+                biased;
                 _ = tx.closed() => return,
                 () = reader.signed_out.cancelled() => {
                     drop(slot);
@@ -414,6 +416,7 @@ fn stream(
                     let _ = tx.send(frame(refused)).await;
                     return;
                 }
+                _ = state.shutdown.cancelled() => break,
                 msg = changes.recv(), if open => match msg {
                     Some(mut task) => {
                         task["_meta"] = sub_meta.clone();
