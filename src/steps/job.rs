@@ -478,8 +478,6 @@ async fn delete_job(api: &Api<Job>, name: &str) -> Result<(), String> {
     .await
 }
 
-/// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
-/// will never finish).
 /// The outcome of an attempt whose Job was still running when its time was up.
 fn timed_out(job_name: &str) -> Outcome {
     Outcome::Failed {
@@ -515,6 +513,8 @@ impl JobExecutor {
     }
 }
 
+/// Job `name` once it has finished, or `None` once it is gone (deleted by someone else: it
+/// will never finish).
 async fn until_finished(api: &Api<Job>, name: &str) -> Result<Option<Job>, String> {
     let what = format!("reading job {name}");
     again(&what, || async {

@@ -283,9 +283,15 @@ async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
         return;
     }
     // A notification is not sent again: while the access review or the store cannot answer,
-    // it is tried again for a while, after its 202.
+    // it is tried again for a while, after its 202 — so many at once at most, since an outage
+    // is when they pile up.
+    let Some(pending) = PendingRetry::take() else {
+        tracing::warn!(namespace = %t.namespace, "too many cancel notifications wait to be acted on; this one is dropped");
+        return;
+    };
     let (state, t, label) = (state.clone(), t.clone(), label.to_owned());
     tokio::spawn(async move {
+        let _pending = pending;
         let mut pause = CANCEL_RETRY;
         while pause <= CANCEL_RETRY_MAX {
             tokio::select! {
@@ -299,6 +305,32 @@ async fn cancel_call(state: &Arc<McpState>, t: &Tenant, label: &str) {
         }
         tracing::warn!(namespace = %t.namespace, "a cancel notification could not be acted on; its call's run goes on");
     });
+}
+
+/// Cancel notifications waiting to be tried again, in this process.
+static PENDING_RETRIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Most cancel notifications waiting to be tried again at once.
+const MAX_PENDING_RETRIES: usize = 256;
+
+/// One of [`PENDING_RETRIES`], given back when dropped.
+struct PendingRetry;
+
+impl PendingRetry {
+    fn take() -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        PENDING_RETRIES
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_PENDING_RETRIES).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self)
+    }
+}
+
+impl Drop for PendingRetry {
+    fn drop(&mut self) {
+        PENDING_RETRIES.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// First pause before a cancel notification that could not be acted on is tried again, and
@@ -326,7 +358,10 @@ async fn cancel_labelled(state: &Arc<McpState>, t: &Tenant, label: &str) -> Resu
     // A label anyone who may edit Runs could copy names only the caller's own Runs.
     for run in runs.iter().filter(|r| is_owner(r, &t.identity.principal)) {
         if let Some(name) = run.metadata.name.as_deref() {
-            let _ = mcp.cancel(t, name, reasons::MCP_REQUEST_CANCELLED).await;
+            // A write that failed is tried again with the rest (a cancel recorded is kept).
+            mcp.cancel(t, name, reasons::MCP_REQUEST_CANCELLED)
+                .await
+                .map_err(|_| ())?;
         }
     }
     Ok(())
