@@ -543,6 +543,17 @@ async fn of_two_ready_workflows_offering_a_tool_every_replica_calls_the_older() 
     }
 }
 
+/// An API server with the reviews above and Workflow `ask` in team-a: one step waiting for
+/// an answer, so that its Runs stay open.
+async fn asking() -> FakeApi {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
+        "metadata": {"name": "ask", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    api
+}
+
 fn kubeconfig_free_options(lease_ns: &str) -> runway::operator::Options {
     let mut mcp = runway::mcp::Config::new();
     mcp.state_keys = vec![b"0123456789abcdef0123456789abcdef-op".to_vec()];
@@ -581,11 +592,7 @@ fn operator_on(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_unknown_task() {
-    let api = FakeApi::start().await;
-    reviews(&api);
-    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
-        "metadata": {"name": "ask", "namespace": "team-a"},
-        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let api = asking().await;
     let mut opts = kubeconfig_free_options("runway");
     let dir = support::harness::TempDir::new();
     opts.archive.address = Some(format!(
@@ -638,11 +645,7 @@ async fn an_access_review_that_fails_for_a_moment_is_an_internal_error_not_an_un
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_create_had_no_answer_is_cancelled_when_it_lands() {
-    let api = FakeApi::start().await;
-    reviews(&api);
-    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
-        "metadata": {"name": "ask", "namespace": "team-a"},
-        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let api = asking().await;
     let opts = kubeconfig_free_options("runway");
     let base = format!("http://{}", opts.listen);
     let (shutdown, op) = operator_on(&api, opts);
@@ -802,11 +805,7 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_stream_stops_once_its_token_no_longer_signs_its_caller_in() {
-    let api = FakeApi::start().await;
-    reviews(&api);
-    api.put("runway.dev/v1alpha1/workflows", json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Workflow",
-        "metadata": {"name": "ask", "namespace": "team-a"},
-        "spec": {"steps": [{"name": "q", "input": {"requests": [{"name": "go", "message": "Go?"}]}}]}}));
+    let api = asking().await;
     let mut opts = kubeconfig_free_options("runway");
     // Every request and every check of a stream reviews its token again.
     opts.auth_cache_ttl = Duration::ZERO;

@@ -558,27 +558,11 @@ impl Client {
 
     /// Follow `task` on `subscriptions/listen` until `pred` holds for it; returns the task.
     pub async fn await_task(&self, task: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        use futures::StreamExt;
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
-            "params": {"_meta": self.meta(), "notifications": {"taskIds": [task]}}});
-        let resp = self
-            .request("subscriptions/listen", None)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let mut stream = resp.bytes_stream();
-        let mut buf = String::new();
+        let mut frames = self.listen(&[task]).await;
         let found = tokio::time::timeout(super::harness::PATIENCE, async {
-            while let Some(chunk) = stream.next().await {
-                buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-                while let Some(end) = buf.find("\n\n") {
-                    let event: String = buf.drain(..end + 2).collect();
-                    for f in parse_body("text/event-stream", &event) {
-                        if f["method"] == "notifications/tasks" && pred(&f["params"]) {
-                            return Some(f["params"].clone());
-                        }
-                    }
+            while let Some(f) = frames.next().await {
+                if f["method"] == "notifications/tasks" && pred(&f["params"]) {
+                    return Some(f["params"].clone());
                 }
             }
             None
