@@ -260,7 +260,9 @@ fn child_action(
 /// `RUNWAY_ITEM` (a string item as it is, anything else as JSON) and `RUNWAY_INDEX` for the
 /// Job of an item of a `forEach` step; nothing for any other step. The kubelet expands
 /// `$(NAME)` in env values from the container's other variables, which may come from Secrets,
-/// so an item's `$(` is escaped (`$$(`): the container sees the item as it was.
+/// and reads `$$` as one `$`, so every `$` of an item is doubled: escaping only `$(` would
+/// turn `$$(NAME)` into `$$$(NAME)`, a literal `$` and then an expansion. The container sees
+/// the item as it was.
 fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
     if item_of(record).is_none() {
         return Vec::new();
@@ -269,7 +271,7 @@ fn item_env(record: &str, ctx: &Value) -> Vec<(String, String)> {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
-    .replace("$(", "$$(");
+    .replace('$', "$$");
     vec![
         ("RUNWAY_ITEM".to_owned(), item),
         ("RUNWAY_INDEX".to_owned(), ctx["index"].to_string()),
@@ -281,20 +283,53 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The kubelet's reading of an env value (Kubernetes' `third_party/forked/golang/expansion`):
+    /// `$$` is one `$`, `$(NAME)` of a defined variable its value, anything else as written.
+    fn kubelet_expands(value: &str, vars: &[(&str, &str)]) -> String {
+        let mut out = String::new();
+        let mut rest = value;
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            if let Some(tail) = after.strip_prefix('$') {
+                out.push('$');
+                rest = tail;
+            } else if let Some(open) = after.strip_prefix('(')
+                && let Some(close) = open.find(')')
+                && let Some((_, v)) = vars.iter().find(|(n, _)| *n == &open[..close])
+            {
+                out.push_str(v);
+                rest = &open[close + 1..];
+            } else {
+                out.push('$');
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
     #[test]
     fn an_item_reaches_a_job_as_it_is_never_expanded_by_the_kubelet() {
-        let ctx = json!({"item": "$(DB_PASSWORD) and $$(X)", "index": 3});
-        let env = item_env("deploy[3]", &ctx);
-        assert_eq!(
-            env,
-            vec![
-                (
-                    "RUNWAY_ITEM".to_owned(),
-                    "$$(DB_PASSWORD) and $$$(X)".to_owned()
-                ),
-                ("RUNWAY_INDEX".to_owned(), "3".to_owned()),
-            ]
-        );
+        let secret = [("DB_PASSWORD", "hunter2")];
+        // The model is the kubelet's: an unescaped reference is expanded.
+        assert_eq!(kubelet_expands("$(DB_PASSWORD)", &secret), "hunter2");
+        for item in [
+            "$(DB_PASSWORD)",
+            "$$(DB_PASSWORD)",
+            "$$$(DB_PASSWORD)",
+            "a $ b $$ c $(UNSET) $",
+            "$",
+        ] {
+            let ctx = json!({"item": item, "index": 3});
+            let env = item_env("deploy[3]", &ctx);
+            assert_eq!(env[0].0, "RUNWAY_ITEM");
+            assert_eq!(kubelet_expands(&env[0].1, &secret), item, "{env:?}");
+            assert_eq!(env[1], ("RUNWAY_INDEX".to_owned(), "3".to_owned()));
+        }
+        let ctx = json!({"item": {"k": "$(DB_PASSWORD)"}, "index": 0});
+        let env = item_env("deploy[0]", &ctx);
+        assert_eq!(env[0].1, r#"{"k":"$$(DB_PASSWORD)"}"#);
         assert!(item_env("deploy", &ctx).is_empty());
     }
 }

@@ -1897,11 +1897,13 @@ async fn an_item_that_names_a_variable_reaches_the_pod_as_it_was_written() {
     let ns = c.namespace("job-items");
     apply_ok(c, &ns, BUILD_ITEMS);
     let alice = mcp(c, 0, "alice", &ns);
-    // The kubelet expands `$(NAME)` in env values with the container's earlier variables: an
-    // item written that way would hand the caller the Secret behind DB_PASSWORD.
+    // The kubelet expands `$(NAME)` in env values with the container's earlier variables and
+    // reads `$$` as `$`: an item written either way would hand the caller the Secret behind
+    // DB_PASSWORD.
+    let written = "$(DB_PASSWORD) $$(DB_PASSWORD)";
     let id = task_id(
         &alice
-            .call("build-items", json!({"targets": ["$(DB_PASSWORD)"]}))
+            .call("build-items", json!({"targets": [written]}))
             .await,
     );
     let job = format!("{id}-compile-0-1");
@@ -1915,8 +1917,8 @@ async fn an_item_that_names_a_variable_reaches_the_pod_as_it_was_written() {
         .iter()
         .find(|e| e["name"] == "RUNWAY_ITEM")
         .unwrap_or_else(|| panic!("no RUNWAY_ITEM in {env}"));
-    // `$$(` is the kubelet's escape for a literal `$(`: the container sees the item verbatim.
-    assert_eq!(item["value"], "$$(DB_PASSWORD)", "{env}");
+    // `$$` is the kubelet's escape for a literal `$`: the container sees the item verbatim.
+    assert_eq!(item["value"], "$$(DB_PASSWORD) $$$$(DB_PASSWORD)", "{env}");
     // The item comes after DB_PASSWORD, which is where an expansion could reach it.
     let names: Vec<&str> = env
         .as_array()
@@ -1925,7 +1927,7 @@ async fn an_item_that_names_a_variable_reaches_the_pod_as_it_was_written() {
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert_eq!(names, ["DB_PASSWORD", "RUNWAY_ITEM", "RUNWAY_INDEX"]);
-    finish_pod(c, &ns, &job, "$(DB_PASSWORD)");
+    finish_pod(c, &ns, &job, written);
     alice.await_status(&id, "completed").await;
 }
 
