@@ -18,7 +18,7 @@ pub(super) fn upstream_error_ending(step: &str, upstream: RunError) -> Ending {
         phase: RunPhase::Failed,
         result: None,
         error: Some(Box::new(RunError {
-            code: upstream.code,
+            code: codes::for_run(upstream.code),
             message: message.clone(),
             data: Some(json!({
                 "step": step,

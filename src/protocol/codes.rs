@@ -20,3 +20,22 @@ pub const UNSUPPORTED_VERSION: i64 = -32022;
 pub const UNAUTHENTICATED: i64 = -32001;
 /// The caller may not do this (authorization failure on a JSON-RPC request).
 pub const FORBIDDEN: i64 = -32003;
+
+/// Whether `code` lies in the range JSON-RPC and MCP keep for the protocol (-32768 to -32000)
+/// with a meaning no tool's failure has: `-32601` is even answered as HTTP 404 ("method not
+/// found") and `-32020` to `-32022` as HTTP 400. Invalid parameters and internal error are the
+/// two of the range a failed call can honestly report.
+pub fn reserved_for_protocol(code: i64) -> bool {
+    (-32768..=-32000).contains(&code) && code != INVALID_PARAMS && code != INTERNAL_ERROR
+}
+
+/// The code a Run ends with for a JSON-RPC error `code` it was handed (an upstream's): one
+/// [`reserved_for_protocol`] becomes an internal error (the original stays in the error's
+/// `data`), any other passes as it is.
+pub fn for_run(code: i64) -> i64 {
+    if reserved_for_protocol(code) {
+        INTERNAL_ERROR
+    } else {
+        code
+    }
+}

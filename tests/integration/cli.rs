@@ -99,7 +99,7 @@ kind: Workflow
 metadata: { name: broken, namespace: team-a }
 spec:
   tool: { description: Fails with a protocol error. }
-  steps: [ { name: f, fail: { error: { code: -32042, message: "upstream broke" } } } ]
+  steps: [ { name: f, fail: { error: { code: -31042, message: "upstream broke" } } } ]
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
@@ -871,7 +871,7 @@ async fn a_failed_call_exits_the_same_with_and_without_a_task() {
         let (code, _, err) = run_with_stdin(cmd, "").await;
         assert_eq!(code, 1, "{extra:?}: {err}");
         assert!(
-            err.contains("call failed: upstream broke (-32042)"),
+            err.contains("call failed: upstream broke (-31042)"),
             "{extra:?}: {err}"
         );
     }

@@ -224,7 +224,7 @@ async fn every_example_runs_as_its_header_says() {
             .await,
     );
     let failed = dana.await_status(&id, "failed").await;
-    assert_eq!(failed["error"]["code"], -32050);
+    assert_eq!(failed["error"]["code"], -31050);
 
     // delay.yaml, nightly-report.yaml (an ordinary tool too).
     let id = task(&dana.call("wait", json!({"seconds": 1})).await);

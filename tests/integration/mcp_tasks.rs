@@ -401,7 +401,7 @@ async fn tool_errors_complete_and_protocol_errors_fail() {
     s.wait(&id, "finished", |r| r.phase().is_terminal()).await;
     let t = c.get(&id).await.result().clone();
     assert_eq!(t["status"], "failed");
-    assert_eq!(t["error"]["code"], -32042);
+    assert_eq!(t["error"]["code"], -31042);
     assert_eq!(t["error"]["message"], "broken");
     assert!(t.get("result").is_none());
 }

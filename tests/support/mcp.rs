@@ -127,7 +127,7 @@ kind: Workflow
 metadata: { name: proto-error, namespace: NS }
 spec:
   tool: { description: Fails as a protocol error. }
-  steps: [ { name: f, fail: { error: { code: -32042, message: "broken" } } } ]
+  steps: [ { name: f, fail: { error: { code: -31042, message: "broken" } } } ]
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow

@@ -302,13 +302,39 @@ fn fail_steps_end_as_tool_error_or_protocol_error() {
     assert!(st.error.is_none());
 
     let proto = wf(
-        json!({"steps": [{"name": "f", "fail": {"error": {"code": -32050, "message": "bad"}}}]}),
+        json!({"steps": [{"name": "f", "fail": {"error": {"code": -31050, "message": "bad"}}}]}),
     );
     let mut run = new_run(json!({}));
     settle(&mut run, &proto, at(0));
     let st = status(&run);
-    assert_eq!(st.error.as_ref().unwrap().code, -32050);
+    assert_eq!(st.error.as_ref().unwrap().code, -31050);
     assert!(st.result.is_none());
+}
+
+#[test]
+fn a_fail_step_may_not_claim_a_code_the_protocol_keeps() {
+    let with_code = |code: i64| {
+        let w: WorkflowSpec = serde_json::from_value(
+            json!({"steps": [{"name": "f", "fail": {"error": {"code": code, "message": "x"}}}]}),
+        )
+        .unwrap();
+        validate::spec(&w, validate::Capabilities { jobs: false })
+    };
+    for code in [
+        -32768, -32700, -32601, -32600, -32099, -32022, -32020, -32003, -32000,
+    ] {
+        let e = with_code(code).unwrap_err();
+        assert_eq!(e.reason, "InvalidSpec", "{code}");
+        assert!(
+            e.message
+                .contains(&format!("fail.error.code: {code} is reserved")),
+            "{}",
+            e.message
+        );
+    }
+    for code in [-32769, -32602, -32603, -31999, -1, 0, 1503] {
+        assert!(with_code(code).is_ok(), "{code}");
+    }
 }
 
 #[test]

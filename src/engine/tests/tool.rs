@@ -398,6 +398,37 @@ fn an_upstream_jsonrpc_error_is_retried_then_fails_the_run_with_the_upstream_cod
 }
 
 #[test]
+fn an_upstream_code_the_protocol_keeps_ends_the_run_as_an_internal_error() {
+    // `-32601` passed on would tell this Run's caller "tools/call is not implemented" (HTTP
+    // 404 on a blocking call); the upstream's own code stays in the error's data.
+    for (code, ends_as) in [
+        (-32601, -32603),
+        (-32021, -32603),
+        (-32602, -32602),
+        (42, 42),
+    ] {
+        let w = upstream_wf(json!({}));
+        let mut run = new_run(json!({"x": 1}));
+        let next = settle(&mut run, &w, at(0));
+        let upstream = RunError {
+            code,
+            message: "no".into(),
+            data: None,
+        };
+        report(
+            &mut run,
+            &next,
+            upstream_failed(ErrorClass::ClientError, Some(upstream), true),
+            at(1),
+        );
+        settle(&mut run, &w, at(1));
+        let err = status(&run).error.clone().unwrap();
+        assert_eq!(err.code, ends_as, "{code}");
+        assert_eq!(err.data.unwrap()["upstream"]["code"], code);
+    }
+}
+
+#[test]
 fn an_upstream_request_error_is_not_retried_by_default() {
     let w = upstream_wf(json!({"limit": 3}));
     let mut run = new_run(json!({"x": 1}));

@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::fields::*;
 use crate::api::{Step, StepKind, reasons};
 use crate::engine::template;
+use crate::protocol::codes;
 
 /// `dependsOn` of a list: names of other steps of the same list, each once, and no cycle
 /// (a cycle would leave its steps waiting for ever).
@@ -172,15 +173,7 @@ pub(super) fn step(step: &Step, caps: Capabilities) -> Result<(), Invalid> {
                 None => Ok(()),
             }
         }
-        StepKind::Fail(fl) => {
-            if let Some(m) = &fl.message {
-                text(&f("fail.message"), m)?;
-            }
-            if let Some(e) = &fl.error {
-                text(&f("fail.error.message"), &e.message)?;
-            }
-            Ok(())
-        }
+        StepKind::Fail(fl) => fail_step(&f, fl),
         StepKind::None => Err(invalid(
             reasons::INVALID_SPEC,
             format!("{}: no kind", f("step")),
@@ -331,6 +324,29 @@ fn approvals(field: &str, r: &crate::api::InputRequestSpec) -> Result<(), Invali
         return Ok(());
     };
     Err(invalid(reasons::INVALID_SPEC, format!("{field}: {why}")))
+}
+
+/// A `fail` step: its texts are templates, and a protocol error's code is the application's.
+fn fail_step(f: &dyn Fn(&str) -> String, fl: &crate::api::FailStep) -> Result<(), Invalid> {
+    if let Some(m) = &fl.message {
+        text(&f("fail.message"), m)?;
+    }
+    let Some(e) = &fl.error else {
+        return Ok(());
+    };
+    text(&f("fail.error.message"), &e.message)?;
+    if codes::reserved_for_protocol(e.code) {
+        return Err(invalid(
+            reasons::INVALID_SPEC,
+            format!(
+                "{}: {} is reserved for the protocol (-32768 to -32000, but for -32602 and \
+                 -32603): use an application code",
+                f("fail.error.code"),
+                e.code
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn input_step(

@@ -530,7 +530,7 @@ async fn tasks_of_2025_11_25_on_the_same_runs() {
     let e = alice
         .error("tasks/result", json!({"taskId": failing}))
         .await;
-    assert_eq!(e["code"], -32042, "{e}");
+    assert_eq!(e["code"], -31042, "{e}");
     assert_eq!(
         alice.result("tasks/get", json!({"taskId": failing})).await["status"],
         "failed"
