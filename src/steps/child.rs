@@ -383,7 +383,6 @@ impl ChildExecutor {
     /// again until the cleanup's deadline: a cancel given up on is not asked for again, and
     /// the child would run on to its end.
     async fn cancel(&self, parent: &Run, name: &str) -> Outcome {
-        let ns = parent.metadata.namespace.clone().unwrap_or_default();
         let who = parent
             .spec
             .cancel
@@ -404,17 +403,20 @@ impl ChildExecutor {
                 .await,
         );
         let what = format!("cancelling child run {name}");
-        let asked = super::again(&what, passing, || self.ask_to_stop(&ns, name, &request));
+        let asked = super::again(&what, passing, || self.ask_to_stop(parent, name, &request));
         asked.await.unwrap_or_else(Self::connection)
     }
 
-    /// One try at writing `request` on the child; `Conflict` when it kept changing.
+    /// One try at writing `request` on the child; `Conflict` when it kept changing. A Run of
+    /// that name that is not `parent`'s child (a parent named to match could point a cleanup
+    /// at someone else's) is left alone.
     async fn ask_to_stop(
         &self,
-        ns: &str,
+        parent: &Run,
         name: &str,
         request: &CancelRequest,
     ) -> Result<Outcome, StoreError> {
+        let ns = parent.metadata.namespace.as_deref().unwrap_or_default();
         for _ in 0..8 {
             // Not in a cache that may lag a create that just returned: asked at the source.
             let found = match self.store.get(ns, name).await? {
@@ -433,6 +435,11 @@ impl ChildExecutor {
                     ))));
                 }
             };
+            if !self.adoptable(parent, &child) {
+                return Ok(Outcome::Succeeded(json!(format!(
+                    "run {name} is not this run's child; left"
+                ))));
+            }
             if child.phase().is_terminal() || child.spec.cancel.is_some() {
                 return Ok(Outcome::Succeeded(Value::Null));
             }

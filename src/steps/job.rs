@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
@@ -464,18 +464,45 @@ where
         .map_err(|e| format!("{what}: {}", e.message))
 }
 
-/// Delete Job `name` and, in the background, its pods; already gone counts as deleted. A
-/// refusal that may pass is tried again (the cleanup's deadline bounds it): a Job left behind
-/// runs its containers on until its Run is deleted.
-async fn delete_job(api: &Api<Job>, name: &str) -> Result<(), String> {
+/// Delete Job `name` and, in the background, its pods, if Runway made it for step `step` of
+/// `run` (a Run named to match could point a cleanup at someone else's); gone counts as
+/// deleted, and the delete names the uid checked. A refusal that may pass is tried again (the
+/// cleanup's deadline bounds it): a Job left behind runs on until its Run is deleted.
+async fn delete_job(
+    api: &Api<Job>,
+    marks: &Marks,
+    run: &Run,
+    step: &str,
+    name: &str,
+) -> Result<Value, String> {
+    let run_uid = run.metadata.uid.as_deref().unwrap_or_default();
+    let found = again(&format!("reading job {name}"), || async {
+        Ok(api.get_opt(name).await?)
+    })
+    .await?;
+    let Some(job) = found else {
+        return Ok(json!({"deleted": name}));
+    };
+    if !ours(marks, &job, run_uid, step) {
+        return Ok(json!({"left": name, "reason": "not this run's job"}));
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: job.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
     again(&format!("deleting job {name}"), || async {
-        match api.delete(name, &DeleteParams::background()).await {
+        match api.delete(name, &params).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            // Gone, or another Job of the name (the precondition's uid no longer matches).
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
             Err(e) => Err(ReadError::from(e)),
         }
     })
-    .await
+    .await?;
+    Ok(json!({"deleted": name}))
 }
 
 /// The outcome of an attempt whose Job was still running when its time was up.
@@ -545,8 +572,8 @@ impl Executor for JobExecutor {
                 let ns = run.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
                 let deleting = async {
-                    match delete_job(&api, name).await {
-                        Ok(()) => Outcome::Succeeded(json!({"deleted": name})),
+                    match delete_job(&api, &self.marks, run, &c.step, name).await {
+                        Ok(done) => Outcome::Succeeded(done),
                         Err(message) => Outcome::Failed {
                             detail: None,
                             class: ErrorClass::ClientError,

@@ -252,6 +252,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         }),
         ..effect.clone()
     };
+    let ours = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
     let out = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &cleanup, CancellationToken::new())
         .await;
@@ -262,15 +263,19 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         .pop()
         .unwrap();
     assert_eq!(del.body["propagationPolicy"], "Background");
+    // ... that Job and no other one put in its place meanwhile.
+    assert_eq!(del.body["preconditions"]["uid"], ours["metadata"]["uid"]);
     assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_none());
 
-    // A Job already gone is deleted; a refusal that will not pass fails the cleanup at once,
-    // naming it (the engine notes it on the step).
+    // A Job already gone counts as deleted; a refusal that will not pass fails the cleanup at
+    // once, naming it (the engine notes it on the step).
     let again = JobExecutor::new(api.client(), test_marks());
     let out = again
         .execute(&run, &cleanup, CancellationToken::new())
         .await;
     assert!(matches!(out, Some(Outcome::Succeeded(_))), "{out:?}");
+    assert_eq!(deletes(&api), 3, "nothing to delete");
+    api.put(JOBS, ours);
     api.fail_next(1, 403, |r| r.method == "DELETE");
     let out = again
         .execute(&run, &cleanup, CancellationToken::new())
@@ -282,7 +287,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
         message.starts_with("deleting job deploy-abc-build-1: "),
         "{message}"
     );
-    assert_eq!(deletes(&api), 5);
+    assert_eq!(deletes(&api), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1131,6 +1136,43 @@ async fn a_job_of_the_expected_name_that_the_run_does_not_own_is_not_adopted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_deletes_only_the_job_runway_made_for_its_step() {
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    // A Job of the name a cleanup of this Run points at, which the Run did not make: a Run
+    // named to match someone else's Job (or Helm's) would otherwise have it deleted.
+    let foreign = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a",
+            "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+                "name": "deploy-abc", "uid": run.metadata.uid, "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "theirs"}]}}}});
+    api.put(JOBS, foreign);
+    let cleanup = Effect {
+        action: Action::Cleanup(runway::api::Cleanup {
+            step: "build".into(),
+            cancel_upstream_task: None,
+            delete_job: Some("deploy-abc-build-1".into()),
+            cancel_run: None,
+        }),
+        ..job_effect(120)
+    };
+    let out = JobExecutor::new(api.client(), test_marks())
+        .execute(&run, &cleanup, CancellationToken::new())
+        .await;
+    assert_eq!(
+        out,
+        Some(Outcome::Succeeded(
+            json!({"left": "deploy-abc-build-1", "reason": "not this run's job"})
+        ))
+    );
+    assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_some());
+    assert!(
+        api.requests("DELETE", "/namespaces/team-a/jobs/deploy-abc-build-1")
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_only_claims_the_run_as_its_owner_is_not_adopted() {
     let api = FakeApi::start().await;
     let run = a_run(&api);
@@ -1267,4 +1309,50 @@ async fn a_child_whose_create_was_under_way_when_its_step_stopped_is_cancelled_b
         child["spec"]["cancel"]["reason"], "parent run deploy-abc stopped waiting for it",
         "{child}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_cancels_only_a_child_runway_made_for_this_run() {
+    use std::sync::Arc;
+    let api = FakeApi::start().await;
+    let run = a_run(&api);
+    // Another caller's Run, of the name this Run's cleanup points at (a parent named to match
+    // can make that so): a cancel written on it would stop someone else's work as "runway".
+    api.put(
+        RUNS,
+        json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+        "metadata": {"name": "deploy-abc-call-1", "namespace": "team-a",
+            "labels": {"runway.dev/parent": "deploy-abc"},
+            "annotations": {"runway.dev/parent-uid": run.metadata.uid}},
+        "spec": {"workflowRef": {"name": "build"}}}),
+    );
+    let store: Arc<dyn runway::store::RunStore> = Arc::new(
+        runway::store::kube::KubeStore::start(api.client())
+            .await
+            .unwrap(),
+    );
+    let changes =
+        runway::store::changes::RunChanges::follow(store.clone(), CancellationToken::new());
+    let exec = runway::steps::child::ChildExecutor::new(store, changes, test_marks());
+    let cleanup = Effect {
+        step: "call".into(),
+        attempt: 0,
+        deadline: Some(jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120)),
+        idempotency_key: "uid/call".into(),
+        action: Action::Cleanup(runway::api::Cleanup {
+            step: "call".into(),
+            cancel_upstream_task: None,
+            delete_job: None,
+            cancel_run: Some("deploy-abc-call-1".into()),
+        }),
+    };
+    let out = exec.execute(&run, &cleanup, CancellationToken::new()).await;
+    assert_eq!(
+        out,
+        Some(Outcome::Succeeded(json!(
+            "run deploy-abc-call-1 is not this run's child; left"
+        )))
+    );
+    let theirs = api.get(RUNS, "team-a", "deploy-abc-call-1").unwrap();
+    assert!(theirs["spec"].get("cancel").is_none(), "{theirs}");
 }
