@@ -1,6 +1,6 @@
-//! What a form may ask: the one rule that keeps secrets out of elicitation forms, applied to
-//! input steps and `spec.elicit` when a Workflow is validated, and to the questions upstream
-//! servers pass through `tool` steps when they arrive.
+//! What a form may ask: the shape the protocol gives forms and the one rule that keeps secrets
+//! out of them, applied to input steps and `spec.elicit` when a Workflow is validated, and to
+//! the questions upstream servers pass through `tool` steps when they arrive.
 //!
 //! Form answers are stored in the Run (`spec.inputResponses`, and for `spec.elicit` in
 //! `spec.arguments`), where whoever may read the Run reads them; the protocol asks servers not
@@ -87,9 +87,90 @@ pub fn secret_field(schema: &Value) -> Option<String> {
     })
 }
 
+/// Why `schema` is not a form a client can show as it is written, `None` when it is. The
+/// protocol's forms are flat objects of string, number, integer, boolean and enum properties
+/// with a few keywords each, which is what rmcp's `ElicitationSchema` holds: a property of
+/// any other shape is not put to clients at all, and a keyword outside the set (`pattern`, a
+/// `format` other than email, uri, date and date-time) would be dropped on the way, so the
+/// client would show a looser form than the answers are checked against.
+pub fn not_a_form(schema: &Value) -> Option<String> {
+    use rmcp::model::{ElicitationSchema, PrimitiveSchemaDefinition};
+    let schema = &with_properties(schema.clone());
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Some("a form is an object (type: object)".into());
+    }
+    let props = schema.get("properties").and_then(Value::as_object);
+    for (name, prop) in props.into_iter().flatten() {
+        let field = serde_json::from_value::<PrimitiveSchemaDefinition>(prop.clone());
+        let Ok(field) = field else {
+            return Some(format!(
+                "property {name} is not a form field (a string, number, integer, boolean or \
+                 enum, with the keywords forms have)"
+            ));
+        };
+        let back = serde_json::to_value(field).unwrap_or_default();
+        if let Some(lost) = lost(prop, &back) {
+            return Some(format!(
+                "property {name}: {lost} is not part of a form field"
+            ));
+        }
+    }
+    let whole = serde_json::from_value::<ElicitationSchema>(schema.clone());
+    let Ok(whole) = whole else {
+        return Some("not a form (type: object, properties, required, title, description)".into());
+    };
+    let back = serde_json::to_value(whole).unwrap_or_default();
+    lost(schema, &back).map(|lost| format!("{lost} is not part of a form"))
+}
+
+/// The first keyword (as a path) of `written` that reads otherwise in `kept`, or is not in it.
+fn lost(written: &Value, kept: &Value) -> Option<String> {
+    match (written, kept) {
+        (Value::Object(w), Value::Object(k)) => w.iter().find_map(|(key, v)| match k.get(key) {
+            None => Some(key.clone()),
+            Some(kv) => lost(v, kv).map(|inner| format!("{key}.{inner}")),
+        }),
+        (Value::Array(w), Value::Array(k)) if w.len() == k.len() => w
+            .iter()
+            .zip(k)
+            .enumerate()
+            .find_map(|(i, (a, b))| lost(a, b).map(|inner| format!("{i}.{inner}"))),
+        (Value::Number(w), Value::Number(k)) if w.as_f64() == k.as_f64() => None,
+        _ if written == kept => None,
+        // The value itself reads otherwise: the path ends at its key.
+        _ => Some(String::new()),
+    }
+    .map(|p| p.trim_end_matches('.').to_owned())
+}
+
+/// `schema` with an empty `properties` when it has none: a bare confirmation, which the
+/// protocol's schema writes with an empty `properties`, and which clients would otherwise not
+/// be shown as a form at all.
+pub fn with_properties(mut schema: Value) -> Value {
+    if let Some(o) = schema.as_object_mut()
+        && !o.contains_key("properties")
+    {
+        o.insert("properties".into(), Value::Object(Default::default()));
+    }
+    schema
+}
+
+/// Upstream questions as they are put to clients: forms [`with_properties`].
+pub fn completed(
+    mut requests: std::collections::BTreeMap<String, Value>,
+) -> std::collections::BTreeMap<String, Value> {
+    for request in requests.values_mut() {
+        let params = request.get_mut("params").and_then(Value::as_object_mut);
+        if let Some(schema) = params.and_then(|p| p.get_mut("requestedSchema")) {
+            *schema = with_properties(schema.take());
+        }
+    }
+    requests
+}
+
 /// Why a Run cannot pass on the questions an upstream server asked through a `tool` step:
-/// a request other than elicitation and sampling (`roots/list`: a Run has no roots to list), or
-/// a form that asks for a secret. `None` when every question can be put to the caller.
+/// a request other than elicitation and sampling (`roots/list`: a Run has no roots to list), a
+/// form that is not one, or a form that asks for a secret. `None` when every question can be put to the caller.
 pub fn unanswerable(requests: &std::collections::BTreeMap<String, Value>) -> Option<String> {
     use crate::protocol::{METHOD_ELICITATION, METHOD_SAMPLING};
     requests.iter().find_map(|(key, request)| {
@@ -106,6 +187,16 @@ pub fn unanswerable(requests: &std::collections::BTreeMap<String, Value>) -> Opt
         let form = method == METHOD_ELICITATION
             && params.and_then(|p| p.get("mode")).and_then(Value::as_str) != Some("url");
         let schema = params.and_then(|p| p.get("requestedSchema"));
+        // A form no client could be shown would wait for an answer until the step's time is
+        // up; a keyword dropped on the way only loosens it, and the upstream checks the answer.
+        if let Some(s) = schema.filter(|_| form)
+            && serde_json::from_value::<rmcp::model::ElicitationSchema>(s.clone()).is_err()
+        {
+            let why = not_a_form(s).unwrap_or_default();
+            return Some(format!(
+                "the upstream server asked through a form clients cannot be shown ({key}: {why})"
+            ));
+        }
         let secret = schema.filter(|_| form).and_then(secret_field)?;
         Some(format!(
             "the upstream server asked for a secret through a form (field {secret} of {key}); \
@@ -175,6 +266,70 @@ mod tests {
         assert_eq!(ask(url), None, "a URL is how secrets are asked");
         let why = ask(json!({"method": "roots/list", "params": {}})).unwrap();
         assert!(why.contains("roots/list (k)"), "{why}");
+        // A field no client could be shown; a dropped keyword is the upstream's to check.
+        let why = ask(form(
+            json!({"tags": {"type": "array", "items": {"type": "number"}}}),
+        ));
+        assert!(
+            why.unwrap()
+                .contains("clients cannot be shown (k: property tags")
+        );
+        assert_eq!(
+            ask(form(json!({"id": {"type": "string", "pattern": "^a"}}))),
+            None
+        );
+    }
+
+    fn one(prop: Value) -> Option<String> {
+        not_a_form(&json!({"type": "object", "properties": {"f": prop}, "required": ["f"]}))
+    }
+
+    #[test]
+    fn forms_are_the_protocols_shapes_with_nothing_dropped() {
+        for prop in [
+            json!({"type": "string", "title": "T", "description": "D", "minLength": 1,
+                   "maxLength": 9, "format": "email", "default": "a@b.c"}),
+            json!({"type": "string", "format": "date-time"}),
+            json!({"type": "number", "minimum": 0, "maximum": 2.5, "default": 1}),
+            json!({"type": "integer", "minimum": 1}),
+            json!({"type": "boolean", "default": true}),
+            json!({"type": "string", "enum": ["a", "b"]}),
+            json!({"type": "string", "oneOf": [{"const": "a", "title": "A"}]}),
+            json!({"type": "array", "items": {"type": "string", "enum": ["a", "b"]}}),
+        ] {
+            assert_eq!(one(prop.clone()), None, "{prop}");
+        }
+        for (prop, why) in [
+            (
+                json!({"type": "string", "pattern": "^OPS-"}),
+                "property f: pattern",
+            ),
+            (
+                json!({"type": "string", "format": "hostname"}),
+                "property f is not a form field",
+            ),
+            (json!({"type": "object"}), "property f is not a form field"),
+            (
+                json!({"type": "array", "items": {"type": "number"}}),
+                "property f is not",
+            ),
+            (
+                json!({"anyOf": [{"type": "string"}]}),
+                "property f is not a form field",
+            ),
+        ] {
+            let got = one(prop.clone()).unwrap_or_default();
+            assert!(got.starts_with(why), "{prop}: {got}");
+        }
+        let extra = json!({"type": "object", "properties": {}, "additionalProperties": false});
+        assert_eq!(
+            not_a_form(&extra).unwrap(),
+            "additionalProperties is not part of a form"
+        );
+        let array = json!({"type": "array", "items": {"type": "string"}});
+        assert!(not_a_form(&array).unwrap().contains("type: object"));
+        // A bare confirmation is a form without fields.
+        assert_eq!(not_a_form(&json!({"type": "object"})), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@ use serde_json::{Map, Value, json};
 
 use super::duration::{self, RenderedDurationError};
 use super::endings::tool_error_ending;
+use super::forms::with_properties;
 use super::machine::{Machine, Progress};
 use super::record::fresh_key;
 use super::template::{self, TemplateError};
@@ -247,10 +248,10 @@ impl Machine<'_> {
                 json!({"mode": "url", "message": message, "url": url, "elicitationId": key})
             }
             None => {
-                let schema = req
-                    .requested_schema
-                    .clone()
-                    .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+                let schema = req.requested_schema.clone().map_or_else(
+                    || json!({"type": "object", "properties": {}}),
+                    with_properties,
+                );
                 json!({"mode": "form", "message": message, "requestedSchema": schema})
             }
         };

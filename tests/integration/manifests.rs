@@ -154,6 +154,18 @@ async fn broken_manifests_are_not_ready_and_say_why() {
             "field cardPin asks for a secret",
         ),
         (
+            "nonform",
+            "  steps:\n    - name: ask\n      input:\n        requests:\n          - { name: t, message: m, requestedSchema: { type: object, properties: { ticket: { type: string, pattern: \"^OPS-\" } } } }\n",
+            "InvalidSchema",
+            "input.requests[t].requestedSchema: property ticket: pattern is not part of a form field",
+        ),
+        (
+            "nestedform",
+            "  steps:\n    - name: ask\n      input:\n        requests:\n          - { name: t, message: m, requestedSchema: { type: object, properties: { where: { type: object } } } }\n",
+            "InvalidSchema",
+            "property where is not a form field",
+        ),
+        (
             "secretelicit",
             "  elicit:\n    - { key: who, message: m, requestedSchema: { type: object, properties: { otp: { type: string } } } }\n  steps: []\n",
             "InvalidSpec",

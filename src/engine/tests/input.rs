@@ -299,3 +299,23 @@ fn an_answer_written_before_the_question_does_not_answer_it() {
     );
     assert!(st.steps[0].output.is_none());
 }
+
+#[test]
+fn a_bare_confirmation_is_asked_as_a_form_without_fields() {
+    // `{type: object}` is no form to rmcp or the protocol's schema, which give every form its
+    // `properties`: asked as written, clients would never be shown the question.
+    let w = wf(json!({"steps": [{"name": "ask", "input": {"requests": [
+        {"name": "go", "message": "Go?", "requestedSchema": {"type": "object"}}
+    ]}}]}));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &w, at(0));
+    let st = status(&run);
+    assert_eq!(
+        st.input_requests["ask.go"].params["requestedSchema"],
+        json!({"type": "object", "properties": {}})
+    );
+    let shown = serde_json::from_value::<rmcp::model::ElicitationSchema>(
+        st.input_requests["ask.go"].params["requestedSchema"].clone(),
+    );
+    assert!(shown.is_ok(), "{shown:?}");
+}

@@ -214,8 +214,17 @@ pub(super) fn tool_name(field: &str, s: &str) -> Result<(), Invalid> {
     }
 }
 
+/// A `requestedSchema` (`field` names it): a form as the protocol has them, asking for no secret.
+pub(super) fn form(field: &str, schema: &Value) -> Result<(), Invalid> {
+    no_secret(field, schema)?;
+    match crate::engine::forms::not_a_form(schema) {
+        Some(why) => Err(invalid(reasons::INVALID_SCHEMA, format!("{field}: {why}"))),
+        None => Ok(()),
+    }
+}
+
 /// Refuse a form (`field` names its `requestedSchema`) that asks for a secret.
-pub(super) fn no_secret(field: &str, schema: &Value) -> Result<(), Invalid> {
+fn no_secret(field: &str, schema: &Value) -> Result<(), Invalid> {
     match crate::engine::forms::secret_field(schema) {
         None => Ok(()),
         Some(secret) => Err(invalid(

@@ -368,7 +368,7 @@ pub(super) fn input_step(
         let field = |x: &str| f(&format!("input.requests[{}].{x}", r.name));
         if let Some(s) = &r.requested_schema {
             json_schema(&field("requestedSchema"), s)?;
-            no_secret(&field("requestedSchema"), s)?;
+            form(&field("requestedSchema"), s)?;
         }
         if let Some(u) = &r.url {
             if r.requested_schema.is_some() {

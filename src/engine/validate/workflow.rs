@@ -204,7 +204,7 @@ fn tool_and_execution(spec: &WorkflowSpec) -> Result<(), Invalid> {
             &format!("elicit {}: requestedSchema", e.key),
             &e.requested_schema,
         )?;
-        no_secret(
+        form(
             &format!("elicit {}: requestedSchema", e.key),
             &e.requested_schema,
         )?;
