@@ -256,6 +256,60 @@ pub(super) fn check_param_headers(
     Ok(())
 }
 
+/// The media ranges `Accept` lists, without their parameters; a range weighted `q=0` is
+/// refused by the client, so it is left out.
+fn accepted(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    let ranges = headers.get_all(header::ACCEPT).into_iter();
+    let ranges = ranges
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','));
+    ranges.filter_map(|range| {
+        let mut parts = range.split(';');
+        let essence = parts.next()?.trim();
+        let refused = parts.any(|p| {
+            p.split_once('=').is_some_and(|(k, v)| {
+                let v = v.trim();
+                k.trim().eq_ignore_ascii_case("q")
+                    && !v.is_empty()
+                    && v.trim_end_matches(['0', '.']).is_empty()
+            })
+        });
+        (!refused).then_some(essence)
+    })
+}
+
+/// Why a POST that rmcp does not see (a `subscriptions/listen`) cannot be served as rmcp
+/// would refuse it: `Accept` must list JSON and SSE (406), the body must be JSON (415).
+pub(super) fn media_refusal(headers: &HeaderMap) -> Option<(http::StatusCode, &'static str)> {
+    let (mut json, mut sse) = (false, false);
+    for essence in accepted(headers) {
+        json |= essence.eq_ignore_ascii_case("application/json");
+        sse |= essence.eq_ignore_ascii_case("text/event-stream");
+    }
+    if !(json && sse) {
+        return Some((
+            http::StatusCode::NOT_ACCEPTABLE,
+            "Not Acceptable: Client must accept both application/json and text/event-stream",
+        ));
+    }
+    let content_type = only(headers, header::CONTENT_TYPE).unwrap_or_default();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    (!essence.eq_ignore_ascii_case("application/json")).then_some((
+        http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "Unsupported Media Type: Content-Type must be application/json",
+    ))
+}
+
+/// Mark an SSE answer as one a reverse proxy must pass on as it comes (nginx buffers a
+/// response whole otherwise, and a notification would reach the client late or in bursts),
+/// as rmcp marks its own streams.
+pub(super) fn no_proxy_buffering(resp: &mut axum::response::Response) {
+    resp.headers_mut().insert(
+        header::HeaderName::from_static("x-accel-buffering"),
+        header::HeaderValue::from_static("no"),
+    );
+}
+
 /// An `MCP-Protocol-Version` header, when sent, is not empty.
 pub(super) fn protocol_headers(headers: &HeaderMap) -> Result<(), &'static str> {
     let version = headers

@@ -18,6 +18,7 @@ use super::caller::bearer;
 use super::caps::declares_tasks_in;
 use super::errors::{forbidden, rpc_error, signed_out};
 use super::handler::RunwayMcp;
+use super::headers::{media_refusal, no_proxy_buffering};
 use super::projection;
 use super::state::{McpState, Tenant};
 use super::tasks::live_spec;
@@ -56,6 +57,9 @@ pub async fn serve(
     headers: &HeaderMap,
     msg: Value,
 ) -> Response {
+    if let Some(refusal) = media_refusal(headers) {
+        return refusal.into_response();
+    }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let params = msg.get("params").cloned().unwrap_or_else(|| json!({}));
     if let Some(refused) = version_refusal(headers, &params, &id) {
@@ -205,25 +209,35 @@ fn requested_tasks(params: &Value, requested: &Value) -> Result<Vec<String>, &'s
 fn version_refusal(headers: &HeaderMap, params: &Value, id: &Value) -> Option<Response> {
     let id = id.clone();
     let meta = params.get("_meta");
-    match header(headers, HEADER_PROTOCOL_VERSION) {
-        None => {
-            return Some(rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::HEADER_MISMATCH,
-                "missing MCP-Protocol-Version header",
-            ));
-        }
-        Some(v) if v != PROTOCOL_VERSION => {
-            return Some(error_data(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::UNSUPPORTED_VERSION,
-                "unsupported protocol version",
-                json!({"requested": v, "supported": [PROTOCOL_VERSION]}),
-            ));
-        }
-        Some(_) => {}
+    let meta_version = meta
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let Some(version) = header(headers, HEADER_PROTOCOL_VERSION) else {
+        return Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            "missing MCP-Protocol-Version header",
+        ));
+    };
+    // A header that disagrees with the body is a mismatch before it is an unsupported version:
+    // "unsupported, use 2026-07-28" would send the client back with what its body already says.
+    if meta_version.is_some_and(|m| m != version) {
+        return Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::HEADER_MISMATCH,
+            "MCP-Protocol-Version header does not match _meta",
+        ));
+    }
+    if version != PROTOCOL_VERSION {
+        return Some(error_data(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::UNSUPPORTED_VERSION,
+            "unsupported protocol version",
+            json!({"requested": version, "supported": [PROTOCOL_VERSION]}),
+        ));
     }
     if header(headers, HEADER_METHOD) != Some(METHOD_LISTEN) {
         return Some(rpc_error(
@@ -233,28 +247,14 @@ fn version_refusal(headers: &HeaderMap, params: &Value, id: &Value) -> Option<Re
             "Mcp-Method header does not match the method",
         ));
     }
-    let meta_version = meta
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
     let caps = meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES));
-    match (meta_version, caps) {
-        (Some(v), Some(_)) if v == PROTOCOL_VERSION => {}
-        (Some(_), Some(_)) => {
-            return Some(rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::HEADER_MISMATCH,
-                "MCP-Protocol-Version header does not match _meta",
-            ));
-        }
-        _ => {
-            return Some(rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                codes::INVALID_PARAMS,
-                "request _meta is missing protocolVersion or clientCapabilities",
-            ));
-        }
+    if meta_version.is_none() || caps.is_none() {
+        return Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            codes::INVALID_PARAMS,
+            "request _meta is missing protocolVersion or clientCapabilities",
+        ));
     }
     None
 }
@@ -358,6 +358,27 @@ async fn follow(
     }
 }
 
+/// A follower per task of `tasks` the caller may still read, sending its changes to `changes`.
+async fn follow_all(
+    reader: &Reader,
+    tasks: &[String],
+    changes: mpsc::Sender<Value>,
+) -> tokio::task::JoinSet<()> {
+    let (state, tenant) = (&reader.state, &reader.tenant);
+    let mut followers = tokio::task::JoinSet::new();
+    for t in tasks {
+        let rx = state.events.subscribe(&tenant.namespace, t);
+        // Read again after subscribing, so that no change falls between; readable a moment
+        // ago at the acknowledgement, a task that cannot be read now is left out.
+        let Ok(Some(current)) = readable_run(state, tenant, t).await else {
+            continue;
+        };
+        let live = live_spec(state, &current).await;
+        followers.spawn(follow(reader.clone(), current, live, rx, changes.clone()));
+    }
+    followers
+}
+
 fn stream(
     reader: Reader,
     id: Value,
@@ -374,7 +395,7 @@ fn stream(
     });
     let keep_alive = reader.state.config.keep_alive;
     tokio::spawn(async move {
-        let (state, tenant) = (&reader.state, &reader.tenant);
+        let state = &reader.state;
         // Counted until the stream ends (released before the last frame, so a client that has
         // read the whole stream may open the next one at once).
         let slot = slot;
@@ -382,24 +403,8 @@ fn stream(
             return;
         }
         let (changes_tx, mut changes) = mpsc::channel::<Value>(256);
-        let mut followers = tokio::task::JoinSet::new();
-        for t in &tasks {
-            let rx = state.events.subscribe(&tenant.namespace, t);
-            // Read again after subscribing, so that no change falls between; readable a
-            // moment ago at the acknowledgement, a task that cannot be read now is left out.
-            let Ok(Some(current)) = readable_run(state, tenant, t).await else {
-                continue;
-            };
-            let live = live_spec(state, &current).await;
-            followers.spawn(follow(
-                reader.clone(),
-                current,
-                live,
-                rx,
-                changes_tx.clone(),
-            ));
-        }
-        drop(changes_tx);
+        // Dropped with this task: the followers end with the stream.
+        let _followers = follow_all(&reader, &tasks, changes_tx).await;
         let open = !tasks.is_empty();
         loop {
             if end_at_once {
@@ -434,7 +439,9 @@ fn stream(
         drop(slot);
         let _ = tx.send(frame(done)).await;
     });
-    Sse::new(ReceiverStream::new(rx))
+    let mut resp = Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::new().interval(keep_alive))
-        .into_response()
+        .into_response();
+    no_proxy_buffering(&mut resp);
+    resp
 }

@@ -1034,6 +1034,79 @@ async fn listen_gets_the_host_and_origin_checks_of_every_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_is_refused_for_its_media_types_and_versions_as_any_request_is() {
+    let s = server().await;
+    let c = s.client("alice-token");
+    let url = format!("http://{}/namespaces/team-a/mcp", s.addr);
+    let body = |version: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen", "params": {
+            "_meta": {"io.modelcontextprotocol/protocolVersion": version,
+                      "io.modelcontextprotocol/clientCapabilities": {}},
+            "notifications": {"taskIds": []}}})
+    };
+    let post = |accept: &str, content_type: &str, header: &str, meta: &str| {
+        reqwest::Client::new()
+            .post(&url)
+            .bearer_auth("alice-token")
+            .header("accept", accept)
+            .header("content-type", content_type)
+            .header("mcp-protocol-version", header)
+            .header("mcp-method", "subscriptions/listen")
+            .body(body(meta).to_string())
+    };
+    let both = "application/json, text/event-stream";
+    let now = "2026-07-28";
+    // The media types, as rmcp refuses them on every other request.
+    for (accept, content_type, status) in [
+        (
+            "application/json",
+            "application/json",
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (
+            "text/event-stream",
+            "application/json",
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (
+            "application/json, text/event-stream;q=0",
+            "application/json",
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (both, "text/plain", StatusCode::UNSUPPORTED_MEDIA_TYPE),
+    ] {
+        let r = post(accept, content_type, now, now).send().await.unwrap();
+        assert_eq!(r.status(), status, "{accept} / {content_type}");
+    }
+    // A header that disagrees with `_meta` is a mismatch, whichever of the two is supported;
+    // an unsupported version on both is unsupported.
+    for (header, meta, code) in [
+        ("2025-11-25", now, -32020),
+        (now, "2025-11-25", -32020),
+        ("2099-01-01", "2099-01-01", -32022),
+    ] {
+        let r = c.send(post(both, "application/json", header, meta)).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (StatusCode::BAD_REQUEST, code),
+            "{header} / {meta}"
+        );
+    }
+    // Parameters and weights other than zero are fine; the stream is marked unbuffered.
+    let r = post(
+        "application/json;q=0.9, text/event-stream;q=1",
+        "application/json; charset=utf-8",
+        now,
+        now,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["x-accel-buffering"], "no");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s = server().await;

@@ -544,6 +544,7 @@ impl Client {
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
+        assert_unbuffered(&resp);
         Events {
             body: Box::pin(resp.bytes_stream()),
             buf: String::new(),
@@ -717,6 +718,7 @@ impl Old {
                 .unwrap()
                 .starts_with("text/event-stream")
         );
+        assert_unbuffered(&resp);
         Events {
             body: Box::pin(resp.bytes_stream()),
             buf: String::new(),
@@ -728,6 +730,18 @@ impl Old {
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
         self.post(&body).send().await.unwrap().status()
     }
+}
+
+/// A stream is marked for reverse proxies to pass on as it comes (nginx would buffer it).
+fn assert_unbuffered(resp: &reqwest::Response) {
+    assert_eq!(
+        resp.headers()
+            .get("x-accel-buffering")
+            .and_then(|v| v.to_str().ok()),
+        Some("no"),
+        "{:?}",
+        resp.headers()
+    );
 }
 
 /// Start `call` (a request of `probe`'s principal, on a server where a principal may have one

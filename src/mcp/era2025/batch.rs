@@ -12,6 +12,7 @@ use super::serve::{Caller, open_session, serve};
 use super::session::binding;
 use super::wire::{self, accepted};
 use crate::mcp::errors::{err, internal, rpc_error};
+use crate::mcp::headers::no_proxy_buffering;
 use crate::protocol::{HEADER_SESSION_ID, METHOD_INITIALIZE, codes};
 
 /// The one revision whose sessions may send batches (2025-06-18 removed them).
@@ -160,7 +161,7 @@ fn together(answers: Vec<Value>, streams: Vec<Body>) -> Response {
     let held =
         futures::stream::select_all(streams.into_iter().map(|b| b.into_data_stream().boxed()));
     let body = Body::from_stream(futures::stream::iter(ready).chain(held));
-    (
+    let mut resp = (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -168,5 +169,7 @@ fn together(answers: Vec<Value>, streams: Vec<Body>) -> Response {
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    no_proxy_buffering(&mut resp);
+    resp
 }

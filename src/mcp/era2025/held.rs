@@ -30,6 +30,7 @@ use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
 use crate::mcp::errors::{err, forbidden, invalid, missing_capability, signed_out, unknown_task};
 use crate::mcp::handler::RunwayMcp;
+use crate::mcp::headers::no_proxy_buffering;
 use crate::mcp::own_tools::is_builtin;
 use crate::mcp::projection;
 use crate::mcp::state::Tenant;
@@ -307,9 +308,11 @@ impl Held {
                 None => {}
             }
         });
-        Sse::new(ReceiverStream::new(rx))
+        let mut resp = Sse::new(ReceiverStream::new(rx))
             .keep_alive(KeepAlive::new().interval(keep_alive))
-            .into_response()
+            .into_response();
+        no_proxy_buffering(&mut resp);
+        resp
     }
     /// Send one message on the stream; `false` when the client is gone.
     async fn send(&self, message: &Value) -> bool {
