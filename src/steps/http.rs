@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::slots::{HTTP_ATTEMPTS, HTTP_ATTEMPTS_PER_NAMESPACE, Slots};
 use crate::api::{ErrorClass, Run};
+use crate::engine::MAX_OUTPUT_BYTES;
 use crate::engine::{Action, Body, Effect, HttpRequest, Outcome};
 use crate::store::SecretSource;
 
@@ -32,6 +34,7 @@ pub(crate) struct HttpExecutor {
     client: reqwest::Client,
     egress: super::egress::Egress,
     secrets: Arc<dyn SecretSource>,
+    slots: Slots,
 }
 
 impl HttpExecutor {
@@ -41,6 +44,7 @@ impl HttpExecutor {
             client: egress.client(),
             egress: egress.clone(),
             secrets,
+            slots: Slots::new(HTTP_ATTEMPTS, HTTP_ATTEMPTS_PER_NAMESPACE),
         }
     }
 }
@@ -80,7 +84,13 @@ impl super::Executor for HttpExecutor {
             crate::telemetry::attempt_ended(&client, &outcome);
             outcome
         };
-        let attempt = super::within_deadline(effect, bounded, || Outcome::Failed {
+        // The wait for a slot counts against the step's time, not the attempt's bound.
+        let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
+        let slotted = async {
+            let _slot = self.slots.take(namespace).await;
+            bounded.await
+        };
+        let attempt = super::within_deadline(effect, slotted, || Outcome::Failed {
             detail: None,
             class: ErrorClass::Timeout,
             message: "timed out".into(),
@@ -223,17 +233,29 @@ fn succeeded(req: &HttpRequest, status: u16) -> bool {
     }
 }
 
+/// The body of `resp`: parsed as JSON when it is JSON and fits a step's output, else as text.
+/// A body past [`MAX_OUTPUT_BYTES`] would be cut to that many bytes of text as the step's
+/// output anyway, so only that much of it is kept (and none of it parsed: a megabyte of
+/// `[0,0,…]` is tens of megabytes as a value) while the rest is counted up to
+/// [`MAX_RESPONSE_BYTES`].
 async fn read_body(mut resp: reqwest::Response) -> Result<Value, BodyError> {
-    let mut buf = Vec::new();
+    let mut kept = Vec::new();
+    let mut read = 0;
     while let Some(chunk) = resp.chunk().await? {
-        if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+        read += chunk.len();
+        if read > MAX_RESPONSE_BYTES {
             return Err(BodyError::TooLarge);
         }
-        buf.extend_from_slice(&chunk);
+        let room = (MAX_OUTPUT_BYTES + 1).saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
-    Ok(match serde_json::from_slice::<Value>(&buf) {
+    if read > MAX_OUTPUT_BYTES {
+        kept.truncate(MAX_OUTPUT_BYTES);
+        return Ok(Value::String(String::from_utf8_lossy(&kept).into_owned()));
+    }
+    Ok(match serde_json::from_slice::<Value>(&kept) {
         Ok(v) => v,
-        Err(_) => Value::String(String::from_utf8_lossy(&buf).into_owned()),
+        Err(_) => Value::String(String::from_utf8_lossy(&kept).into_owned()),
     })
 }
 
@@ -332,5 +354,46 @@ mod tests {
             }) => assert!(message.contains("900s"), "{message}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A response with `body`, as reqwest hands one over (in chunks of 16 KiB).
+    fn response(body: Vec<u8>) -> reqwest::Response {
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = body
+            .chunks(16 * 1024)
+            .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
+            .collect();
+        let stream = futures::stream::iter(chunks);
+        reqwest::Response::from(http::Response::new(reqwest::Body::wrap_stream(stream)))
+    }
+
+    /// `[0,0,…]` of about `bytes` bytes: JSON that is many times its size as a value.
+    fn zeros(bytes: usize) -> Vec<u8> {
+        let mut v = b"[0".to_vec();
+        while v.len() + 3 <= bytes {
+            v.extend_from_slice(b",0");
+        }
+        v.push(b']');
+        v
+    }
+
+    #[tokio::test]
+    async fn a_body_is_parsed_only_when_it_fits_a_steps_output() {
+        let small = zeros(MAX_OUTPUT_BYTES);
+        let parsed = read_body(response(small.clone())).await.unwrap();
+        assert!(parsed.is_array());
+        assert_eq!(parsed.to_string().as_bytes(), small);
+        // Larger, it would be cut to this much text as the output: only that much is kept.
+        let large = zeros(MAX_RESPONSE_BYTES);
+        let kept = read_body(response(large.clone())).await.unwrap();
+        let Value::String(text) = kept else {
+            panic!("parsed: {kept:.100}")
+        };
+        assert_eq!(text.as_bytes(), &large[..MAX_OUTPUT_BYTES]);
+        // Past what is read at all, it is refused.
+        let over = zeros(MAX_RESPONSE_BYTES + 3);
+        assert!(matches!(
+            read_body(response(over)).await,
+            Err(BodyError::TooLarge)
+        ));
     }
 }

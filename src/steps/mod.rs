@@ -6,6 +6,7 @@ pub mod egress;
 pub mod http;
 pub mod job;
 mod lineage;
+pub mod slots;
 pub mod tool;
 
 use std::sync::Arc;

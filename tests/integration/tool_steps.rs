@@ -535,6 +535,27 @@ async fn failed_polls_of_an_upstream_task_are_retried_without_failing_the_step()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_answer_past_what_a_step_reads_fails_the_step_not_the_server() {
+    let (a, proxy, _b) = through_proxy("relay-echo", "echo").await;
+    let c = a.client("alice-token");
+    // 2 MiB parsed whole, many times over in a fan-out, would take the server's memory.
+    proxy.oversize_next("tools/call", 1, 2 * 1024 * 1024);
+    let id = c.call("relay-echo", json!({"msg": "big"})).await.task_id();
+    let run = a.wait(&id, "finished", |r| r.phase().is_terminal()).await;
+    assert_eq!(proxy.count("tools/call oversized"), 1);
+    let st = run.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Failed, "{st:?}");
+    let message = st.steps[0].message.clone().unwrap_or_default();
+    assert!(message.contains("1048576"), "{message}");
+    // The next call, answered as usual, goes through.
+    let id = c
+        .call("relay-echo", json!({"msg": "small"}))
+        .await
+        .task_id();
+    c.await_status(&id, "completed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_the_upstream_refuses_fails_the_step_and_cancels_the_upstream_task() {
     let (a, proxy, b) = through_proxy("relay-approve", "approve").await;
     let c = a.client("alice-token");

@@ -27,6 +27,8 @@ struct Seen {
     refusing: Mutex<BTreeMap<String, (usize, i64)>>,
     /// Requests of a method whose upstream answer is held until [`Proxy::release`].
     holding: Mutex<BTreeMap<String, usize>>,
+    /// Requests of a method to answer with a result of this many bytes instead.
+    oversizing: Mutex<BTreeMap<String, (usize, usize)>>,
     /// One permit per held answer let go.
     released: Released,
     /// The idempotency keys of each `tools/call` forwarded: its `Idempotency-Key` header and
@@ -130,6 +132,35 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
             _ => None,
         }
     };
+    let oversized = {
+        let mut oversizing = s.seen.oversizing.lock().unwrap();
+        match oversizing.get_mut(&method) {
+            Some((n, bytes)) if *n > 0 => {
+                *n -= 1;
+                Some(*bytes)
+            }
+            _ => None,
+        }
+    };
+    if let Some(bytes) = oversized {
+        let id = serde_json::from_slice::<serde_json::Value>(&body)
+            .map(|v| v["id"].clone())
+            .unwrap_or_default();
+        *s.seen
+            .by_method
+            .lock()
+            .unwrap()
+            .entry(format!("{method} oversized"))
+            .or_default() += 1;
+        s.changes.send_modify(|n| *n += 1);
+        let result = serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "result": {"content": [{"type": "text", "text": "x".repeat(bytes)}]}});
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Body::from(result.to_string()))
+            .unwrap();
+    }
     if let Some(code) = refused {
         let id = serde_json::from_slice::<serde_json::Value>(&body)
             .map(|v| v["id"].clone())
@@ -247,6 +278,16 @@ impl Proxy {
             .lock()
             .unwrap()
             .insert(method.to_owned(), (n, code));
+    }
+
+    /// Answer the next `n` requests with this `Mcp-Method` with a result of about `bytes`
+    /// bytes instead of forwarding them (counted as `"<method> oversized"`).
+    pub fn oversize_next(&self, method: &str, n: usize, bytes: usize) {
+        self.seen
+            .oversizing
+            .lock()
+            .unwrap()
+            .insert(method.into(), (n, bytes));
     }
 
     /// Forward the next `n` requests with this `Mcp-Method` but hold each upstream answer

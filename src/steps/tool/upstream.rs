@@ -20,6 +20,7 @@ use crate::api::ErrorClass;
 use crate::dial::{self, Abilities, Session};
 use crate::engine::Outcome;
 use crate::protocol::{META_IDEMPOTENCY_KEY, codes};
+use crate::steps::http::MAX_RESPONSE_BYTES;
 
 /// Polls of an upstream task that may fail transiently in a row before the attempt fails
 /// (waiting 0.25, 0.5, 1 and 2 s between them: long enough for an upstream to restart).
@@ -95,8 +96,12 @@ impl Upstream {
     async fn connect_keyed(&self, key: Option<&str>) -> Result<Session, Outcome> {
         let key = key.and_then(|k| HttpHeaderValue::from_str(k).ok());
         let client = KeyedClient::new(self.client.clone(), key);
+        // What an `http` step reads at most, not rmcp's 16 MiB: a response is parsed whole, at
+        // tens of times its size for some JSON, and a fan-out makes many at once.
         let cfg = StreamableHttpClientTransportConfig::with_uri(self.url.clone())
-            .custom_headers(self.headers.clone());
+            .custom_headers(self.headers.clone())
+            .max_json_response_size(MAX_RESPONSE_BYTES)
+            .max_sse_event_size(MAX_RESPONSE_BYTES);
         let abilities = Abilities {
             urls: false,
             tasks: self.tasks,
