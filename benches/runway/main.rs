@@ -780,22 +780,11 @@ fn parked(b: &[u8]) -> bool {
     load::status_of(b) == Some("working") && b.windows(15).any(|w| w == b"\"statusMessage\"")
 }
 
-async fn recovery(work: &Path, plan: Plan) -> Recovery {
-    let (mut p, dir) = start_runway(work, "recovery").await;
-    let addr = p.addr;
-    let n = plan.recovery_runs;
-    let ids = create_many(addr, "park", json!({"ms": RECOVERY_PARK_MS}), n, 16).await;
-    await_all(addr, &ids, 16, parked).await;
-    // Every wake time is now fixed and at most RECOVERY_PARK_MS away.
-    let all_due = Instant::now() + Duration::from_millis(RECOVERY_PARK_MS + 250);
-    p.kill();
-    tokio::time::sleep_until(all_due.into()).await;
+/// Most task ids one `subscriptions/listen` follows (docs/mcp.md).
+const LISTEN_TASK_IDS: usize = 256;
 
-    // Restart on the same database with every wake time in the past.
-    let addr = free_addr();
-    let t0 = Instant::now();
-    let mut p = procs::runway(&dir, addr, "runway-restarted.log");
-    let startup = p.ready(Some("/healthz")).await;
+/// The tasks of `ids` that one `subscriptions/listen` saw complete within [`PATIENCE`].
+async fn completions(addr: SocketAddr, ids: Vec<String>) -> HashSet<String> {
     let mut c = Conn::open(addr).await.expect("a connection");
     let resp = c.start(&load::listen(&ids)).await.expect("listen answers");
     let mut body = resp.into_body();
@@ -824,6 +813,34 @@ async fn recovery(work: &Path, plan: Plan) -> Recovery {
                 }
             }
         }
+    }
+    done
+}
+
+async fn recovery(work: &Path, plan: Plan) -> Recovery {
+    let (mut p, dir) = start_runway(work, "recovery").await;
+    let addr = p.addr;
+    let n = plan.recovery_runs;
+    let ids = create_many(addr, "park", json!({"ms": RECOVERY_PARK_MS}), n, 16).await;
+    await_all(addr, &ids, 16, parked).await;
+    // Every wake time is now fixed and at most RECOVERY_PARK_MS away.
+    let all_due = Instant::now() + Duration::from_millis(RECOVERY_PARK_MS + 250);
+    p.kill();
+    tokio::time::sleep_until(all_due.into()).await;
+
+    // Restart on the same database with every wake time in the past.
+    let addr = free_addr();
+    let t0 = Instant::now();
+    let mut p = procs::runway(&dir, addr, "runway-restarted.log");
+    let startup = p.ready(Some("/healthz")).await;
+    // One stream per LISTEN_TASK_IDS tasks (the most one `subscriptions/listen` follows).
+    let mut streams = tokio::task::JoinSet::new();
+    for chunk in ids.chunks(LISTEN_TASK_IDS) {
+        streams.spawn(completions(addr, chunk.to_vec()));
+    }
+    let mut done: HashSet<String> = HashSet::new();
+    while let Some(r) = streams.join_next().await {
+        done.extend(r.expect("a listen stream panicked"));
     }
     let all = t0.elapsed();
     assert_eq!(
