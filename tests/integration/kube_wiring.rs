@@ -818,6 +818,8 @@ async fn a_task_stream_stops_once_its_token_no_longer_signs_its_caller_in() {
     let (shutdown, op) = operator_on(&api, opts);
     let agent = Client::new(&base, Some("agent-token"), "/mcp");
     let task = support::mcp::until_created(&agent, "ask").await;
+    // Settled first: a change of the controller's would otherwise come after the revocation.
+    agent.await_status(&task, "input_required").await;
     let mut listen = agent.listen(&[&task]).await;
     let ack = listen.next().await.unwrap();
     assert_eq!(ack["params"]["notifications"]["taskIds"], json!([task]));
