@@ -22,14 +22,29 @@ pub(super) fn has_input_steps(wf: &Workflow) -> bool {
     wf.spec.all_steps().any(|s| s.input.is_some())
 }
 
+/// A cancelled call's answer: a tool error saying who cancelled it and why.
+fn cancelled(message: Option<String>) -> CallToolResponse {
+    let msg = message.unwrap_or_else(|| "cancelled".into());
+    CallToolResult::error(vec![rmcp::model::ContentBlock::text(msg)]).into()
+}
+
+/// The answer of a Run whose cancel the controller took while it still winds down (`finally`
+/// steps, cleanups): the cancelled ending it has already settled on. 2025-11-25 shows such a task
+/// `cancelled` at once, a terminal status, whose `tasks/result` answers without waiting.
+pub(super) fn cancel_taken_result(run: &Run) -> Option<CallToolResponse> {
+    let st = run.status.as_ref()?;
+    let ending = st.ending.as_ref()?;
+    let taken = run.spec.cancel.is_some() && ending.phase == RunPhase::Cancelled;
+    (taken && !st.phase.is_terminal()).then(|| cancelled(ending.message.clone()))
+}
+
 pub(super) fn run_result(run: &Run) -> Result<CallToolResponse, ErrorData> {
     let st = run.status.clone().unwrap_or_default();
     if let Some(e) = st.error {
         return Err(err(e.code, e.message, e.data));
     }
     if st.phase == RunPhase::Cancelled {
-        let msg = st.status_message.unwrap_or_else(|| "cancelled".into());
-        return Ok(CallToolResult::error(vec![rmcp::model::ContentBlock::text(msg)]).into());
+        return Ok(cancelled(st.status_message));
     }
     let mut parsed: CallToolResult = match &st.result {
         Some(text) => serde_json::from_str(text.get()).map_err(internal)?,

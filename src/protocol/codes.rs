@@ -18,6 +18,8 @@ pub const MISSING_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_VERSION: i64 = -32022;
 /// Missing or invalid credentials (sent with HTTP 401).
 pub const UNAUTHENTICATED: i64 = -32001;
+/// 2025 era: the resource asked for does not exist (2026-07-28 answers `INVALID_PARAMS`).
+pub const RESOURCE_NOT_FOUND_2025: i64 = -32002;
 /// The caller may not do this (authorization failure on a JSON-RPC request).
 pub const FORBIDDEN: i64 = -32003;
 

@@ -25,7 +25,7 @@ use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::mcp::access::{allowed, awaiting_answer_from, may_read, still_signed_in};
-use crate::mcp::calls::run_result;
+use crate::mcp::calls::{cancel_taken_result, run_result};
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
 use crate::mcp::errors::{err, forbidden, invalid, missing_capability, signed_out, unknown_task};
@@ -331,7 +331,13 @@ impl Held {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
+        let cancelled_before = run.spec.cancel.is_some();
         loop {
+            // Cancelled by its client (`notifications/cancelled`) while held: the client
+            // expects no response. One an idempotency key found cancelled still gets its end.
+            if self.owns && !cancelled_before && cancelled_by_client(&run) {
+                return None;
+            }
             // A `tasks/result` shows what `tasks/get` would: once the caller may no longer read
             // the Run (its question answered by someone else, its rights removed), the task is
             // unknown to it. A call's own Run needs only the `create runs` it was made with.
@@ -354,8 +360,8 @@ impl Held {
             if self.task_updates && !self.tell_status(&run, &mut told).await {
                 return None;
             }
-            if run.phase().is_terminal() {
-                return Some(run_result(&run).map(|r| older(ServerResult::from(r))));
+            if let Some(answer) = self.answer_now(&run) {
+                return Some(answer);
             }
             if run.phase() == RunPhase::Waiting {
                 match self.ask(&run, &mut asked).await {
@@ -395,6 +401,16 @@ impl Held {
         }
     }
 
+    /// The call's answer when it is due: the Run ended, or (for `tasks/result`) its cancel was
+    /// taken, which 2025-11-25 shows as the end it is.
+    fn answer_now(&self, run: &Run) -> Option<Result<Value, ErrorData>> {
+        if run.phase().is_terminal() {
+            return Some(run_result(run).map(|r| older(ServerResult::from(r))));
+        }
+        let cancelled = cancel_taken_result(run).filter(|_| !self.owns)?;
+        Some(Ok(older(ServerResult::from(cancelled))))
+    }
+
     /// Send `notifications/tasks/status` when the task's status or message changed since
     /// `told`; `false` when the client is gone.
     async fn tell_status(&self, run: &Run, told: &mut Option<Value>) -> bool {
@@ -429,6 +445,9 @@ impl Held {
                 Some(r) if r.method == METHOD_SAMPLING => self.session.samples(),
                 Some(r) if r.params.get("mode").and_then(Value::as_str) == Some("url") => {
                     self.session.elicits_urls()
+                }
+                Some(r) if !self.session.has_tasks() => {
+                    self.session.elicits_forms() && wire::older_form(&r.params["requestedSchema"])
                 }
                 _ => self.session.elicits_forms(),
             };
@@ -488,6 +507,13 @@ enum Asked {
 
 /// The result of a call whose Run waits for answers this client cannot give: a tool error
 /// that says where they can be given. The Run goes on.
+/// Whether `run` was cancelled because its caller stopped waiting (`notifications/cancelled`,
+/// or the connection gone).
+fn cancelled_by_client(run: &Run) -> bool {
+    let reason = run.spec.cancel.as_ref().and_then(|c| c.reason.as_deref());
+    reason == Some(reasons::MCP_REQUEST_CANCELLED)
+}
+
 fn cannot_answer(run: &Run, structured: bool) -> Value {
     let name = run.metadata.name.clone().unwrap_or_default();
     let text = format!(

@@ -22,9 +22,10 @@ use crate::mcp::errors::{err, internal, invalid, rpc_error};
 use crate::mcp::handler::RunwayMcp;
 use crate::mcp::state::{McpState, Tenant};
 use crate::protocol::{
-    HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_CALL_TOOL, METHOD_INITIALIZE,
-    METHOD_LIST_PROMPTS, METHOD_LIST_RESOURCE_TEMPLATES, METHOD_LIST_RESOURCES, METHOD_LIST_TOOLS,
-    METHOD_PING, METHOD_READ_RESOURCE, METHOD_SET_LEVEL, NOTIFICATION_CANCELLED, codes,
+    HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_CALL_TOOL, METHOD_GET_PROMPT,
+    METHOD_INITIALIZE, METHOD_LIST_PROMPTS, METHOD_LIST_RESOURCE_TEMPLATES, METHOD_LIST_RESOURCES,
+    METHOD_LIST_TOOLS, METHOD_PING, METHOD_READ_RESOURCE, METHOD_SET_LEVEL, NOTIFICATION_CANCELLED,
+    codes,
 };
 
 /// Log levels of `logging/setLevel` (RFC 5424 names).
@@ -128,6 +129,7 @@ pub(crate) async fn serve(
         METHOD_LIST_RESOURCES => Ok(json!({"resources": []})),
         METHOD_LIST_RESOURCE_TEMPLATES => Ok(json!({"resourceTemplates": []})),
         METHOD_LIST_PROMPTS => Ok(json!({"prompts": []})),
+        METHOD_GET_PROMPT => get_prompt(&params),
         METHOD_READ_RESOURCE => read_resource(&params),
         m if m.starts_with("tasks/") && session.has_tasks() => {
             state.config.metrics.request(m, 200);
@@ -240,15 +242,25 @@ fn set_level(params: &Value) -> Result<Value, ErrorData> {
     }
 }
 
+/// `prompts/get`: prompts are declared (the capability lets clients list them), none exists.
+fn get_prompt(params: &Value) -> Result<Value, ErrorData> {
+    let name = params.get("name").and_then(Value::as_str);
+    Err(invalid(format!(
+        "unknown prompt: {}",
+        name.unwrap_or_default()
+    )))
+}
+
 /// `resources/read`: the run view is the only resource.
 fn read_resource(params: &Value) -> Result<Value, ErrorData> {
     let uri = params
         .get("uri")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    // Until 2026-07-28 a resource that is not there has a code of its own.
     read_view(uri).map(older).ok_or_else(|| {
         err(
-            codes::INVALID_PARAMS,
+            codes::RESOURCE_NOT_FOUND_2025,
             "resource not found",
             Some(json!({"uri": uri})),
         )
@@ -265,6 +277,11 @@ async fn list_tools(mcp: &RunwayMcp, t: &Tenant, session: &Session) -> Result<Va
             Some(wf) => held::task_support(&wf),
             None => "forbidden",
         };
+        // A tool that runs only as a task cannot be called by a revision without tasks: it is
+        // not offered there, rather than offered and refused at every call.
+        if !session.has_tasks() && support == "required" {
+            continue;
+        }
         let mut tool = serde_json::to_value(tool).map_err(internal)?;
         if session.has_tasks() {
             tool["execution"] = json!({"taskSupport": support});

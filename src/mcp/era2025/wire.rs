@@ -148,3 +148,35 @@ pub(crate) fn created(run: &Run, live: Option<&WorkflowSpec>) -> Value {
 pub(crate) fn meta(params: &Value) -> Option<&serde_json::Map<String, Value>> {
     params.get("_meta").and_then(Value::as_object)
 }
+
+/// Whether a form's `requestedSchema` is one a client of 2025-06-18 or 2025-03-26 can show: in
+/// those revisions a field is a string, a number or integer, a boolean or a single choice of
+/// plain `enum` values, with no `default` but on a boolean, no titled choices and no
+/// multi-select, which came with 2025-11-25. A client that checks what it is sent refuses
+/// anything else, and its refusal would read as the person declining.
+pub(crate) fn older_form(schema: &Value) -> bool {
+    let known = |field: &Value| {
+        let Some(f) = field.as_object() else {
+            return false;
+        };
+        let keys: &[&str] = match f.get("type").and_then(Value::as_str) {
+            Some("string") if f.contains_key("enum") => {
+                &["type", "title", "description", "enum", "enumNames"]
+            }
+            Some("string") => &[
+                "type",
+                "title",
+                "description",
+                "minLength",
+                "maxLength",
+                "format",
+            ],
+            Some("number" | "integer") => &["type", "title", "description", "minimum", "maximum"],
+            Some("boolean") => &["type", "title", "description", "default"],
+            _ => return false,
+        };
+        f.keys().all(|k| keys.contains(&k.as_str()))
+    };
+    let fields = schema.get("properties").and_then(Value::as_object);
+    fields.is_none_or(|f| f.values().all(known))
+}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::support::mcp::{Mcp, Old, TASK_WORKFLOWS, initialize};
 
 /// Workflows of the 2025-era tests (for namespace `NS`): `steps`, `ask-name`, `pause`,
-/// `only-task`, and two that declare `outputSchema`.
+/// `only-task`, `pick`, `slow-cleanup`, and two that declare `outputSchema`.
 pub(super) const WORKFLOWS: &str = r#"
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
@@ -55,6 +55,31 @@ spec:
   tool: { description: Task only. }
   execution: { mode: task }
   steps: [ { name: w, delay: { duration: 10ms } } ]
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: pick, namespace: NS }
+spec:
+  tool: { description: Asks for a choice with titles. }
+  steps:
+    - name: ask
+      input:
+        requests:
+          - name: env
+            message: "Where?"
+            requestedSchema:
+              type: object
+              properties:
+                env: { type: string, oneOf: [ { const: prod, title: Production }, { const: dev, title: Development } ] }
+---
+apiVersion: runway.dev/v1alpha1
+kind: Workflow
+metadata: { name: slow-cleanup, namespace: NS }
+spec:
+  tool: { description: Naps; its cleanup takes an hour. }
+  execution: { mode: task, pollInterval: 100ms }
+  steps: [ { name: nap, delay: { duration: 1h } } ]
+  finally: [ { name: tidy, delay: { duration: 1h } } ]
 ---
 apiVersion: runway.dev/v1alpha1
 kind: Workflow
@@ -147,6 +172,24 @@ async fn a_forged_foreign_or_misplaced_session_is_refused() {
     moved.url = moved.url.replace("/namespaces/team-a/mcp", "/mcp");
     assert_eq!(moved.rpc("ping", json!({})).await.0, StatusCode::NOT_FOUND);
 
+    // No session at all: a 2026-07-28 request without its _meta, 400 as 2025-11-25 asks.
+    for version in [Some("2025-11-25"), None] {
+        let mut request = reqwest::Client::new()
+            .post(s.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .bearer_auth("alice-token");
+        if let Some(v) = version {
+            request = request.header("mcp-protocol-version", v);
+        }
+        let resp = request
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{version:?}");
+    }
+
     // A version header that is not the session's.
     let mut other = Old::connect(&s.url(), "alice-token", json!({})).await;
     other.version = "2025-06-18".into();
@@ -203,6 +246,21 @@ async fn tools_list_ping_logging_and_notifications() {
         c.error("completion/complete", json!({})).await["code"],
         -32601
     );
+    // Prompts and resources are declared: what is not there is said in this era's codes.
+    assert_eq!(
+        c.result("prompts/list", json!({})).await["prompts"],
+        json!([])
+    );
+    let e = c.error("prompts/get", json!({"name": "x"})).await;
+    assert_eq!(e["code"], -32602, "{e}");
+    let e = c
+        .error("resources/read", json!({"uri": "file:///etc/passwd"}))
+        .await;
+    assert_eq!(e["code"], -32002, "{e}");
+    let view = c
+        .result("resources/read", json!({"uri": "ui://runway/run"}))
+        .await;
+    assert_eq!(view["contents"][0]["uri"], "ui://runway/run");
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(
         c.post(&note).send().await.unwrap().status(),
@@ -216,6 +274,17 @@ async fn tools_list_ping_logging_and_notifications() {
     old.version = "2025-06-18".into();
     let tools = old.result("tools/list", json!({})).await;
     assert!(tools["tools"][0].get("execution").is_none(), "{tools}");
+    // ... nor the tools that run only as tasks, which that revision cannot ask for.
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"steps") && !names.contains(&"only-task"),
+        "{names:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,6 +370,48 @@ async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
     assert_eq!(run.phase(), RunPhase::Succeeded);
     let answer = &run.spec.input_responses.values().next().unwrap();
     assert_eq!(answer.answered_by.as_deref(), Some("alice"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_an_older_revision_cannot_show_is_not_put_to_its_clients() {
+    let s = server().await;
+    // Titled choices came with 2025-11-25: a 2025-06-18 client would refuse the request, and
+    // its refusal would read as a decline.
+    let old = Old::connect_at(
+        &s.url(),
+        "alice-token",
+        json!({"elicitation": {}}),
+        "2025-06-18",
+    )
+    .await;
+    let (_, messages) = old
+        .rpc("tools/call", json!({"name": "pick", "arguments": {}}))
+        .await;
+    assert!(
+        messages.iter().all(|m| m["method"] != "elicitation/create"),
+        "{messages:?}"
+    );
+    let result = &messages.last().unwrap()["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let task = result["structuredContent"]["taskId"].as_str().unwrap();
+    let run = s
+        .wait(task, "waiting", |r| r.phase() == RunPhase::Waiting)
+        .await;
+    assert!(
+        run.spec.input_responses.is_empty(),
+        "nothing taken for an answer"
+    );
+    // A client of 2025-11-25 is asked.
+    let new = Old::connect(&s.url(), "alice-token", json!({"elicitation": {}})).await;
+    let mut events = new
+        .open("tools/call", json!({"name": "pick", "arguments": {}}))
+        .await;
+    let asked = events.next().await.expect("a question");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(
+        asked["params"]["requestedSchema"]["properties"]["env"]["oneOf"][0]["title"],
+        "Production"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,6 +592,47 @@ async fn a_call_held_when_the_server_stops_is_told_its_run_goes_on_and_finds_it_
     for step in &st.steps {
         assert_eq!(step.attempt, 1, "{} ran once", step.name);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_result_of_a_task_shown_cancelled_answers_while_its_cleanup_runs() {
+    let s = server().await;
+    let alice = Old::connect(&s.url(), "alice-token", json!({"tasks": {}})).await;
+    let created = alice
+        .result(
+            "tools/call",
+            json!({"name": "slow-cleanup", "arguments": {}, "task": {}}),
+        )
+        .await;
+    let task = created["task"]["taskId"].as_str().unwrap().to_owned();
+    let cancelled = alice.result("tasks/cancel", json!({"taskId": task})).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    // `cancelled` is terminal: the result comes now, not after the hour of `finally`.
+    let result = tokio::time::timeout(
+        super::support::harness::PATIENCE,
+        alice.result("tasks/result", json!({"taskId": task})),
+    )
+    .await
+    .expect("tasks/result answers while the cleanup runs");
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("cancelled by alice"), "{text}");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task.as_str()
+    );
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    let run = runs
+        .iter()
+        .find(|r| r.spec.workflow_ref.name == "slow-cleanup")
+        .unwrap();
+    assert_eq!(
+        run.phase(),
+        RunPhase::Cancelling,
+        "its finally step still runs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -876,13 +1028,17 @@ async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
     let by = run.spec.cancel.unwrap();
     assert_eq!(by.reason.as_deref(), Some("mcp-request-cancelled"));
     assert_eq!(by.requested_by.as_deref(), Some("alice"));
-    // The held call ends with the Run.
-    while let Some(m) = events.next().await {
-        if m.get("id").is_some() {
-            assert_eq!(m["id"], "held");
-            break;
+    // The held call ends without a response: its client cancelled the request.
+    let rest = tokio::time::timeout(super::support::harness::PATIENCE, async {
+        let mut rest = vec![];
+        while let Some(m) = events.next().await {
+            rest.push(m);
         }
-    }
+        rest
+    })
+    .await
+    .expect("the stream ends");
+    assert!(rest.iter().all(|m| m.get("id").is_none()), "{rest:?}");
 }
 
 /// A 2025-era `tasks/get` twice: in the plain shape the fast path answers, and with an empty
