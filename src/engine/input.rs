@@ -245,7 +245,15 @@ impl Machine<'_> {
                     request: req.name.clone(),
                     source,
                 })?;
-                json!({"mode": "url", "message": message, "url": url, "elicitationId": key})
+                // Unique on the server, as the protocol asks: every Run of the Workflow asks
+                // under the same key.
+                let meta = &self.run.metadata;
+                let id = format!(
+                    "{}/{}/{key}",
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default()
+                );
+                json!({"mode": "url", "message": message, "url": url, "elicitationId": id})
             }
             None => {
                 let schema = req.requested_schema.clone().map_or_else(

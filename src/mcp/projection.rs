@@ -30,7 +30,8 @@ fn created(run: &Run) -> Timestamp {
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// The latest time anything in the Run's status changed.
+/// The latest time anything in the Run's status changed: the times the controller writes
+/// (a Run's, its steps', its questions'), not what anyone may write into its spec.
 fn last_updated(run: &Run) -> Timestamp {
     let created = created(run);
     let Some(st) = &run.status else {
@@ -44,6 +45,13 @@ fn last_updated(run: &Run) -> Timestamp {
                 .into_iter()
                 .flatten()
         }))
+        // A question an upstream asks changes the task (to input_required) with no step
+        // starting or ending.
+        .chain(
+            st.input_requests
+                .values()
+                .filter_map(|q| q.asked_at.as_ref()),
+        )
         .map(String::as_str);
     stamps::latest(stamps).map_or(created, |t| t.max(created))
 }
@@ -110,7 +118,8 @@ pub(crate) struct TaskView<'a> {
     pub status_message: Option<&'a str>,
     /// When the Run was created.
     pub created_at: Timestamp,
-    /// The latest time anything in the Run's status changed.
+    /// The latest time anything in the Run's status changed: the times the controller writes
+    /// (a Run's, its steps', its questions'), not what anyone may write into its spec.
     pub last_updated_at: Timestamp,
     /// Time from creation to garbage collection, once the Run has finished.
     pub ttl_ms: Option<u64>,
@@ -174,13 +183,12 @@ impl<T: std::fmt::Display> serde::Serialize for Shown<T> {
 /// snapshot yet (it was just created).
 pub(crate) fn view<'a>(run: &'a Run, live: Option<&'a WorkflowSpec>) -> TaskView<'a> {
     let poll = execution_setting(run, live, "pollInterval").and_then(|s| duration::parse(s).ok());
-    // Runs a schedule started are kept by its history limits, not by a TTL.
-    let scheduled = run
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(crate::api::labels::SCHEDULE));
-    let ttl_ms = (run.phase().is_terminal() && !scheduled)
+    // Runs a schedule started are kept by its history limits, child Runs as long as their
+    // top-level Run, not by a TTL of their own (the controller's rule, `Machine::ttl`).
+    let kept_by_others = run.metadata.labels.as_ref().is_some_and(|l| {
+        l.contains_key(crate::api::labels::SCHEDULE) || l.contains_key(crate::api::labels::ROOT)
+    });
+    let ttl_ms = (run.phase().is_terminal() && !kept_by_others)
         .then(|| {
             let ttl = execution_setting(run, live, "ttlAfterFinished")
                 .and_then(|s| duration::parse(s).ok())?;
@@ -318,6 +326,27 @@ mod tests {
     }
 
     #[test]
+    fn a_finished_task_says_when_it_goes_and_a_child_says_it_goes_with_its_root() {
+        let spec: WorkflowSpec =
+            serde_json::from_value(json!({"steps": [], "execution": {"ttlAfterFinished": "1h"}}))
+                .unwrap();
+        let mut run = run_in(RunPhase::Succeeded, None);
+        run.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-12-06T10:00:00Z".parse().unwrap(),
+            ));
+        run.status.as_mut().unwrap().finished_at = Some("2026-12-06T10:00:05Z".into());
+        assert_eq!(view(&run, Some(&spec)).ttl_ms, Some(3_605_000));
+        // A child Run is deleted with its top-level Run, whatever its own Workflow says: a
+        // time of its own would promise a deletion that does not come, or not then.
+        for label in [crate::api::labels::ROOT, crate::api::labels::SCHEDULE] {
+            let mut kept = run.clone();
+            kept.metadata.labels = Some([(label.to_owned(), "x".to_owned())].into());
+            assert_eq!(view(&kept, Some(&spec)).ttl_ms, None, "{label}");
+        }
+    }
+
+    #[test]
     fn a_task_was_last_updated_at_the_latest_stamp_of_any_step() {
         let mut run = run_in(RunPhase::Running, None);
         run.metadata.creation_timestamp =
@@ -338,6 +367,16 @@ mod tests {
         // A retry's attempt, later than every start, with fewer fraction digits than them.
         st.steps[137].attempt_started_at = Some("2026-12-06T10:00:01.3Z".into());
         assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:01.3Z");
+        // An upstream's question, asked later, with no step starting or ending.
+        run.status.as_mut().unwrap().input_requests.insert(
+            "up.approve".into(),
+            crate::api::OpenInputRequest {
+                asked_at: Some("2026-12-06T10:00:02Z".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:02Z");
+        run.status.as_mut().unwrap().input_requests.clear();
         // A stamp nobody can read changes nothing; none at all leaves the creation time.
         run.status.as_mut().unwrap().steps[3].finished_at = Some("soon".into());
         assert_eq!(task(&run, None).last_updated_at, "2026-12-06T10:00:01.3Z");

@@ -774,7 +774,11 @@ async fn url_mode_questions_are_shown_as_links_and_accepted_without_content() {
     let req = &t["inputRequests"]["ask.login"];
     assert_eq!(req["method"], "elicitation/create");
     assert_eq!(req["params"]["mode"], "url");
-    assert_eq!(req["params"]["elicitationId"], "ask.login");
+    // Unique on the server: the Run's namespace and name, then the key.
+    assert_eq!(
+        req["params"]["elicitationId"],
+        format!("team-a/{id}/ask.login")
+    );
     assert_eq!(
         req["params"]["url"],
         format!("https://sso.example.com/start?task={id}")

@@ -141,7 +141,7 @@ fn url_mode_requests_send_the_person_to_a_page_and_accept_means_agreed() {
     let st = status(&run);
     let asked = &st.input_requests["sso.login"];
     assert_eq!(asked.params["mode"], "url");
-    assert_eq!(asked.params["elicitationId"], "sso.login");
+    assert_eq!(asked.params["elicitationId"], "default/wf-abc/sso.login");
     assert_eq!(asked.params["message"], "Sign in to a&b");
     let url = asked.params["url"].as_str().unwrap();
     assert!(
