@@ -408,8 +408,8 @@ impl ChildExecutor {
     }
 
     /// One try at writing `request` on the child; `Conflict` when it kept changing. A Run of
-    /// that name that is not `parent`'s child (a parent named to match could point a cleanup
-    /// at someone else's) is left alone.
+    /// that name that does not name `parent` as its parent (a parent named to match could point
+    /// a cleanup at someone else's) is left alone; one made before children were sealed does.
     async fn ask_to_stop(
         &self,
         parent: &Run,
@@ -435,7 +435,7 @@ impl ChildExecutor {
                     ))));
                 }
             };
-            if !self.adoptable(parent, &child) {
+            if parent_uid(&child) != parent.metadata.uid.as_deref() {
                 return Ok(Outcome::Succeeded(json!(format!(
                     "run {name} is not this run's child; left"
                 ))));

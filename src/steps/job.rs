@@ -464,17 +464,12 @@ where
         .map_err(|e| format!("{what}: {}", e.message))
 }
 
-/// Delete Job `name` and, in the background, its pods, if Runway made it for step `step` of
-/// `run` (a Run named to match could point a cleanup at someone else's); gone counts as
-/// deleted, and the delete names the uid checked. A refusal that may pass is tried again (the
-/// cleanup's deadline bounds it): a Job left behind runs on until its Run is deleted.
-async fn delete_job(
-    api: &Api<Job>,
-    marks: &Marks,
-    run: &Run,
-    step: &str,
-    name: &str,
-) -> Result<Value, String> {
+/// Delete Job `name` and, in the background, its pods, if `run` is its controller (a Run named
+/// to match could point a cleanup at someone else's Job; one made before Jobs were sealed is
+/// still this Run's); gone counts as deleted, and the delete names the uid checked. A refusal
+/// that may pass is tried again (the cleanup's deadline bounds it): a Job left behind runs on
+/// until its Run is deleted.
+async fn delete_job(api: &Api<Job>, run: &Run, name: &str) -> Result<Value, String> {
     let run_uid = run.metadata.uid.as_deref().unwrap_or_default();
     let found = again(&format!("reading job {name}"), || async {
         Ok(api.get_opt(name).await?)
@@ -483,7 +478,7 @@ async fn delete_job(
     let Some(job) = found else {
         return Ok(json!({"deleted": name}));
     };
-    if !ours(marks, &job, run_uid, step) {
+    if !controlled_by(job.metadata.owner_references.as_ref(), run_uid) {
         return Ok(json!({"left": name, "reason": "not this run's job"}));
     }
     let params = DeleteParams {
@@ -572,7 +567,7 @@ impl Executor for JobExecutor {
                 let ns = run.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
                 let deleting = async {
-                    match delete_job(&api, &self.marks, run, &c.step, name).await {
+                    match delete_job(&api, run, name).await {
                         Ok(done) => Outcome::Succeeded(done),
                         Err(message) => Outcome::Failed {
                             detail: None,

@@ -1138,15 +1138,15 @@ async fn a_job_of_the_expected_name_that_the_run_does_not_own_is_not_adopted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cleanup_deletes_only_the_job_runway_made_for_its_step() {
+async fn a_cleanup_deletes_only_a_job_its_run_controls() {
     let api = FakeApi::start().await;
     let run = a_run(&api);
-    // A Job of the name a cleanup of this Run points at, which the Run did not make: a Run
-    // named to match someone else's Job (or Helm's) would otherwise have it deleted.
+    // A Job of the name a cleanup of this Run points at, which another Run controls: a Run
+    // named to match someone else's Job would otherwise have it deleted.
     let foreign = json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a",
             "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
-                "name": "deploy-abc", "uid": run.metadata.uid, "controller": true}]},
+                "name": "deploy", "uid": "another-runs-uid", "controller": true}]},
         "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "theirs"}]}}}});
     api.put(JOBS, foreign);
     let cleanup = Effect {
@@ -1172,6 +1172,21 @@ async fn a_cleanup_deletes_only_the_job_runway_made_for_its_step() {
         api.requests("DELETE", "/namespaces/team-a/jobs/deploy-abc-build-1")
             .is_empty()
     );
+    // One this Run controls is deleted, sealed or not (an older Runway sealed no Job).
+    let unsealed = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "deploy-abc-build-1", "namespace": "team-a",
+            "ownerReferences": [{"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
+                "name": "deploy-abc", "uid": run.metadata.uid, "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "ours"}]}}}});
+    api.put(JOBS, unsealed);
+    let out = JobExecutor::new(api.client(), test_marks())
+        .execute(&run, &cleanup, CancellationToken::new())
+        .await;
+    assert_eq!(
+        out,
+        Some(Outcome::Succeeded(json!({"deleted": "deploy-abc-build-1"})))
+    );
+    assert!(api.get(JOBS, "team-a", "deploy-abc-build-1").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1314,18 +1329,19 @@ async fn a_child_whose_create_was_under_way_when_its_step_stopped_is_cancelled_b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cleanup_cancels_only_a_child_runway_made_for_this_run() {
+async fn a_cleanup_cancels_only_a_child_of_its_run() {
     use std::sync::Arc;
     let api = FakeApi::start().await;
     let run = a_run(&api);
     // Another caller's Run, of the name this Run's cleanup points at (a parent named to match
-    // can make that so): a cancel written on it would stop someone else's work as "runway".
+    // can make that so), child of another parent: a cancel written on it would stop someone
+    // else's work as "runway".
     api.put(
         RUNS,
         json!({"apiVersion": "runway.dev/v1alpha1", "kind": "Run",
         "metadata": {"name": "deploy-abc-call-1", "namespace": "team-a",
             "labels": {"runway.dev/parent": "deploy-abc"},
-            "annotations": {"runway.dev/parent-uid": run.metadata.uid}},
+            "annotations": {"runway.dev/parent-uid": "another-parents-uid"}},
         "spec": {"workflowRef": {"name": "build"}}}),
     );
     let store: Arc<dyn runway::store::RunStore> = Arc::new(
@@ -1335,6 +1351,7 @@ async fn a_cleanup_cancels_only_a_child_runway_made_for_this_run() {
     );
     let changes =
         runway::store::changes::RunChanges::follow(store.clone(), CancellationToken::new());
+    let mut child_changes = changes.subscribe("team-a", "deploy-abc-call-1");
     let exec = runway::steps::child::ChildExecutor::new(store, changes, test_marks());
     let cleanup = Effect {
         step: "call".into(),
@@ -1357,4 +1374,34 @@ async fn a_cleanup_cancels_only_a_child_runway_made_for_this_run() {
     );
     let theirs = api.get(RUNS, "team-a", "deploy-abc-call-1").unwrap();
     assert!(theirs["spec"].get("cancel").is_none(), "{theirs}");
+    // A child naming this Run as its parent is cancelled, sealed or not (an older Runway
+    // sealed no child).
+    let mut unsealed = theirs.clone();
+    unsealed["metadata"]["annotations"]["runway.dev/parent-uid"] = json!(run.metadata.uid);
+    api.put(RUNS, unsealed);
+    // Once the executor's cache has the change.
+    tokio::time::timeout(support::harness::PATIENCE, async {
+        loop {
+            if let Ok(runway::store::changes::Change::Updated(r)) = child_changes.recv().await
+                && r.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("runway.dev/parent-uid"))
+                    == run.metadata.uid.as_ref()
+            {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the change reached the cache");
+    let out = exec.execute(&run, &cleanup, CancellationToken::new()).await;
+    assert_eq!(
+        out,
+        Some(Outcome::Succeeded(json!(
+            "cancelled child run deploy-abc-call-1"
+        )))
+    );
+    let ours = api.get(RUNS, "team-a", "deploy-abc-call-1").unwrap();
+    assert_eq!(ours["spec"]["cancel"]["requestedBy"], "runway", "{ours}");
 }
