@@ -1,6 +1,6 @@
 //! Beginning a step: its `when` condition, its first attempt by kind, and `fail` steps.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::endings::{fatal_ending, tool_error_ending};
 use super::render::{child_run_name, job_name};
@@ -11,6 +11,7 @@ use crate::api::{
 };
 
 use super::machine::{Machine, Progress};
+use crate::protocol::codes;
 
 impl Machine<'_> {
     pub(super) fn begin_step(&mut self, wf: &WorkflowSpec, step: &Step, finally: bool) -> Progress {
@@ -161,10 +162,13 @@ impl Machine<'_> {
                 Ok(message) => Ending {
                     phase: RunPhase::Failed,
                     result: None,
+                    // A Workflow validated before reserved codes were refused may still name
+                    // one: the Run ends as an internal error, the code kept beside it.
                     error: Some(Box::new(RunError {
-                        code: err.code,
+                        code: codes::for_run(err.code),
                         message: message.clone(),
-                        data: None,
+                        data: codes::reserved_for_protocol(err.code)
+                            .then(|| json!({"code": err.code})),
                     })),
                     message: Some(message),
                 },

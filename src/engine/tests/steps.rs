@@ -335,6 +335,16 @@ fn a_fail_step_may_not_claim_a_code_the_protocol_keeps() {
     for code in [-32769, -32602, -32603, -31999, -1, 0, 1503] {
         assert!(with_code(code).is_ok(), "{code}");
     }
+    // A Run of a Workflow validated before (its snapshot taken) ends as an internal error.
+    let old =
+        wf(json!({"steps": [{"name": "f", "fail": {"error": {"code": -32601, "message": "x"}}}]}));
+    let mut run = new_run(json!({}));
+    settle(&mut run, &old, at(0));
+    let error = status(&run).error.clone().unwrap();
+    assert_eq!(
+        (error.code, error.data),
+        (-32603, Some(json!({"code": -32601})))
+    );
 }
 
 #[test]
