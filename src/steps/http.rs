@@ -84,10 +84,26 @@ impl super::Executor for HttpExecutor {
             crate::telemetry::attempt_ended(&client, &outcome);
             outcome
         };
-        // The wait for a slot counts against the step's time, not the attempt's bound.
+        // The wait for a turn counts against the step's time, and has the attempt's bound of
+        // its own: an attempt may run in a controller worker, which it must not hold for ever
+        // (a `finally` step has no deadline).
         let namespace = run.metadata.namespace.as_deref().unwrap_or_default();
         let slotted = async {
-            let _slot = self.slots.take(namespace).await;
+            let Ok(_slot) = tokio::time::timeout(
+                crate::engine::budget::MAX_HTTP_ATTEMPT,
+                self.slots.take(namespace),
+            )
+            .await
+            else {
+                return Outcome::Failed {
+                    detail: None,
+                    class: ErrorClass::Timeout,
+                    message: format!(
+                        "no turn within {}s: the namespace's http attempts were all in progress",
+                        crate::engine::budget::MAX_HTTP_ATTEMPT.as_secs()
+                    ),
+                };
+            };
             bounded.await
         };
         let attempt = super::within_deadline(effect, slotted, || Outcome::Failed {
@@ -234,29 +250,80 @@ fn succeeded(req: &HttpRequest, status: u16) -> bool {
 }
 
 /// The body of `resp`: parsed as JSON when it is JSON and fits a step's output, else as text.
-/// A body past [`MAX_OUTPUT_BYTES`] would be cut to that many bytes of text as the step's
-/// output anyway, so only that much of it is kept (and none of it parsed: a megabyte of
-/// `[0,0,…]` is tens of megabytes as a value) while the rest is counted up to
-/// [`MAX_RESPONSE_BYTES`].
+/// A body that would not fit a step's output as compact JSON (the form the output is measured
+/// in) would be cut to that many bytes of text anyway, so only that much of it is kept, and
+/// none of it parsed (a megabyte of `[0,0,…]` is tens of megabytes as a value), while the rest
+/// is counted up to [`MAX_RESPONSE_BYTES`].
 async fn read_body(mut resp: reqwest::Response) -> Result<Value, BodyError> {
-    let mut kept = Vec::new();
+    let mut raw = Vec::new();
+    let mut compact = Compact::default();
     let mut read = 0;
     while let Some(chunk) = resp.chunk().await? {
         read += chunk.len();
         if read > MAX_RESPONSE_BYTES {
             return Err(BodyError::TooLarge);
         }
-        let room = (MAX_OUTPUT_BYTES + 1).saturating_sub(kept.len());
-        kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let room = (MAX_OUTPUT_BYTES + 1).saturating_sub(raw.len());
+        raw.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        compact.push(&chunk);
+    }
+    let fits = if read <= MAX_OUTPUT_BYTES {
+        &raw
+    } else {
+        &compact.text
+    };
+    if fits.len() <= MAX_OUTPUT_BYTES
+        && let Ok(v) = serde_json::from_slice::<Value>(fits)
+    {
+        return Ok(v);
     }
     if read > MAX_OUTPUT_BYTES {
-        kept.truncate(MAX_OUTPUT_BYTES);
-        return Ok(Value::String(String::from_utf8_lossy(&kept).into_owned()));
+        raw.truncate(MAX_OUTPUT_BYTES);
+        // Cut at a character, not inside one.
+        if let Err(e) = std::str::from_utf8(&raw)
+            && e.error_len().is_none()
+        {
+            raw.truncate(e.valid_up_to());
+        }
     }
-    Ok(match serde_json::from_slice::<Value>(&kept) {
-        Ok(v) => v,
-        Err(_) => Value::String(String::from_utf8_lossy(&kept).into_owned()),
-    })
+    Ok(Value::String(String::from_utf8_lossy(&raw).into_owned()))
+}
+
+/// A body as compact JSON: the whitespace outside strings left out, kept up to one byte past
+/// a step's output (enough to know it does not fit). Whitespace between two characters that
+/// would run together as one token (`1 2`) stays as one space: JSON never has it there, so
+/// what is not JSON stays not JSON.
+#[derive(Default)]
+struct Compact {
+    text: Vec<u8>,
+    in_string: bool,
+    escaped: bool,
+    spaced: bool,
+}
+
+impl Compact {
+    fn push(&mut self, bytes: &[u8]) {
+        let word = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-');
+        for &b in bytes {
+            if self.text.len() > MAX_OUTPUT_BYTES {
+                return;
+            }
+            if self.in_string {
+                self.in_string = self.escaped || b != b'"';
+                self.escaped = !self.escaped && b == b'\\';
+            } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                self.spaced = true;
+                continue;
+            } else {
+                if self.spaced && word(b) && self.text.last().copied().is_some_and(word) {
+                    self.text.push(b' ');
+                }
+                self.in_string = b == b'"';
+            }
+            self.spaced = false;
+            self.text.push(b);
+        }
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -374,6 +441,34 @@ mod tests {
         }
         v.push(b']');
         v
+    }
+
+    #[tokio::test]
+    async fn a_body_is_measured_as_compact_json_and_cut_at_a_character() {
+        // Pretty-printed past 64 KiB, compact well within: parsed, as its output would be.
+        let items: Vec<Value> = (0..2_000)
+            .map(|i| json!({"id": i, "name": "a \" b"}))
+            .collect();
+        let pretty = serde_json::to_vec_pretty(&json!({"items": items})).unwrap();
+        assert!(pretty.len() > MAX_OUTPUT_BYTES);
+        let parsed = read_body(response(pretty.clone())).await.unwrap();
+        assert_eq!(parsed, serde_json::from_slice::<Value>(&pretty).unwrap());
+        // Text past 64 KiB is cut at a character boundary, never inside one.
+        let text = "é".repeat(MAX_OUTPUT_BYTES);
+        let Value::String(kept) = read_body(response(text.into_bytes())).await.unwrap() else {
+            panic!("text stays text")
+        };
+        assert!(!kept.contains('\u{FFFD}'));
+        assert_eq!(kept.len(), MAX_OUTPUT_BYTES);
+        // Text within it keeps its spaces (a body is compacted only to measure JSON).
+        let words = read_body(response(b"not json, just words".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(words, json!("not json, just words"));
+        // Past it, tokens that spaces keep apart are not run together into JSON.
+        let numbers = format!("1 2{}", " ".repeat(MAX_OUTPUT_BYTES)).into_bytes();
+        let kept = read_body(response(numbers)).await.unwrap();
+        assert!(kept.is_string(), "{kept:.40}");
     }
 
     #[tokio::test]

@@ -10,10 +10,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Most `http` attempts in progress in one process.
-pub const HTTP_ATTEMPTS: usize = 256;
+pub const HTTP_ATTEMPTS: usize = 512;
 /// Most `http` attempts of one namespace in progress in one process: a quarter, so that the
 /// others still have their turns while one namespace is at its share.
 pub const HTTP_ATTEMPTS_PER_NAMESPACE: usize = HTTP_ATTEMPTS / 4;
+
+/// How many namespaces' semaphores are kept before the idle ones are let go.
+const KEPT_NAMESPACES: usize = 1024;
 
 /// The slots of one process.
 pub(crate) struct Slots {
@@ -45,7 +48,11 @@ impl Slots {
     pub(crate) async fn take(&self, namespace: &str) -> Slot {
         let own = {
             let mut namespaces = self.namespaces.lock().expect("slots lock");
-            // A namespace's semaphore is kept once made: the namespaces of a cluster are few.
+            // Namespaces come and go (a CI cluster makes one per run): the semaphores nobody
+            // holds or waits on (the map's is the only reference) go once there are many.
+            if namespaces.len() >= KEPT_NAMESPACES {
+                namespaces.retain(|_, s| Arc::strong_count(s) > 1);
+            }
             let per = self.per_namespace;
             namespaces
                 .entry(namespace.to_owned())
@@ -97,5 +104,20 @@ mod tests {
         assert!(!a3.is_finished());
         drop(b1);
         a3.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_semaphores_of_namespaces_nobody_uses_are_let_go() {
+        let slots = Slots::new(4, 1);
+        let held = slots.take("kept").await;
+        for i in 0..KEPT_NAMESPACES - 1 {
+            drop(slots.take(&format!("ns-{i}")).await);
+        }
+        let _one_more = slots.take("last").await;
+        let namespaces = slots.namespaces.lock().unwrap();
+        assert_eq!(namespaces.len(), 2, "the held one and the new one");
+        assert!(namespaces.contains_key("kept"));
+        drop(namespaces);
+        drop(held);
     }
 }
