@@ -123,10 +123,24 @@ pub fn not_a_form(schema: &Value) -> Option<String> {
     lost(schema, &back).map(|lost| format!("{lost} is not part of a form"))
 }
 
-/// The first keyword (as a path) of `written` that reads otherwise in `kept`, or is not in it.
+/// Keywords a form may carry that clients need not see: they annotate, or they refuse what a
+/// form cannot produce anyway (keys it has no field for, a choice made twice), so losing them
+/// on the way loosens nothing a person can enter.
+const NEEDLESS_TO_SHOW: &[&str] = &[
+    "$comment",
+    "$id",
+    "examples",
+    "deprecated",
+    "additionalProperties",
+    "uniqueItems",
+];
+
+/// The first keyword (as a path) of `written` that reads otherwise in `kept`, or is not in it
+/// (but for those [`NEEDLESS_TO_SHOW`]).
 fn lost(written: &Value, kept: &Value) -> Option<String> {
     match (written, kept) {
         (Value::Object(w), Value::Object(k)) => w.iter().find_map(|(key, v)| match k.get(key) {
+            None if NEEDLESS_TO_SHOW.contains(&key.as_str()) => None,
             None => Some(key.clone()),
             Some(kv) => lost(v, kv).map(|inner| format!("{key}.{inner}")),
         }),
@@ -155,22 +169,10 @@ pub fn with_properties(mut schema: Value) -> Value {
     schema
 }
 
-/// Upstream questions as they are put to clients: forms [`with_properties`].
-pub fn completed(
-    mut requests: std::collections::BTreeMap<String, Value>,
-) -> std::collections::BTreeMap<String, Value> {
-    for request in requests.values_mut() {
-        let params = request.get_mut("params").and_then(Value::as_object_mut);
-        if let Some(schema) = params.and_then(|p| p.get_mut("requestedSchema")) {
-            *schema = with_properties(schema.take());
-        }
-    }
-    requests
-}
-
 /// Why a Run cannot pass on the questions an upstream server asked through a `tool` step:
-/// a request other than elicitation and sampling (`roots/list`: a Run has no roots to list), a
-/// form that is not one, or a form that asks for a secret. `None` when every question can be put to the caller.
+/// a request other than elicitation and sampling (`roots/list`: a Run has no roots to list), or
+/// a form that asks for a secret. (A form that is no form never gets here: rmcp's types, which
+/// the answers of upstreams are read into, refuse it.) `None` when every question can be put to the caller.
 pub fn unanswerable(requests: &std::collections::BTreeMap<String, Value>) -> Option<String> {
     use crate::protocol::{METHOD_ELICITATION, METHOD_SAMPLING};
     requests.iter().find_map(|(key, request)| {
@@ -187,16 +189,6 @@ pub fn unanswerable(requests: &std::collections::BTreeMap<String, Value>) -> Opt
         let form = method == METHOD_ELICITATION
             && params.and_then(|p| p.get("mode")).and_then(Value::as_str) != Some("url");
         let schema = params.and_then(|p| p.get("requestedSchema"));
-        // A form no client could be shown would wait for an answer until the step's time is
-        // up; a keyword dropped on the way only loosens it, and the upstream checks the answer.
-        if let Some(s) = schema.filter(|_| form)
-            && serde_json::from_value::<rmcp::model::ElicitationSchema>(s.clone()).is_err()
-        {
-            let why = not_a_form(s).unwrap_or_default();
-            return Some(format!(
-                "the upstream server asked through a form clients cannot be shown ({key}: {why})"
-            ));
-        }
         let secret = schema.filter(|_| form).and_then(secret_field)?;
         Some(format!(
             "the upstream server asked for a secret through a form (field {secret} of {key}); \
@@ -266,18 +258,6 @@ mod tests {
         assert_eq!(ask(url), None, "a URL is how secrets are asked");
         let why = ask(json!({"method": "roots/list", "params": {}})).unwrap();
         assert!(why.contains("roots/list (k)"), "{why}");
-        // A field no client could be shown; a dropped keyword is the upstream's to check.
-        let why = ask(form(
-            json!({"tags": {"type": "array", "items": {"type": "number"}}}),
-        ));
-        assert!(
-            why.unwrap()
-                .contains("clients cannot be shown (k: property tags")
-        );
-        assert_eq!(
-            ask(form(json!({"id": {"type": "string", "pattern": "^a"}}))),
-            None
-        );
     }
 
     fn one(prop: Value) -> Option<String> {
@@ -321,11 +301,17 @@ mod tests {
             let got = one(prop.clone()).unwrap_or_default();
             assert!(got.starts_with(why), "{prop}: {got}");
         }
-        let extra = json!({"type": "object", "properties": {}, "additionalProperties": false});
+        let extra = json!({"type": "object", "properties": {}, "minProperties": 1});
         assert_eq!(
             not_a_form(&extra).unwrap(),
-            "additionalProperties is not part of a form"
+            "minProperties is not part of a form"
         );
+        // What generators add and clients need not see passes.
+        let generated = json!({"type": "object", "additionalProperties": false,
+            "$comment": "made by a tool", "properties": {
+                "tags": {"type": "array", "uniqueItems": true, "examples": [["a"]],
+                         "items": {"type": "string", "enum": ["a", "b"]}}}});
+        assert_eq!(not_a_form(&generated), None);
         let array = json!({"type": "array", "items": {"type": "string"}});
         assert!(not_a_form(&array).unwrap().contains("type: object"));
         // A bare confirmation is a form without fields.

@@ -390,7 +390,6 @@ fn upstream_asks(
     now: Timestamp,
 ) {
     let unattended = st.steps[idx].finally.then(|| UNATTENDED.to_owned());
-    let requests = super::forms::completed(requests);
     if let Some(why) = super::forms::unanswerable(&requests)
         .or_else(|| too_deep(&requests))
         .or(unattended)
