@@ -331,13 +331,7 @@ impl Held {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
-        let cancelled_before = run.spec.cancel.is_some();
         loop {
-            // Cancelled by its client (`notifications/cancelled`) while held: the client
-            // expects no response. One an idempotency key found cancelled still gets its end.
-            if self.owns && !cancelled_before && cancelled_by_client(&run) {
-                return None;
-            }
             // A `tasks/result` shows what `tasks/get` would: once the caller may no longer read
             // the Run (its question answered by someone else, its rights removed), the task is
             // unknown to it. A call's own Run needs only the `create runs` it was made with.
@@ -507,13 +501,6 @@ enum Asked {
 
 /// The result of a call whose Run waits for answers this client cannot give: a tool error
 /// that says where they can be given. The Run goes on.
-/// Whether `run` was cancelled because its caller stopped waiting (`notifications/cancelled`,
-/// or the connection gone).
-fn cancelled_by_client(run: &Run) -> bool {
-    let reason = run.spec.cancel.as_ref().and_then(|c| c.reason.as_deref());
-    reason == Some(reasons::MCP_REQUEST_CANCELLED)
-}
-
 fn cannot_answer(run: &Run, structured: bool) -> Value {
     let name = run.metadata.name.clone().unwrap_or_default();
     let text = format!(
