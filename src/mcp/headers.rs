@@ -268,14 +268,19 @@ fn accepted(headers: &HeaderMap) -> impl Iterator<Item = &str> {
         let essence = parts.next()?.trim();
         let refused = parts.any(|p| {
             p.split_once('=').is_some_and(|(k, v)| {
-                let v = v.trim();
-                k.trim().eq_ignore_ascii_case("q")
-                    && !v.is_empty()
-                    && v.trim_end_matches(['0', '.']).is_empty()
+                k.trim().eq_ignore_ascii_case("q") && weighs_nothing(v.trim())
             })
         });
         (!refused).then_some(essence)
     })
+}
+
+/// Whether a weight is zero as RFC 9110 writes it (`0`, `0.`, `0.0` to `0.000`); a weight
+/// outside that grammar is not taken for a refusal, as rmcp does not.
+fn weighs_nothing(q: &str) -> bool {
+    q == "0"
+        || q.strip_prefix("0.")
+            .is_some_and(|f| f.len() <= 3 && f.bytes().all(|b| b == b'0'))
 }
 
 /// Why a POST that rmcp does not see (a `subscriptions/listen`) cannot be served as rmcp
@@ -368,6 +373,37 @@ mod host_tests {
                 .ok()
                 .map(|a| (a.host().to_owned(), a.port_u16()));
             assert_eq!(ours, theirs, "{host:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod media_tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCEPT,
+            header::HeaderValue::from_str(value).unwrap(),
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        h
+    }
+
+    #[test]
+    fn only_a_weight_of_zero_refuses_a_media_type() {
+        for refused in ["0", "0.", "0.0", "0.000"] {
+            let value = format!("application/json, text/event-stream;q={refused}");
+            assert!(media_refusal(&accept(&value)).is_some(), "q={refused}");
+        }
+        // Weights outside RFC 9110's grammar are not refusals (as rmcp reads them).
+        for kept in ["1", "0.5", "00", ".0", "0.0000", "abc"] {
+            let value = format!("application/json, text/event-stream;q={kept}");
+            assert!(media_refusal(&accept(&value)).is_none(), "q={kept}");
         }
     }
 }
