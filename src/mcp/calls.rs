@@ -81,14 +81,43 @@ pub(super) fn tool_of(wf: &Workflow) -> Tool {
     tool
 }
 
-pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
+/// Arguments a tool cannot take: larger than the budget, or refused by its `inputSchema`.
+pub(super) struct BadArguments {
+    message: String,
+    errors: Option<Value>,
+}
+
+impl BadArguments {
+    /// As a tool error: the protocol counts input validation among the errors a model can
+    /// correct, so they come as a result it is shown, not as a protocol error.
+    pub(super) fn result(self) -> CallToolResult {
+        CallToolResult::error(vec![rmcp::model::ContentBlock::text(self.message)])
+    }
+
+    /// As `-32602` with `data.errors`: for a request that must be answered with a task or an
+    /// error (a 2025-era task-augmented call) and for Runway's own tools.
+    pub(super) fn error(self) -> ErrorData {
+        let data = self.errors.map(|errors| json!({ "errors": errors }));
+        err(codes::INVALID_PARAMS, self.message, data)
+    }
+}
+
+/// Whether `args` are arguments `wf` takes.
+pub(super) fn check_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), BadArguments> {
     let instance = Value::Object(args.clone());
-    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES)
-        .map_err(|e| invalid(e.to_string()))?;
+    budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES).map_err(|e| {
+        BadArguments {
+            message: e.to_string(),
+            errors: None,
+        }
+    })?;
     let Some(schema) = &wf.spec.tool.input_schema else {
         return Ok(());
     };
-    let errors = budget::schema_errors(schema, &instance).map_err(internal)?;
+    let errors = budget::schema_errors(schema, &instance).map_err(|e| BadArguments {
+        message: format!("the tool's inputSchema cannot be used: {e}"),
+        errors: None,
+    })?;
     if errors.is_empty() {
         return Ok(());
     }
@@ -97,11 +126,15 @@ pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<
         .filter_map(|e| e["message"].as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    Err(err(
-        codes::INVALID_PARAMS,
-        format!("invalid arguments: {summary}"),
-        Some(json!({"errors": errors})),
-    ))
+    Err(BadArguments {
+        message: format!("invalid arguments: {summary}"),
+        errors: Some(json!(errors)),
+    })
+}
+
+/// [`check_args`] as a protocol error.
+pub(super) fn validate_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), ErrorData> {
+    check_args(wf, args).map_err(BadArguments::error)
 }
 
 /// Whether a call of `wf` is answered with a task (else it blocks): the client must declare

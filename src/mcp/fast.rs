@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::access::allowed;
-use super::calls::answer_mode;
+use super::calls::{answer_mode, check_args};
 use super::caps::{raw_declares_tasks, typed_declares_tasks};
 use super::delivery::{Delivery, Guard};
 use super::handler::RunwayMcp;
@@ -412,6 +412,10 @@ pub(super) async fn call_tool(
     }
     let caps = meta.get(META_CLIENT_CAPABILITIES)?;
     if answer_mode(&wf, caps) != Ok(true) {
+        return None;
+    }
+    // Bad arguments are answered with a tool error, which the general path writes.
+    if check_args(&wf, &arguments).is_err() {
         return None;
     }
     if !allowed(state, tenant, Verb::Create, Resource::Runs)

@@ -34,7 +34,7 @@ use crate::store::StoreError;
 use crate::store::changes::{ends, stale};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::calls::{answer_mode, idempotency_key, run_result, tool_of, validate_args};
+use super::calls::{answer_mode, check_args, idempotency_key, run_result, tool_of};
 
 /// Why a call's create gave it no Run.
 enum NotCreated {
@@ -244,7 +244,8 @@ impl RunwayMcp {
     }
 
     /// The end of every `tools/call` that starts a Run, on either path and in both protocol
-    /// eras: check the arguments and the idempotency key, create the Run (or find the one the
+    /// eras, once its caller checked the arguments ([`check_args`]: each era answers bad ones
+    /// its own way): check the idempotency key, create the Run (or find the one the
     /// key names) carrying `labels` besides its Workflow's, and hand it to the request's
     /// `delivery` watch when nothing else will tell the client about it.
     #[allow(clippy::too_many_arguments)]
@@ -258,7 +259,6 @@ impl RunwayMcp {
         as_task: bool,
         labels: &BTreeMap<String, String>,
     ) -> Result<Run, ErrorData> {
-        validate_args(wf, &args)?;
         let idem = idempotency_key(idem)?;
         let fresh = projection::new_task_id(wf.metadata.name.as_deref().unwrap_or_default());
         // Until the answer naming it is delivered, the Run belongs to this request (a retry
@@ -533,6 +533,9 @@ impl RunwayMcp {
             .and_then(|p| p.extensions.get::<Delivery>());
         // A completed round names its Run (unless the caller named it): a replay of the
         // state finds that Run instead of starting another.
+        if let Err(bad) = check_args(&wf, &args) {
+            return Ok(bad.result().into());
+        }
         let idem = ctx.meta.get(META_IDEMPOTENCY_KEY).or(round.as_ref());
         let run = self
             .start(&t, &wf, args, idem, delivery, as_task, &BTreeMap::new())

@@ -208,10 +208,15 @@ async fn every_example_runs_as_its_header_says() {
     let hostile = dana
         .call("notify", json!({"channel": "../../elsewhere", "text": "x"}))
         .await;
-    assert_eq!(
-        hostile.error_code(),
-        -32602,
-        "the channel is one path segment"
+    // A tool error the model is shown: the channel is one path segment.
+    let refused = hostile.result();
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(
+        refused["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid arguments"),
+        "{refused}"
     );
 
     // failure.yaml: a tool error, then a protocol error.

@@ -521,10 +521,23 @@ async fn transport_rules() {
 async fn tools_call_validates_arguments_and_capabilities() {
     let s = server().await;
     let c = s.client("alice-token").with_caps(sync_caps());
+    // Bad arguments are a tool error the model is shown and can correct, and start nothing.
+    let before = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .len();
     let bad = c.call("echo", json!({"word": 5, "extra": true})).await;
-    assert_eq!(bad.error_code(), -32602);
-    let errors = bad.last()["error"]["data"]["errors"].as_array().unwrap();
-    assert_eq!(errors.len(), 2, "{errors:?}");
+    let result = bad.result();
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("invalid arguments: "), "{text}");
+    assert_eq!(text.matches("; ").count(), 1, "both errors named: {text}");
+    let after = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(before, after);
+    // A tool that does not exist is the protocol's error.
     assert_eq!(c.call("nope", json!({})).await.error_code(), -32602);
     // task-only tool without the extension
     let r = c.call("only-task", json!({})).await;
@@ -1156,9 +1169,9 @@ spec:
         json!({"email": "a@example.com", "on": "tomorrow"}),
     ] {
         let r = c.call("invite", bad.clone()).await;
-        assert_eq!(r.error_code(), -32602, "{bad}");
-        let errors = r.last()["error"]["data"]["errors"].to_string();
-        assert!(errors.contains("is not a"), "{bad}: {errors}");
+        let text = r.result()["content"][0]["text"].to_string();
+        assert_eq!(r.result()["isError"], true, "{bad}");
+        assert!(text.contains("is not a"), "{bad}: {text}");
     }
     let task = c
         .call(

@@ -1213,17 +1213,19 @@ async fn tools_call_answers_alike_on_the_fast_path_and_through_rmcp() {
     assert_eq!(fast.1["result"]["content"][0]["text"], "sync", "{}", fast.1);
     let after_good_calls = runs().await;
 
+    // Arguments against the schema: the same tool error both ways, and no Run.
+    let [fast, slow] = call_both_ways(
+        &alice,
+        "deploy",
+        json!({"env": "qa"}),
+        json!({}),
+        &[("mcp-param-env", "qa")],
+    )
+    .await;
+    assert_eq!(fast, slow);
+    assert_eq!(fast.1["result"]["isError"], true, "{}", fast.1);
     // Every refusal is the same answer both ways, and starts nothing.
     let refused = [
-        // Arguments against the schema.
-        (
-            &alice,
-            "deploy",
-            json!({"env": "qa"}),
-            json!({}),
-            vec![("mcp-param-env", "qa")],
-            -32602,
-        ),
         // An argument the schema mirrors, without its header.
         (
             &alice,

@@ -25,7 +25,7 @@ use super::wire::{self, created, json_response, meta, older, task};
 use crate::api::{ExecutionMode, Run, RunPhase, Workflow, labels, reasons};
 use crate::auth::{Resource, Verb};
 use crate::mcp::access::{allowed, awaiting_answer_from, may_read, still_signed_in};
-use crate::mcp::calls::{cancel_taken_result, run_result};
+use crate::mcp::calls::{cancel_taken_result, check_args, run_result};
 use crate::mcp::caps::missing_caps;
 use crate::mcp::delivery::{Delivery, Guard};
 use crate::mcp::errors::{err, forbidden, invalid, missing_capability, signed_out, unknown_task};
@@ -165,6 +165,14 @@ async fn start(
             format!("tool {name} runs only as a task: call it with params.task"),
             None,
         ));
+    }
+    // A call that asked for a task is answered with one or with an error; a call held for its
+    // result gets a tool error, which the model is shown.
+    if let Err(bad) = check_args(&wf, &args) {
+        return match as_task {
+            true => Err(bad.error()),
+            false => Ok(Answer::Now(older(ServerResult::from(bad.result())))),
+        };
     }
     let idem = meta(params).and_then(|m| m.get(META_IDEMPOTENCY_KEY));
     let labels = match as_task {

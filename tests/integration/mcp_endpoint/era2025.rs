@@ -60,7 +60,9 @@ apiVersion: runway.dev/v1alpha1
 kind: Workflow
 metadata: { name: pick, namespace: NS }
 spec:
-  tool: { description: Asks for a choice with titles. }
+  tool:
+    description: Asks for a choice with titles.
+    inputSchema: { type: object, properties: { n: { type: integer } } }
   steps:
     - name: ask
       input:
@@ -370,6 +372,34 @@ async fn a_question_is_asked_on_the_stream_and_answered_after_a_restart() {
     assert_eq!(run.phase(), RunPhase::Succeeded);
     let answer = &run.spec.input_responses.values().next().unwrap();
     assert_eq!(answer.answered_by.as_deref(), Some("alice"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_a_tool_error_held_and_a_protocol_error_for_a_task() {
+    let s = server().await;
+    let c = Old::connect(&s.url(), "alice-token", json!({"elicitation": {}})).await;
+    let result = c
+        .result(
+            "tools/call",
+            json!({"name": "pick", "arguments": {"n": "x"}}),
+        )
+        .await;
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("invalid arguments: "), "{text}");
+    // Asked for a task, the call is answered with one or with an error.
+    let e = c
+        .error(
+            "tools/call",
+            json!({"name": "pick", "arguments": {"n": "x"}, "task": {}}),
+        )
+        .await;
+    assert_eq!(e["code"], -32602, "{e}");
+    assert_eq!(e["data"]["errors"][0]["path"], "/n", "{e}");
+    let runs = runway::store::RunStore::list(s.store(), Some("team-a"), &Default::default())
+        .await
+        .unwrap();
+    assert!(runs.is_empty(), "no Run for bad arguments");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
