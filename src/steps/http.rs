@@ -99,7 +99,7 @@ impl super::Executor for HttpExecutor {
                     detail: None,
                     class: ErrorClass::Timeout,
                     message: format!(
-                        "no turn within {}s: the namespace's http attempts were all in progress",
+                        "no turn within {}s: as many http attempts as may run were in progress",
                         crate::engine::budget::MAX_HTTP_ATTEMPT.as_secs()
                     ),
                 };
@@ -221,7 +221,8 @@ fn response_outcome(
     body: Value,
 ) -> Outcome {
     if succeeded(req, status) {
-        return Outcome::Succeeded(json!({"status": status, "headers": headers, "body": body}));
+        let output = json!({"status": status, "headers": headers, "body": body});
+        return Outcome::Succeeded(fitted(output));
     }
     let class = match status {
         429 => ErrorClass::TooManyRequests,
@@ -238,6 +239,43 @@ fn response_outcome(
         message: format!("HTTP {status}"),
         detail: (!snippet.is_empty()).then_some(snippet),
     }
+}
+
+/// `output` (`{status, headers, body}`) within a step's output: a body that does not fit
+/// beside the status and headers is cut, as text, to the room they leave (`bodyCut: true`), so
+/// that the status and headers stay readable rather than the whole output becoming text.
+fn fitted(mut output: Value) -> Value {
+    if output.to_string().len() <= MAX_OUTPUT_BYTES {
+        return output;
+    }
+    let text = match output["body"].take() {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    output["bodyCut"] = Value::Bool(true);
+    output["body"] = Value::String(String::new());
+    let room = MAX_OUTPUT_BYTES.saturating_sub(output.to_string().len());
+    // The longest prefix (at a character) whose JSON string, quotes aside, fits the room.
+    let escaped = |n: usize| serde_json::to_string(&text[..n]).map_or(usize::MAX, |j| j.len() - 2);
+    let (mut low, mut high) = (0, text.len());
+    while low < high {
+        let mid = (low + high).div_ceil(2);
+        let mut at = mid;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        if at > low && escaped(at) <= room {
+            low = at;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let mut end = low;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    output["body"] = Value::String(text[..end].to_owned());
+    output
 }
 
 /// Whether `status` is one of the step's success codes (2xx by default).
@@ -454,12 +492,12 @@ mod tests {
         let parsed = read_body(response(pretty.clone())).await.unwrap();
         assert_eq!(parsed, serde_json::from_slice::<Value>(&pretty).unwrap());
         // Text past 64 KiB is cut at a character boundary, never inside one.
-        let text = "é".repeat(MAX_OUTPUT_BYTES);
+        let text = format!("a{}", "é".repeat(MAX_OUTPUT_BYTES));
         let Value::String(kept) = read_body(response(text.into_bytes())).await.unwrap() else {
             panic!("text stays text")
         };
         assert!(!kept.contains('\u{FFFD}'));
-        assert_eq!(kept.len(), MAX_OUTPUT_BYTES);
+        assert_eq!(kept.len(), MAX_OUTPUT_BYTES - 1);
         // Text within it keeps its spaces (a body is compacted only to measure JSON).
         let words = read_body(response(b"not json, just words".to_vec()))
             .await
@@ -469,6 +507,30 @@ mod tests {
         let numbers = format!("1 2{}", " ".repeat(MAX_OUTPUT_BYTES)).into_bytes();
         let kept = read_body(response(numbers)).await.unwrap();
         assert!(kept.is_string(), "{kept:.40}");
+    }
+
+    #[test]
+    fn a_body_too_large_beside_its_status_and_headers_is_cut_to_fit() {
+        let headers = json!({"content-type": "text/plain", "x-trace": "t".repeat(1000)});
+        for body in [
+            json!("\"quoted\" é".repeat(MAX_OUTPUT_BYTES / 8)),
+            json!({"items": vec!["x"; MAX_OUTPUT_BYTES / 3]}),
+        ] {
+            let out = fitted(json!({"status": 200, "headers": headers, "body": body}));
+            let text = out.to_string();
+            assert!(text.len() <= MAX_OUTPUT_BYTES, "{}", text.len());
+            assert!(
+                text.len() > MAX_OUTPUT_BYTES - 8,
+                "cut no shorter than it must be"
+            );
+            assert_eq!(
+                (out["status"].clone(), out["bodyCut"].clone()),
+                (json!(200), json!(true))
+            );
+            assert_eq!(out["headers"], headers);
+        }
+        let small = json!({"status": 200, "headers": {}, "body": {"ok": true}});
+        assert_eq!(fitted(small.clone()), small);
     }
 
     #[tokio::test]
