@@ -1102,6 +1102,13 @@
         button.disabled = false;
         key = freshKey();
         if (r && r.taskId) { status.textContent = "started " + r.taskId; ctx.openRun(r.taskId); return; }
+        // Arguments the tool refuses come as a tool error, before any Run: the form's error.
+        var text = r && r.isError && r.content && r.content[0] && r.content[0].text;
+        if (text && text.indexOf("invalid arguments") === 0) {
+          status.className = "form-status error";
+          status.textContent = text;
+          return;
+        }
         // A Workflow that never runs as a task answers when it is done.
         status.textContent = r && r.isError ? "the run failed" : "done";
         clear(result).append(resultView({ result: r }));

@@ -81,24 +81,41 @@ pub(super) fn tool_of(wf: &Workflow) -> Tool {
     tool
 }
 
-/// Arguments a tool cannot take: larger than the budget, or refused by its `inputSchema`.
-pub(super) struct BadArguments {
-    message: String,
-    errors: Option<Value>,
+/// Why a call's arguments were not taken: they are larger than the budget or refused by the
+/// tool's `inputSchema` (the caller's to correct), or the schema cannot be used (the server's).
+pub(super) enum BadArguments {
+    /// The caller's arguments, refused.
+    Refused {
+        message: String,
+        errors: Option<Value>,
+    },
+    /// The tool's own fault.
+    Internal(ErrorData),
 }
 
 impl BadArguments {
     /// As a tool error: the protocol counts input validation among the errors a model can
-    /// correct, so they come as a result it is shown, not as a protocol error.
-    pub(super) fn result(self) -> CallToolResult {
-        CallToolResult::error(vec![rmcp::model::ContentBlock::text(self.message)])
+    /// correct, so they come as a result it is shown, not as a protocol error. A fault of the
+    /// server's stays a protocol error.
+    pub(super) fn result(self) -> Result<CallToolResult, ErrorData> {
+        match self {
+            Self::Refused { message, .. } => Ok(CallToolResult::error(vec![
+                rmcp::model::ContentBlock::text(message),
+            ])),
+            Self::Internal(e) => Err(e),
+        }
     }
 
     /// As `-32602` with `data.errors`: for a request that must be answered with a task or an
     /// error (a 2025-era task-augmented call) and for Runway's own tools.
     pub(super) fn error(self) -> ErrorData {
-        let data = self.errors.map(|errors| json!({ "errors": errors }));
-        err(codes::INVALID_PARAMS, self.message, data)
+        match self {
+            Self::Refused { message, errors } => {
+                let data = errors.map(|errors| json!({ "errors": errors }));
+                err(codes::INVALID_PARAMS, message, data)
+            }
+            Self::Internal(e) => e,
+        }
     }
 }
 
@@ -106,18 +123,16 @@ impl BadArguments {
 pub(super) fn check_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(), BadArguments> {
     let instance = Value::Object(args.clone());
     budget::check("arguments", &instance, budget::MAX_ARGUMENT_BYTES).map_err(|e| {
-        BadArguments {
-            message: e.to_string(),
+        BadArguments::Refused {
+            message: format!("invalid arguments: {e}"),
             errors: None,
         }
     })?;
     let Some(schema) = &wf.spec.tool.input_schema else {
         return Ok(());
     };
-    let errors = budget::schema_errors(schema, &instance).map_err(|e| BadArguments {
-        message: format!("the tool's inputSchema cannot be used: {e}"),
-        errors: None,
-    })?;
+    let errors = budget::schema_errors(schema, &instance)
+        .map_err(|e| BadArguments::Internal(internal(e)))?;
     if errors.is_empty() {
         return Ok(());
     }
@@ -126,7 +141,7 @@ pub(super) fn check_args(wf: &Workflow, args: &Map<String, Value>) -> Result<(),
         .filter_map(|e| e["message"].as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    Err(BadArguments {
+    Err(BadArguments::Refused {
         message: format!("invalid arguments: {summary}"),
         errors: Some(json!(errors)),
     })

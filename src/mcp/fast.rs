@@ -380,9 +380,9 @@ pub(super) fn eligible_call(headers: &HeaderMap, body: &[u8]) -> Option<FastCall
 
 /// Answer a call of one of Runway's own tools, or start the Run of an eligible `tools/call` and
 /// answer with its task; `None` (before anything is written) when the call is for rmcp: an
-/// unknown or switched-off tool, one that asks for
-/// arguments first or would block, `Mcp-Param-*` headers that disagree, a caller who may not
-/// create Runs — each of which rmcp answers with the protocol's error.
+/// unknown or switched-off tool, one that asks for arguments first or would block,
+/// `Mcp-Param-*` headers that disagree, a caller who may not create Runs (each of which rmcp
+/// answers with the protocol's error), arguments the tool refuses (a tool error there).
 pub(super) async fn call_tool(
     state: &Arc<McpState>,
     tenant: &Tenant,

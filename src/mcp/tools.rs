@@ -531,11 +531,11 @@ impl RunwayMcp {
             .extensions
             .get::<http::request::Parts>()
             .and_then(|p| p.extensions.get::<Delivery>());
+        if let Err(bad) = check_args(&wf, &args) {
+            return bad.result().map(Into::into);
+        }
         // A completed round names its Run (unless the caller named it): a replay of the
         // state finds that Run instead of starting another.
-        if let Err(bad) = check_args(&wf, &args) {
-            return Ok(bad.result().into());
-        }
         let idem = ctx.meta.get(META_IDEMPOTENCY_KEY).or(round.as_ref());
         let run = self
             .start(&t, &wf, args, idem, delivery, as_task, &BTreeMap::new())

@@ -579,6 +579,10 @@ try {
     await form.locator("textarea.json").fill("[not json");
     await form.locator("button.start").click();
     await form.locator(".error:has-text('teams: not JSON')").waitFor({ timeout: WAIT });
+    // A list the form takes and the tool's schema refuses: the server's tool error, no Run.
+    await form.locator("textarea.json").fill("[1]");
+    await form.locator("button.start").click();
+    await page.locator(".form-status.error:has-text('invalid arguments')").waitFor({ timeout: WAIT });
     await form.locator("textarea.json").fill('["payments", "search"]');
     await shot(page, "15-start-form");
     await form.locator("button.start").click();

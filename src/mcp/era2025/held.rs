@@ -171,7 +171,9 @@ async fn start(
     if let Err(bad) = check_args(&wf, &args) {
         return match as_task {
             true => Err(bad.error()),
-            false => Ok(Answer::Now(older(ServerResult::from(bad.result())))),
+            false => bad
+                .result()
+                .map(|r| Answer::Now(older(ServerResult::from(r)))),
         };
     }
     let idem = meta(params).and_then(|m| m.get(META_IDEMPOTENCY_KEY));

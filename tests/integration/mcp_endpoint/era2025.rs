@@ -1058,13 +1058,20 @@ async fn notifications_cancelled_cancels_only_the_callers_own_held_call() {
     let by = run.spec.cancel.unwrap();
     assert_eq!(by.reason.as_deref(), Some("mcp-request-cancelled"));
     assert_eq!(by.requested_by.as_deref(), Some("alice"));
-    // The held call ends with the Run.
-    while let Some(m) = events.next().await {
-        if m.get("id").is_some() {
-            assert_eq!(m["id"], "held");
-            break;
+    // The held call ends with the Run, answered (a retry of it may wait on the same Run).
+    let answer = tokio::time::timeout(super::support::harness::PATIENCE, async {
+        while let Some(m) = events.next().await {
+            if m.get("id").is_some() {
+                return Some(m);
+            }
         }
-    }
+        None
+    })
+    .await
+    .expect("the stream ends")
+    .expect("the held call is answered");
+    assert_eq!(answer["id"], "held");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
 }
 
 /// A 2025-era `tasks/get` twice: in the plain shape the fast path answers, and with an empty
