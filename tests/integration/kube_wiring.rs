@@ -137,6 +137,23 @@ fn a_run(api: &FakeApi) -> runway::api::Run {
     serde_json::from_value(v).unwrap()
 }
 
+/// The cleanup of step `step` of the Run `a_run` makes: delete its Job `deploy-abc-build-1`, or
+/// cancel its child Run `deploy-abc-call-1`.
+fn cleanup_effect(step: &str, job: bool) -> Effect {
+    Effect {
+        step: step.into(),
+        attempt: 0,
+        deadline: Some(jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120)),
+        idempotency_key: format!("uid/{step}"),
+        action: Action::Cleanup(runway::api::Cleanup {
+            step: step.into(),
+            cancel_upstream_task: None,
+            delete_job: job.then(|| "deploy-abc-build-1".into()),
+            cancel_run: (!job).then(|| "deploy-abc-call-1".into()),
+        }),
+    }
+}
+
 fn job_effect(deadline_secs: i64) -> Effect {
     Effect {
         step: "build".into(),
@@ -243,15 +260,7 @@ async fn job_steps_create_an_owned_job_find_it_after_a_restart_and_delete_it_on_
             .len()
     };
     api.fail_next(2, 500, |r| r.method == "DELETE");
-    let cleanup = Effect {
-        action: Action::Cleanup(runway::api::Cleanup {
-            step: "build".into(),
-            cancel_upstream_task: None,
-            delete_job: Some("deploy-abc-build-1".into()),
-            cancel_run: None,
-        }),
-        ..effect.clone()
-    };
+    let cleanup = cleanup_effect("build", true);
     let ours = api.get(JOBS, "team-a", "deploy-abc-build-1").unwrap();
     let out = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &cleanup, CancellationToken::new())
@@ -1149,15 +1158,7 @@ async fn a_cleanup_deletes_only_a_job_its_run_controls() {
                 "name": "deploy", "uid": "another-runs-uid", "controller": true}]},
         "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "theirs"}]}}}});
     api.put(JOBS, foreign);
-    let cleanup = Effect {
-        action: Action::Cleanup(runway::api::Cleanup {
-            step: "build".into(),
-            cancel_upstream_task: None,
-            delete_job: Some("deploy-abc-build-1".into()),
-            cancel_run: None,
-        }),
-        ..job_effect(120)
-    };
+    let cleanup = cleanup_effect("build", true);
     let out = JobExecutor::new(api.client(), test_marks())
         .execute(&run, &cleanup, CancellationToken::new())
         .await;
@@ -1295,15 +1296,7 @@ async fn a_child_whose_create_was_under_way_when_its_step_stopped_is_cancelled_b
     .await;
     // The step is stopped (the parent cancelled) and its cleanup starts at once.
     stop.cancel();
-    let cleanup = Effect {
-        action: Action::Cleanup(runway::api::Cleanup {
-            step: "call".into(),
-            cancel_upstream_task: None,
-            delete_job: None,
-            cancel_run: Some("deploy-abc-call-1".into()),
-        }),
-        ..effect.clone()
-    };
+    let cleanup = cleanup_effect("call", false);
     let mut cleaning = {
         let (exec, run) = (exec.clone(), run.clone());
         tokio::spawn(async move { exec.execute(&run, &cleanup, CancellationToken::new()).await })
@@ -1353,18 +1346,7 @@ async fn a_cleanup_cancels_only_a_child_of_its_run() {
         runway::store::changes::RunChanges::follow(store.clone(), CancellationToken::new());
     let mut child_changes = changes.subscribe("team-a", "deploy-abc-call-1");
     let exec = runway::steps::child::ChildExecutor::new(store, changes, test_marks());
-    let cleanup = Effect {
-        step: "call".into(),
-        attempt: 0,
-        deadline: Some(jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120)),
-        idempotency_key: "uid/call".into(),
-        action: Action::Cleanup(runway::api::Cleanup {
-            step: "call".into(),
-            cancel_upstream_task: None,
-            delete_job: None,
-            cancel_run: Some("deploy-abc-call-1".into()),
-        }),
-    };
+    let cleanup = cleanup_effect("call", false);
     let out = exec.execute(&run, &cleanup, CancellationToken::new()).await;
     assert_eq!(
         out,

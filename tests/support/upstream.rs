@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use serde_json::Value;
 use tokio::sync::watch;
 
 use super::harness::{PATIENCE, TempDir};
@@ -66,6 +67,48 @@ struct ProxyState {
     changes: Arc<watch::Sender<u64>>,
 }
 
+/// The value of the next of `n` requests of `method` to be answered by the proxy itself, if any
+/// are left (counted down).
+fn next_of<T: Copy>(m: &Mutex<BTreeMap<String, (usize, T)>>, method: &str) -> Option<T> {
+    match m.lock().unwrap().get_mut(method) {
+        Some((n, value)) if *n > 0 => {
+            *n -= 1;
+            Some(*value)
+        }
+        _ => None,
+    }
+}
+
+impl ProxyState {
+    /// Count one more `what` (a method, or a method and what the proxy did to it).
+    fn count(&self, what: &str) {
+        *self
+            .seen
+            .by_method
+            .lock()
+            .unwrap()
+            .entry(what.to_owned())
+            .or_default() += 1;
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Answer the request in `body` itself, with `kind` (`result` or `error`) `value`,
+    /// counted as `"<method> <done>"`.
+    fn answer(&self, method: &str, done: &str, body: &[u8], kind: &str, value: Value) -> Response {
+        let id = serde_json::from_slice::<Value>(body)
+            .map(|v| v["id"].clone())
+            .unwrap_or_default();
+        self.count(&format!("{method} {done}"));
+        let mut message = serde_json::json!({"jsonrpc": "2.0", "id": id});
+        message[kind] = value;
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Body::from(message.to_string()))
+            .unwrap()
+    }
+}
+
 async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
     let method = req
         .headers()
@@ -98,7 +141,7 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
         s.seen.keyed_others.lock().unwrap().push(method.clone());
     }
     if method == "tools/call" {
-        let parsed = serde_json::from_slice::<serde_json::Value>(&body).ok();
+        let parsed = serde_json::from_slice::<Value>(&body).ok();
         let meta = |key: &str| {
             parsed
                 .as_ref()
@@ -112,82 +155,19 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
             .unwrap()
             .push((header_key, meta_key));
     }
-    let injected = {
-        let mut failing = s.seen.failing.lock().unwrap();
-        match failing.get_mut(&method) {
-            Some((n, status)) if *n > 0 => {
-                *n -= 1;
-                Some(*status)
-            }
-            _ => None,
-        }
-    };
-    let refused = {
-        let mut refusing = s.seen.refusing.lock().unwrap();
-        match refusing.get_mut(&method) {
-            Some((n, code)) if *n > 0 => {
-                *n -= 1;
-                Some(*code)
-            }
-            _ => None,
-        }
-    };
-    let oversized = {
-        let mut oversizing = s.seen.oversizing.lock().unwrap();
-        match oversizing.get_mut(&method) {
-            Some((n, bytes)) if *n > 0 => {
-                *n -= 1;
-                Some(*bytes)
-            }
-            _ => None,
-        }
-    };
+    let injected = next_of(&s.seen.failing, &method);
+    let refused = next_of(&s.seen.refusing, &method);
+    let oversized = next_of(&s.seen.oversizing, &method);
     if let Some(bytes) = oversized {
-        let id = serde_json::from_slice::<serde_json::Value>(&body)
-            .map(|v| v["id"].clone())
-            .unwrap_or_default();
-        *s.seen
-            .by_method
-            .lock()
-            .unwrap()
-            .entry(format!("{method} oversized"))
-            .or_default() += 1;
-        s.changes.send_modify(|n| *n += 1);
-        let result = serde_json::json!({"jsonrpc": "2.0", "id": id,
-            "result": {"content": [{"type": "text", "text": "x".repeat(bytes)}]}});
-        return Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(Body::from(result.to_string()))
-            .unwrap();
+        let result = serde_json::json!({"content": [{"type": "text", "text": "x".repeat(bytes)}]});
+        return s.answer(&method, "oversized", &body, "result", result);
     }
     if let Some(code) = refused {
-        let id = serde_json::from_slice::<serde_json::Value>(&body)
-            .map(|v| v["id"].clone())
-            .unwrap_or_default();
-        *s.seen
-            .by_method
-            .lock()
-            .unwrap()
-            .entry(format!("{method} refused"))
-            .or_default() += 1;
-        s.changes.send_modify(|n| *n += 1);
-        let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
-            "error": {"code": code, "message": "refused by the proxy"}});
-        return Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(Body::from(error.to_string()))
-            .unwrap();
+        let error = serde_json::json!({"code": code, "message": "refused by the proxy"});
+        return s.answer(&method, "refused", &body, "error", error);
     }
     if let Some(status) = injected {
-        *s.seen
-            .by_method
-            .lock()
-            .unwrap()
-            .entry(format!("{method} failed"))
-            .or_default() += 1;
-        s.changes.send_modify(|n| *n += 1);
+        s.count(&format!("{method} failed"));
         return Response::builder()
             .status(status)
             .body(Body::empty())
@@ -206,17 +186,10 @@ async fn forward(State(s): State<ProxyState>, req: Request) -> Response {
     };
     if held {
         // The upstream has answered (a task it made exists); the caller waits for the answer.
-        *s.seen
-            .by_method
-            .lock()
-            .unwrap()
-            .entry(format!("{method} held"))
-            .or_default() += 1;
-        s.changes.send_modify(|n| *n += 1);
+        s.count(&format!("{method} held"));
         s.seen.released.0.acquire().await.unwrap().forget();
     }
-    *s.seen.by_method.lock().unwrap().entry(method).or_default() += 1;
-    s.changes.send_modify(|n| *n += 1);
+    s.count(&method);
     match resp {
         Ok(r) => {
             let mut b = Response::builder().status(r.status().as_u16());
