@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use crate::auth::connection::LastToken;
 use crate::store::RunStore;
 use crate::telemetry::Metrics;
 
@@ -96,11 +97,15 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
         };
         let (stream, peer) = stream;
         tune(&stream);
-        // The client's address, for the limits kept per address (failed authentications).
+        // The client's address, for the limits kept per address (failed authentications), and
+        // the token the connection last signed in with.
+        let last_token = Arc::new(LastToken::default());
         let service =
             TowerToHyperService::new(app.clone().map_request(move |r: http::Request<Incoming>| {
                 let mut r = r.map(Body::new);
-                r.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                let extensions = r.extensions_mut();
+                extensions.insert(axum::extract::ConnectInfo(peer));
+                extensions.insert(Arc::clone(&last_token));
                 r
             }));
         let token = shutdown.clone();

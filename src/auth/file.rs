@@ -17,6 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 
+use super::compare::constant_time_eq;
 use super::{AuthError, Authenticator, Authorizer, Identity, Resource, Verb};
 use crate::api::Principal;
 
@@ -170,10 +171,6 @@ impl Authenticator for AuthFile {
             .map(|(_, identity)| Arc::clone(identity))
             .ok_or_else(|| AuthError::Unauthenticated("unknown bearer token".into()))
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[async_trait]

@@ -201,37 +201,49 @@ impl KubeAuth {
 #[async_trait]
 impl Authenticator for KubeAuth {
     async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError> {
+        self.authenticate_until(token)
+            .await
+            .map(|(identity, _)| identity)
+    }
+
+    async fn authenticate_until(
+        &self,
+        token: Option<&str>,
+    ) -> Result<(Arc<Identity>, Option<Instant>), AuthError> {
         let token =
             token.ok_or_else(|| AuthError::Unauthenticated("missing bearer token".into()))?;
         let key: memo::TokenKey = Sha256::digest(token.as_bytes()).into();
         let now = Instant::now();
-        let identity = match memo::with(|m| m.identity(self.owner, &key, now, self.ttl)) {
-            Some(identity) => {
+        let (identity, at) = match memo::with(|m| m.identity(self.owner, &key, now, self.ttl)) {
+            Some(known) => {
                 self.metrics.auth_cache("token", true);
-                identity
+                known
             }
             // Boxed apart: inline, a review's state would size every hit's future.
             None => Box::pin(self.identity_missed(token, key)).await?,
         };
-        identity.ok_or_else(|| AuthError::Unauthenticated("token rejected".into()))
+        let identity =
+            identity.ok_or_else(|| AuthError::Unauthenticated("token rejected".into()))?;
+        Ok((identity, Some(at + self.ttl)))
     }
 }
 
 impl KubeAuth {
-    /// Who `token` is when this thread's memo does not know: the shared cache, or a review.
+    /// Who `token` is when this thread's memo does not know: the shared cache, or a review;
+    /// and when that answer was got.
     async fn identity_missed(
         &self,
         token: &str,
         key: memo::TokenKey,
-    ) -> Result<Option<Arc<Identity>>, AuthError> {
+    ) -> Result<(Option<Arc<Identity>>, Instant), AuthError> {
         let got = self
             .tokens
             .get_or_fetch(key, || self.review_token(token))
             .await?;
         self.metrics.auth_cache("token", !got.fetched);
-        Ok(memo::with(|m| {
-            m.remember_identity(self.owner, &key, got.at, got.value.as_deref())
-        }))
+        let identity =
+            memo::with(|m| m.remember_identity(self.owner, &key, got.at, got.value.as_deref()));
+        Ok((identity, got.at))
     }
 
     /// Who `token` is, by TokenReview; `None` when the API server does not vouch for it for
@@ -423,10 +435,10 @@ mod tests {
             namespace: None,
             extra: Default::default(),
         };
-        let authenticate = auth.authenticate(Some("token"));
+        let authenticate = auth.authenticate_until(Some("token"));
         let allowed = auth.allowed(&who, Verb::Get, Resource::Runs, "team-a");
         for (what, size) in [
-            ("authenticate", size_of_val(&*authenticate)),
+            ("authenticate_until", size_of_val(&*authenticate)),
             ("allowed", size_of_val(&*allowed)),
         ] {
             assert!(size <= 512, "{what}'s future is {size} bytes");

@@ -1,6 +1,7 @@
 //! What one thread has lately learned from the shared review caches: a few tokens (by the same
 //! hash the shared cache keys them by, never the token itself), each with this thread's own copy
-//! of its identity and the access decisions asked about that copy.
+//! of its identity, and the access decisions lately asked, by who asked (the identity's
+//! content, which is all a SubjectAccessReview is told).
 //!
 //! A lookup in the shared caches writes memory every core reads (the map's lock word, the
 //! identity's reference count) and hashes the question; here a repeated caller costs a
@@ -20,8 +21,8 @@ pub(super) type TokenKey = [u8; 32];
 
 /// Tokens one thread remembers; a new one pushes out the one seen longest ago.
 const TOKENS: usize = 4;
-/// Decisions remembered per token.
-const DECISIONS: usize = 8;
+/// Decisions one thread remembers, for every caller together.
+const DECISIONS: usize = 32;
 
 /// A fresh owner number: each authenticator's entries answer only for it.
 pub(super) fn next_owner() -> u64 {
@@ -33,6 +34,7 @@ pub(super) fn next_owner() -> u64 {
 #[derive(Default)]
 pub(super) struct Memo {
     tokens: VecDeque<Token>,
+    decisions: VecDeque<Decision>,
 }
 
 struct Token {
@@ -43,13 +45,16 @@ struct Token {
     at: Instant,
     /// This thread's copy (`None`: the token was rejected).
     identity: Option<Arc<Identity>>,
-    decisions: VecDeque<Decision>,
 }
 
 struct Decision {
+    owner: u64,
     verb: Verb,
     resource: Resource,
     namespace: Box<str>,
+    /// Who asked. By content, not by the copy a token lookup handed out: a connection that
+    /// signed its caller in on another thread brings that thread's copy.
+    who: Identity,
     at: Instant,
     allowed: bool,
 }
@@ -57,7 +62,7 @@ struct Decision {
 /// The question an access decision answers.
 #[derive(Clone, Copy)]
 pub(super) struct Question<'a> {
-    /// Who asks: the decision is remembered only for an identity this memo handed out.
+    /// Who asks.
     pub who: &'a Identity,
     /// The verb.
     pub verb: Verb,
@@ -72,19 +77,20 @@ fn fresh(at: Instant, now: Instant, ttl: Duration) -> bool {
 }
 
 impl Memo {
-    /// The identity remembered for `token` (`Some(None)`: rejected), if still fresh.
+    /// The identity remembered for `token` (`None` inside: rejected), if still fresh, and
+    /// when the shared cache got that answer.
     pub(super) fn identity(
         &self,
         owner: u64,
         token: &TokenKey,
         now: Instant,
         ttl: Duration,
-    ) -> Option<Option<Arc<Identity>>> {
+    ) -> Option<(Option<Arc<Identity>>, Instant)> {
         self.tokens
             .iter()
             .find(|t| t.is(owner, token))
             .filter(|t| fresh(t.at, now, ttl))
-            .map(|t| t.identity.clone())
+            .map(|t| (t.identity.clone(), t.at))
     }
 
     /// Remember the shared cache's answer for `token`, got at `at`; the identity to hand out:
@@ -106,7 +112,6 @@ impl Memo {
             token: *token,
             at,
             identity: identity.clone(),
-            decisions: VecDeque::new(),
         });
         identity
     }
@@ -119,18 +124,14 @@ impl Memo {
         now: Instant,
         ttl: Duration,
     ) -> Option<bool> {
-        self.tokens
+        self.decisions
             .iter()
-            .find(|t| t.holds(owner, q.who))?
-            .decisions
-            .iter()
-            .find(|d| d.answers(q))
+            .find(|d| d.answers(owner, q))
             .filter(|d| fresh(d.at, now, ttl))
             .map(|d| d.allowed)
     }
 
-    /// Remember the shared cache's decision for `q`, got at `at`, when `q.who` is an identity
-    /// this memo handed out (any other may be a different principal at the same address).
+    /// Remember the shared cache's decision for `q`, got at `at`.
     pub(super) fn remember_decision(
         &mut self,
         owner: u64,
@@ -138,17 +139,16 @@ impl Memo {
         at: Instant,
         allowed: bool,
     ) {
-        let Some(t) = self.tokens.iter_mut().find(|t| t.holds(owner, q.who)) else {
-            return;
-        };
-        t.decisions.retain(|d| !d.answers(q));
-        if t.decisions.len() >= DECISIONS {
-            t.decisions.pop_front();
+        self.decisions.retain(|d| !d.answers(owner, q));
+        if self.decisions.len() >= DECISIONS {
+            self.decisions.pop_front();
         }
-        t.decisions.push_back(Decision {
+        self.decisions.push_back(Decision {
+            owner,
             verb: q.verb,
             resource: q.resource,
             namespace: q.namespace.into(),
+            who: q.who.clone(),
             at,
             allowed,
         });
@@ -160,22 +160,17 @@ impl Token {
     fn is(&self, owner: u64, token: &TokenKey) -> bool {
         self.owner == owner && &self.token == token
     }
-
-    /// Whether this entry's identity is `who` itself. The entry holds that identity, so no
-    /// other can be at its address while the entry lives.
-    fn holds(&self, owner: u64, who: &Identity) -> bool {
-        self.owner == owner
-            && self
-                .identity
-                .as_ref()
-                .is_some_and(|i| std::ptr::eq(Arc::as_ptr(i), who))
-    }
 }
 
 impl Decision {
-    /// Whether this decision answers `q`'s verb, resource and namespace.
-    fn answers(&self, q: Question<'_>) -> bool {
-        self.verb == q.verb && self.resource == q.resource && &*self.namespace == q.namespace
+    /// Whether this is `owner`'s decision for `q`: its verb, resource, namespace and who asks
+    /// (the cheap comparisons first; the identity's starts with the user name).
+    fn answers(&self, owner: u64, q: Question<'_>) -> bool {
+        self.owner == owner
+            && self.verb == q.verb
+            && self.resource == q.resource
+            && &*self.namespace == q.namespace
+            && self.who == *q.who
     }
 }
 
@@ -236,11 +231,10 @@ mod tests {
     #[test]
     fn a_token_is_answered_until_its_shared_answer_expires() {
         let (mut m, at, given) = alice_remembered();
-        let again = m
-            .identity(1, &key("t"), at + TTL / 2, TTL)
-            .unwrap()
-            .unwrap();
+        let (again, got_at) = m.identity(1, &key("t"), at + TTL / 2, TTL).unwrap();
+        let again = again.unwrap();
         assert!(Arc::ptr_eq(&given, &again), "the same copy each time");
+        assert_eq!(got_at, at, "when the shared cache got the answer");
         assert_eq!(again.principal.username, "alice");
         assert!(
             m.identity(1, &key("t"), at + TTL, TTL).is_none(),
@@ -252,9 +246,8 @@ mod tests {
             "another authenticator"
         );
         assert!(m.remember_identity(1, &key("bad"), at, None).is_none());
-        assert_eq!(
-            m.identity(1, &key("bad"), at, TTL),
-            Some(None),
+        assert!(
+            matches!(m.identity(1, &key("bad"), at, TTL), Some((None, _))),
             "a rejection is remembered"
         );
     }
@@ -274,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn a_decision_answers_only_its_question_for_the_identity_handed_out() {
+    fn a_decision_answers_only_its_question_for_the_same_caller() {
         let (mut m, at, given) = alice_remembered();
         m.remember_decision(1, get_runs(&given, "team-a"), at, true);
         assert_eq!(
@@ -292,22 +285,46 @@ mod tests {
             ..get_runs(&given, "team-a")
         };
         assert_eq!(m.decision(1, workflows, at, TTL), None);
+        assert_eq!(
+            m.decision(1, get_runs(&given, "team-a"), at, TTL),
+            Some(true)
+        );
         assert_eq!(m.decision(2, get_runs(&given, "team-a"), at, TTL), None);
         assert_eq!(
             m.decision(1, get_runs(&given, "team-a"), at + TTL, TTL),
             None,
             "expired with the shared answer"
         );
-        // An equal identity that this memo did not hand out is another caller as far as the
-        // memo knows: neither answered nor remembered.
-        let twin = alice();
-        assert_eq!(m.decision(1, get_runs(&twin, "team-a"), at, TTL), None);
-        m.remember_decision(1, get_runs(&twin, "team-b"), at, true);
-        assert_eq!(m.decision(1, get_runs(&given, "team-b"), at, TTL), None);
+        // The same caller by another copy (signed in on another thread) is answered; anything
+        // a review is told that differs — the name, a group, an extra — is another caller.
+        assert_eq!(
+            m.decision(1, get_runs(&alice(), "team-a"), at, TTL),
+            Some(true)
+        );
+        let mut bob = alice();
+        bob.principal.username = "bob".into();
+        let mut ops = alice();
+        ops.principal.groups.push("ops".into());
+        let mut scoped = alice();
+        scoped
+            .extra
+            .insert("scopes".into(), vec!["runs:read".into()]);
+        for other in [&bob, &ops, &scoped] {
+            assert_eq!(m.decision(1, get_runs(other, "team-a"), at, TTL), None);
+        }
+        m.remember_decision(1, get_runs(&bob, "team-a"), at, false);
+        assert_eq!(
+            m.decision(1, get_runs(&bob, "team-a"), at, TTL),
+            Some(false)
+        );
+        assert_eq!(
+            m.decision(1, get_runs(&given, "team-a"), at, TTL),
+            Some(true)
+        );
     }
 
     #[test]
-    fn decisions_are_bounded_per_token_and_go_with_it() {
+    fn decisions_are_bounded_and_outlive_a_token_renewal() {
         let (mut m, at, given) = alice_remembered();
         let namespaces: Vec<String> = (0..=DECISIONS).map(|i| format!("ns-{i}")).collect();
         for ns in &namespaces {
@@ -318,11 +335,22 @@ mod tests {
             m.decision(1, get_runs(&given, &namespaces[DECISIONS]), at, TTL),
             Some(true)
         );
-        // The token's new answer is a new copy: the old copy's decisions are not its.
+        // A decision is about who asks, not about the token: a renewed token's caller is the
+        // same, and the decision lasts as long as its own shared answer.
         let renewed = m
             .remember_identity(1, &key("t"), at, Some(&alice()))
             .unwrap();
-        assert_eq!(m.decision(1, get_runs(&renewed, "ns-1"), at, TTL), None);
+        assert_eq!(
+            m.decision(1, get_runs(&renewed, "ns-1"), at, TTL),
+            Some(true)
+        );
+        // Asked again, a question keeps one entry.
+        m.remember_decision(1, get_runs(&renewed, "ns-1"), at, false);
+        assert_eq!(m.decisions.len(), DECISIONS);
+        assert_eq!(
+            m.decision(1, get_runs(&given, "ns-1"), at, TTL),
+            Some(false)
+        );
     }
 
     #[test]

@@ -3,11 +3,14 @@
 //! store uses a token file (or no auth on loopback); the Kubernetes store uses TokenReview and
 //! SubjectAccessReview behind the same traits.
 
+mod compare;
+pub mod connection;
 pub mod file;
 pub mod kube;
 mod memo;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 
@@ -89,6 +92,16 @@ pub trait Authenticator: Send + Sync + 'static {
     /// Authenticate a request's bearer token (`None` when the header is missing). Shared: a
     /// known caller's identity is built once, not per request.
     async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Identity>, AuthError>;
+
+    /// [`Self::authenticate`], with the instant until which the same token may be taken for the
+    /// same identity without asking again: when the answer it gave expires (`None`: ask each
+    /// time, as an authenticator whose answers are cheap does).
+    async fn authenticate_until(
+        &self,
+        token: Option<&str>,
+    ) -> Result<(Arc<Identity>, Option<Instant>), AuthError> {
+        Ok((self.authenticate(token).await?, None))
+    }
 }
 
 /// Access decisions.

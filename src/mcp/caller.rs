@@ -2,6 +2,7 @@
 //! token; and the tenant the gate attached, as rmcp's handler reads it back.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -13,6 +14,7 @@ use serde_json::Value;
 use super::errors::{err, rpc_error, too_many};
 use super::headers::host_and_origin_allowed;
 use super::state::{McpState, Tenant};
+use crate::auth::connection::LastToken;
 use crate::auth::{AuthError, Identity};
 use crate::protocol::codes;
 
@@ -51,7 +53,8 @@ pub(super) async fn authenticated(
             "too many failed authentications from this address; retry later",
         ));
     }
-    let refused = match caller(state, &parts.headers, parts.uri.path()).await {
+    let last = parts.extensions.get::<Arc<LastToken>>().map(Arc::as_ref);
+    let refused = match caller(state, &parts.headers, parts.uri.path(), last).await {
         Ok(c) => return Ok(c),
         Err(refused) => refused,
     };
@@ -64,11 +67,13 @@ pub(super) async fn authenticated(
 }
 
 /// Who is calling, and which namespace the path names, from headers and path alone: Host and
-/// Origin allowed, the path's namespace a DNS label, the bearer token accepted.
+/// Origin allowed, the path's namespace a DNS label, the bearer token accepted — by the
+/// connection's `last` token while its answer lasts, else by the authenticator.
 async fn caller(
     state: &McpState,
     headers: &HeaderMap,
     path: &str,
+    last: Option<&LastToken>,
 ) -> Result<(Option<String>, Arc<Identity>), Response> {
     if !host_and_origin_allowed(headers, &state.hosts, &state.origins) {
         return Err(rpc_error(
@@ -90,8 +95,19 @@ async fn caller(
         }
         None => None,
     };
-    match state.authn.authenticate(bearer(headers)).await {
-        Ok(identity) => Ok((path_ns, identity)),
+    let token = bearer(headers);
+    if let (Some(token), Some(last)) = (token, last)
+        && let Some(identity) = last.identity(token, Instant::now)
+    {
+        return Ok((path_ns, identity));
+    }
+    match state.authn.authenticate_until(token).await {
+        Ok((identity, until)) => {
+            if let (Some(token), Some(last), Some(until)) = (token, last, until) {
+                last.remember(token, Arc::clone(&identity), until);
+            }
+            Ok((path_ns, identity))
+        }
         Err(AuthError::Unauthenticated(why)) => {
             let mut resp = rpc_error(
                 StatusCode::UNAUTHORIZED,

@@ -817,6 +817,79 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
     op.await.unwrap().unwrap();
 }
 
+/// Token lookups (hits and misses) the replica counted, from its `/metrics`.
+async fn token_lookups(metrics_addr: std::net::SocketAddr) -> u64 {
+    let text = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("runway_auth_cache_requests_total{cache=\"token\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_takes_its_last_token_for_the_same_caller_and_no_other() {
+    let api = asking().await;
+    let opts = kubeconfig_free_options("runway");
+    let (base, metrics_addr) = (format!("http://{}", opts.listen), opts.metrics_listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    let agent = Client::new(&base, Some("agent-token"), "/mcp");
+    let task = support::mcp::until_created(&agent, "ask").await;
+    let (reviews, lookups) = (
+        api.requests("POST", "tokenreviews").len(),
+        token_lookups(metrics_addr).await,
+    );
+    for _ in 0..3 {
+        assert_eq!(agent.get(&task).await.status, 200);
+    }
+    assert_eq!(api.requests("POST", "tokenreviews").len(), reviews);
+    assert_eq!(
+        token_lookups(metrics_addr).await,
+        lookups,
+        "the connection's last token answered, not the caches"
+    );
+    // Other tokens on the same connection are other callers: dana has no namespace of her
+    // own, and a token nobody vouches for is refused; the agent is still the agent after them.
+    let dana = agent.sharing(Some("dana-token"));
+    let refused = dana.get(&task).await;
+    assert_eq!(refused.status, 400, "{:?}", refused.messages);
+    let stranger = agent.sharing(Some("wrong-token")).get(&task).await;
+    assert_eq!(stranger.status, 401);
+    assert_eq!(agent.get(&task).await.status, 200);
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_forgets_its_token_when_the_review_expires() {
+    let api = asking().await;
+    let mut opts = kubeconfig_free_options("runway");
+    // Every answer expires at once: the connection may keep none.
+    opts.auth_cache_ttl = Duration::ZERO;
+    let base = format!("http://{}", opts.listen);
+    let (shutdown, op) = operator_on(&api, opts);
+    let agent = Client::new(&base, Some("agent-token"), "/mcp");
+    let task = support::mcp::until_created(&agent, "ask").await;
+    let reviews = api.requests("POST", "tokenreviews").len();
+    assert_eq!(agent.get(&task).await.status, 200);
+    assert_eq!(
+        api.requests("POST", "tokenreviews").len(),
+        reviews + 1,
+        "reviewed again on the same connection"
+    );
+    api.on_review(
+        TOKENS,
+        |_| json!({"authenticated": false, "error": "token revoked"}),
+    );
+    assert_eq!(agent.get(&task).await.status, 401);
+    shutdown.cancel();
+    op.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_stream_stops_once_its_token_no_longer_signs_its_caller_in() {
     let api = asking().await;

@@ -9,7 +9,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("protocol", &[]),
     ("api", &[]),
     ("telemetry", &["api", "engine", "protocol"]),
-    ("endpoint", &["api", "store", "telemetry"]),
+    ("endpoint", &["api", "auth", "store", "telemetry"]),
     ("engine", &["api", "protocol"]),
     ("auth", &["api", "telemetry"]),
     ("store", &["api", "engine"]),

@@ -394,6 +394,17 @@ impl Client {
         }
     }
 
+    /// The same client (its connections too) sending `token` instead.
+    pub fn sharing(&self, token: Option<&str>) -> Self {
+        Self {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            token: token.map(str::to_owned),
+            path: self.path.clone(),
+            caps: self.caps.clone(),
+        }
+    }
+
     pub fn with_caps(mut self, caps: Value) -> Self {
         self.caps = caps;
         self
