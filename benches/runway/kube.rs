@@ -55,6 +55,9 @@ pub struct KubePlan {
     pub hold: bool,
     /// Only the scaling scenario (`--scale-only`).
     pub only_scale: bool,
+    /// Only the `tasks/get` comparison of the cache and the embedded store (`--get-only`): the
+    /// row an A/B of two builds (`RUNWAY_BENCH_BIN`) on one control plane reads in minutes.
+    pub only_get: bool,
 }
 
 impl KubePlan {
@@ -69,6 +72,7 @@ impl KubePlan {
             only_e2e: false,
             hold: false,
             only_scale: false,
+            only_get: false,
         }
     }
 
@@ -83,6 +87,7 @@ impl KubePlan {
             only_e2e: false,
             hold: false,
             only_scale: false,
+            only_get: false,
         }
     }
 }
@@ -290,7 +295,8 @@ pub async fn bench(plan: KubePlan) -> Value {
     // The API server alone, before any replica runs: a replica would reconcile the baseline's
     // Runs (and write their Events) while they are measured.
     let finished = finished_status_once(c, &ns, &runs_as_alice).await;
-    for n in BASELINE_CLIENTS.into_iter().filter(|_| !plan.only_scale) {
+    let baselines = !plan.only_scale && !plan.only_get;
+    for n in BASELINE_CLIENTS.into_iter().filter(|_| baselines) {
         step(&format!(
             "kube: the API server's create + status write, {n} clients, no replica running"
         ));
@@ -302,7 +308,7 @@ pub async fn bench(plan: KubePlan) -> Value {
             &usage::sample(&c.processes(), &admin).await,
         ));
     }
-    if !plan.only_scale {
+    if baselines {
         step("kube: the API server's create + status apply, 64 clients, no replica running");
         out.api_create_and_apply =
             create_and_status_loop(&runs_as_operator, &finished, 64, plan, true).await;
@@ -324,7 +330,7 @@ pub async fn bench(plan: KubePlan) -> Value {
         return finish(c, plan, out, started);
     }
 
-    if !plan.only_e2e {
+    if !plan.only_e2e && !plan.only_get {
         for n in [1, 16, 64] {
             step(&format!("kube: bare create vs tools/call, {n} clients"));
             let api = runs_as_alice.clone();
@@ -359,7 +365,7 @@ pub async fn bench(plan: KubePlan) -> Value {
         }
     }
 
-    for n in [16, 64] {
+    for n in [16, 64].into_iter().filter(|_| !plan.only_get) {
         step(&format!("kube: end to end, {n} callers"));
         let before = usage::sample(&c.processes(), &admin).await;
         out.e2e.push(
@@ -428,6 +434,9 @@ pub async fn bench(plan: KubePlan) -> Value {
         }
     }
     embedded.kill();
+    if plan.only_get {
+        return finish(c, plan, out, started);
+    }
 
     step("kube: listen");
     out.listen = listen_latency(replicas[0].clone(), 16, plan.warmup + plan.e2e).await;

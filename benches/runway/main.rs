@@ -164,6 +164,7 @@ fn main() {
             plan.only_e2e = args.iter().any(|a| a == "--e2e-only");
             plan.hold = args.iter().any(|a| a == "--hold");
             plan.only_scale = args.iter().any(|a| a == "--scale-only");
+            plan.only_get = args.iter().any(|a| a == "--get-only");
             runway::install_crypto_provider();
             let report = rt.block_on(kube::bench(plan));
             let out = bench_dir().join("kube-report.json");

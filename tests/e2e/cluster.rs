@@ -31,7 +31,7 @@ pub const LEASE: &str = "runway-controller";
 /// How long a test waits for anything the cluster does (a Lease expiry takes ~15 s).
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
-/// Static-token users: name, groups. Tokens are `<name>-token`.
+/// Static-token users: name, groups. Their tokens: [`token`].
 pub const USERS: &[(&str, &str)] = &[
     ("admin", "system:masters"),
     // Callers of their namespace's tools.
@@ -49,9 +49,20 @@ pub const AUDIENCE: &str = "runway";
 /// The API server's own token audience (its ServiceAccount issuer).
 pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
-/// The bearer token of a static user.
+/// The bearer token of a static user: `<name>-token-` and filler to 1,024 bytes, the length of
+/// a ServiceAccount's projected token (a signed JWT), so that what a request pays per token
+/// byte shows here as it does for agents in a cluster.
 pub fn token(user: &str) -> String {
-    format!("{user}-token")
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut t = format!("{user}-token-");
+    let mut x = user.bytes().fold(0x9e37_79b9_7f4a_7c15_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    while t.len() < 1024 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        t.push(ALPHABET[(x >> 58) as usize] as char);
+    }
+    t
 }
 
 /// A running control plane with Runway installed.
