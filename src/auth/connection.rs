@@ -11,48 +11,64 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::Identity;
-use super::compare::constant_time_eq;
+use constant_time_eq::constant_time_eq;
+
+use super::{Authenticator, Identity};
 
 /// One connection's last signed-in token (one per accepted connection, shared by its requests).
 #[derive(Default)]
 pub struct LastToken(Mutex<Option<Last>>);
 
 struct Last {
+    /// Whose answer this is: a token one authenticator accepted proves nothing to another.
+    by: Arc<dyn Authenticator>,
     token: Box<[u8]>,
     identity: Arc<Identity>,
     until: Instant,
 }
 
 impl LastToken {
-    /// Who `token` signed in as on this connection, if it is the last token seen here and its
-    /// answer has not expired by `now` (read only when a token is remembered: behind an
-    /// authenticator that remembers nothing this costs no clock).
-    pub fn identity(&self, token: &str, now: impl FnOnce() -> Instant) -> Option<Arc<Identity>> {
-        let last = self.0.lock().expect("last token lock");
-        last.as_ref()
-            .filter(|l| now() < l.until && constant_time_eq(&l.token, token.as_bytes()))
-            .map(|l| Arc::clone(&l.identity))
+    /// Who `token` signed in as with `by` on this connection, if it is the last token seen
+    /// here and its answer has not expired by `now` (read only when a token is remembered:
+    /// behind an authenticator that remembers nothing this costs no clock). An expired entry
+    /// is forgotten, token and all.
+    pub fn identity(
+        &self,
+        by: &Arc<dyn Authenticator>,
+        token: &str,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Arc<Identity>> {
+        let mut last = self.0.lock().expect("last token lock");
+        let l = last.as_ref()?;
+        if now() >= l.until {
+            *last = None;
+            return None;
+        }
+        (Arc::ptr_eq(&l.by, by) && constant_time_eq(&l.token, token.as_bytes()))
+            .then(|| Arc::clone(&l.identity))
     }
 
-    /// Remember that `token` signs in as `identity` until `until` (the authenticator's answer's
-    /// expiry), in place of the previous token.
-    pub fn remember(&self, token: &str, identity: Arc<Identity>, until: Instant) {
-        let mut last = self.0.lock().expect("last token lock");
-        match last.as_mut() {
-            // The same token again: its buffer is reused.
-            Some(l) if constant_time_eq(&l.token, token.as_bytes()) => {
-                l.identity = identity;
-                l.until = until;
-            }
-            _ => {
-                *last = Some(Last {
-                    token: token.as_bytes().into(),
-                    identity,
-                    until,
-                });
-            }
-        }
+    /// Remember that `token` signs in with `by` as `identity` until `until` (the answer's
+    /// expiry), in place of whatever this connection remembered before.
+    pub fn remember(
+        &self,
+        by: &Arc<dyn Authenticator>,
+        token: &str,
+        identity: Arc<Identity>,
+        until: Instant,
+    ) {
+        *self.0.lock().expect("last token lock") = Some(Last {
+            by: Arc::clone(by),
+            token: token.as_bytes().into(),
+            identity,
+            until,
+        });
+    }
+
+    /// Whether anything is remembered (what a test of forgetting reads).
+    #[cfg(test)]
+    fn holds_any(&self) -> bool {
+        self.0.lock().expect("last token lock").is_some()
     }
 }
 
@@ -60,6 +76,7 @@ impl LastToken {
 mod tests {
     use super::*;
     use crate::api::Principal;
+    use crate::auth::NoAuth;
     use std::time::Duration;
 
     fn someone(name: &str) -> Arc<Identity> {
@@ -74,42 +91,55 @@ mod tests {
         })
     }
 
+    fn authenticator() -> Arc<dyn Authenticator> {
+        Arc::new(NoAuth::new("team-a".into()))
+    }
+
     #[test]
-    fn the_last_token_answers_until_its_answer_expires() {
-        let last = LastToken::default();
+    fn the_last_token_answers_until_its_answer_expires_then_is_forgotten() {
+        let (last, by) = (LastToken::default(), authenticator());
         let now = Instant::now();
-        assert!(last.identity("t", || now).is_none(), "nothing seen yet");
+        let at = |secs| move || now + Duration::from_secs(secs);
+        assert!(last.identity(&by, "t", at(0)).is_none(), "nothing seen yet");
         let alice = someone("alice");
-        last.remember("t", Arc::clone(&alice), now + Duration::from_secs(10));
-        let got = last.identity("t", || now + Duration::from_secs(9)).unwrap();
+        last.remember(&by, "t", Arc::clone(&alice), now + Duration::from_secs(10));
+        let got = last.identity(&by, "t", at(9)).unwrap();
         assert!(Arc::ptr_eq(&got, &alice));
+        assert!(last.identity(&by, "u", at(0)).is_none(), "another token");
+        assert!(last.identity(&by, "tt", at(0)).is_none(), "a longer token");
+        assert!(last.identity(&by, "", at(0)).is_none(), "an empty token");
+        assert!(last.holds_any(), "another token does not make it forget");
         assert!(
-            last.identity("t", || now + Duration::from_secs(10))
-                .is_none(),
+            last.identity(&by, "t", at(10)).is_none(),
             "expired with the authenticator's answer"
         );
-        assert!(last.identity("u", || now).is_none(), "another token");
-        assert!(last.identity("tt", || now).is_none(), "a longer token");
-        assert!(last.identity("", || now).is_none(), "an empty token");
+        assert!(!last.holds_any(), "an expired token is not kept");
+    }
+
+    #[test]
+    fn only_the_authenticator_that_answered_is_taken_at_its_word() {
+        let (last, by, other) = (LastToken::default(), authenticator(), authenticator());
+        let now = Instant::now();
+        last.remember(&by, "t", someone("alice"), now + Duration::from_secs(10));
+        assert!(last.identity(&other, "t", || now).is_none());
+        assert!(last.identity(&by, "t", || now).is_some());
     }
 
     #[test]
     fn a_new_token_replaces_the_last_and_a_renewal_extends_it() {
-        let last = LastToken::default();
+        let (last, by) = (LastToken::default(), authenticator());
         let now = Instant::now();
-        last.remember("t", someone("alice"), now + Duration::from_secs(10));
-        last.remember("u", someone("bob"), now + Duration::from_secs(10));
+        last.remember(&by, "t", someone("alice"), now + Duration::from_secs(10));
+        last.remember(&by, "u", someone("bob"), now + Duration::from_secs(10));
         assert!(
-            last.identity("t", || now).is_none(),
+            last.identity(&by, "t", || now).is_none(),
             "only the last token is kept"
         );
-        assert_eq!(
-            last.identity("u", || now).unwrap().principal.username,
-            "bob"
-        );
-        last.remember("u", someone("bob"), now + Duration::from_secs(20));
+        let bob = last.identity(&by, "u", || now).unwrap();
+        assert_eq!(bob.principal.username, "bob");
+        last.remember(&by, "u", someone("bob"), now + Duration::from_secs(20));
         assert!(
-            last.identity("u", || now + Duration::from_secs(15))
+            last.identity(&by, "u", || now + Duration::from_secs(15))
                 .is_some()
         );
     }

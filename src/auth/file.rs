@@ -15,9 +15,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use constant_time_eq::constant_time_eq;
 use serde::Deserialize;
 
-use super::compare::constant_time_eq;
 use super::{AuthError, Authenticator, Authorizer, Identity, Resource, Verb};
 use crate::api::Principal;
 

@@ -435,10 +435,12 @@ mod tests {
             namespace: None,
             extra: Default::default(),
         };
-        let authenticate = auth.authenticate_until(Some("token"));
+        let authenticate = auth.authenticate(Some("token"));
+        let authenticate_until = auth.authenticate_until(Some("token"));
         let allowed = auth.allowed(&who, Verb::Get, Resource::Runs, "team-a");
         for (what, size) in [
-            ("authenticate_until", size_of_val(&*authenticate)),
+            ("authenticate", size_of_val(&*authenticate)),
+            ("authenticate_until", size_of_val(&*authenticate_until)),
             ("allowed", size_of_val(&*allowed)),
         ] {
             assert!(size <= 512, "{what}'s future is {size} bytes");

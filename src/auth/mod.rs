@@ -3,7 +3,6 @@
 //! store uses a token file (or no auth on loopback); the Kubernetes store uses TokenReview and
 //! SubjectAccessReview behind the same traits.
 
-mod compare;
 pub mod connection;
 pub mod file;
 pub mod kube;

@@ -97,14 +97,14 @@ async fn caller(
     };
     let token = bearer(headers);
     if let (Some(token), Some(last)) = (token, last)
-        && let Some(identity) = last.identity(token, Instant::now)
+        && let Some(identity) = last.identity(&state.authn, token, Instant::now)
     {
         return Ok((path_ns, identity));
     }
     match state.authn.authenticate_until(token).await {
         Ok((identity, until)) => {
             if let (Some(token), Some(last), Some(until)) = (token, last, until) {
-                last.remember(token, Arc::clone(&identity), until);
+                last.remember(&state.authn, token, Arc::clone(&identity), until);
             }
             Ok((path_ns, identity))
         }

@@ -4,7 +4,7 @@
 
 use crate::support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use runway::auth::kube::KubeAuth;
 use runway::auth::{Authenticator, Authorizer, Resource, Verb};
@@ -43,6 +43,43 @@ fn reviews(api: &FakeApi) {
         let allowed = attrs["namespace"] == "team-a" && attrs["group"] == "runway.dev";
         json!({"allowed": allowed})
     });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_trusted_until_its_review_expires_wherever_it_is_found() {
+    let api = FakeApi::start().await;
+    reviews(&api);
+    let ttl = Duration::from_secs(60);
+    let auth = std::sync::Arc::new(KubeAuth::new(
+        api.client(),
+        vec!["runway".into()],
+        ttl,
+        Metrics::new(),
+    ));
+    let asked = Instant::now();
+    let (_, reviewed) = auth.authenticate_until(Some("agent-token")).await.unwrap();
+    let reviewed = reviewed.expect("a review's answer expires");
+    assert!(reviewed >= asked + ttl && reviewed <= Instant::now() + ttl);
+    // From this thread's memo, and from the shared cache on a thread that never saw the
+    // token: the same answer, the same expiry — a later lookup does not extend it.
+    let (_, remembered) = auth.authenticate_until(Some("agent-token")).await.unwrap();
+    let elsewhere = {
+        let auth = std::sync::Arc::clone(&auth);
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(auth.authenticate_until(Some("agent-token")))
+                .unwrap()
+                .1
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(remembered, Some(reviewed));
+    assert_eq!(elsewhere, Some(reviewed));
+    assert_eq!(api.requests("POST", "tokenreviews").len(), 1);
 }
 
 #[tokio::test]
@@ -860,6 +897,11 @@ async fn a_connection_takes_its_last_token_for_the_same_caller_and_no_other() {
     let stranger = agent.sharing(Some("wrong-token")).get(&task).await;
     assert_eq!(stranger.status, 401);
     assert_eq!(agent.get(&task).await.status, 200);
+    // One lookup each: dana's token had taken the agent's place on this very connection (on
+    // another, the agent's would have answered), and the stranger's was not remembered.
+    assert_eq!(token_lookups(metrics_addr).await, lookups + 3);
+    assert_eq!(agent.get(&task).await.status, 200);
+    assert_eq!(token_lookups(metrics_addr).await, lookups + 3);
     shutdown.cancel();
     op.await.unwrap().unwrap();
 }
