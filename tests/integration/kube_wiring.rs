@@ -630,7 +630,7 @@ fn operator_on(
     opts: runway::operator::Options,
 ) -> (
     CancellationToken,
-    tokio::task::JoinHandle<Result<(), impl std::fmt::Debug>>,
+    tokio::task::JoinHandle<Result<(), runway::operator::OperatorError>>,
 ) {
     let shutdown = CancellationToken::new();
     let op = tokio::spawn(runway::operator::run_with(
@@ -854,15 +854,21 @@ async fn a_cancel_notification_reads_runs_only_for_who_may_call_and_stops_only_t
     op.await.unwrap().unwrap();
 }
 
-/// Token lookups (hits and misses) the replica counted, from its `/metrics`.
-async fn token_lookups(metrics_addr: std::net::SocketAddr) -> u64 {
-    let text = reqwest::get(format!("http://{metrics_addr}/metrics"))
+/// The replica's `/metrics` text.
+async fn scrape(metrics_addr: std::net::SocketAddr) -> String {
+    reqwest::get(format!("http://{metrics_addr}/metrics"))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// Token lookups (hits and misses) the replica counted, from its `/metrics`.
+async fn token_lookups(metrics_addr: std::net::SocketAddr) -> u64 {
+    scrape(metrics_addr)
+        .await
+        .lines()
         .filter(|l| l.starts_with("runway_auth_cache_requests_total{cache=\"token\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
@@ -906,16 +912,30 @@ async fn a_connection_takes_its_last_token_for_the_same_caller_and_no_other() {
     op.await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_forgets_its_token_when_the_review_expires() {
+/// The operator on an API server whose review answers expire at once, so that every request
+/// and every check of a stream reviews its token again; the agent, and its task of `ask`.
+async fn reviewing_every_time() -> (
+    FakeApi,
+    String,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), runway::operator::OperatorError>>,
+    Client,
+    String,
+) {
     let api = asking().await;
     let mut opts = kubeconfig_free_options("runway");
-    // Every answer expires at once: the connection may keep none.
     opts.auth_cache_ttl = Duration::ZERO;
     let base = format!("http://{}", opts.listen);
     let (shutdown, op) = operator_on(&api, opts);
     let agent = Client::new(&base, Some("agent-token"), "/mcp");
     let task = support::mcp::until_created(&agent, "ask").await;
+    (api, base, shutdown, op, agent, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_forgets_its_token_when_the_review_expires() {
+    // The connection may keep no answer either.
+    let (api, _, shutdown, op, agent, task) = reviewing_every_time().await;
     let reviews = api.requests("POST", "tokenreviews").len();
     assert_eq!(agent.get(&task).await.status, 200);
     assert_eq!(
@@ -934,14 +954,7 @@ async fn a_connection_forgets_its_token_when_the_review_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_stream_stops_once_its_token_no_longer_signs_its_caller_in() {
-    let api = asking().await;
-    let mut opts = kubeconfig_free_options("runway");
-    // Every request and every check of a stream reviews its token again.
-    opts.auth_cache_ttl = Duration::ZERO;
-    let base = format!("http://{}", opts.listen);
-    let (shutdown, op) = operator_on(&api, opts);
-    let agent = Client::new(&base, Some("agent-token"), "/mcp");
-    let task = support::mcp::until_created(&agent, "ask").await;
+    let (api, base, shutdown, op, agent, task) = reviewing_every_time().await;
     // Settled first: a change of the controller's would otherwise come after the revocation.
     agent.await_status(&task, "input_required").await;
     let mut listen = agent.listen(&[&task]).await;
@@ -1106,12 +1119,7 @@ async fn the_operator_leads_validates_workflows_serves_mcp_records_events_and_co
     assert_eq!(event["reportingController"], "runway-controller");
 
     // metrics and health on the metrics port
-    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(metrics_addr).await;
     assert!(
         metrics.contains("runway_mcp_requests_total{method=\"tools/call\",status=\"200\"}"),
         "{metrics}"
@@ -1180,12 +1188,7 @@ async fn without_step_events_a_run_records_only_its_own_events_and_warnings() {
     // Written from a queue: everything queued before `Finished` has left it when none waits.
     let deadline = tokio::time::Instant::now() + support::harness::PATIENCE;
     loop {
-        let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = scrape(metrics_addr).await;
         if metrics.lines().any(|l| l == "runway_events_queued 0") {
             break;
         }
