@@ -369,6 +369,53 @@ impl Reply {
     }
 }
 
+/// One HTTP/1.1 connection to the endpoint, which every request sent through it travels on: a
+/// pooled client opens another whenever its last one has not been handed back yet, which a
+/// test of what a connection remembers cannot have.
+pub struct OneConnection(
+    hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+);
+
+impl OneConnection {
+    /// Connect to the endpoint at `base` (`http://host:port`).
+    pub async fn open(base: &str) -> Self {
+        let addr = base.strip_prefix("http://").expect("an http:// base");
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        Self(sender)
+    }
+
+    /// Send what `b` would (its path, headers and body) on this connection.
+    pub async fn send(&mut self, b: reqwest::RequestBuilder) -> Reply {
+        use http_body_util::BodyExt;
+        let sent = b.build().unwrap();
+        let mut req = http::Request::post(sent.url().path())
+            .header("host", sent.url().authority())
+            .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+                sent.body().and_then(|b| b.as_bytes()).unwrap_or_default(),
+            )))
+            .unwrap();
+        req.headers_mut().extend(sent.headers().clone());
+        self.0.ready().await.unwrap();
+        let resp = self.0.send_request(req).await.unwrap();
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let ct = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        Reply {
+            status,
+            messages: parse_body(ct, &String::from_utf8_lossy(&body)),
+            headers,
+        }
+    }
+}
+
 pub fn parse_body(content_type: &str, body: &str) -> Vec<Value> {
     if content_type.starts_with("text/event-stream") {
         body.lines()
@@ -468,7 +515,17 @@ impl Client {
     }
 
     /// Send `method` with `params` (the `_meta` is added).
-    pub async fn rpc(&self, method: &str, name: Option<&str>, mut params: Value) -> Reply {
+    pub async fn rpc(&self, method: &str, name: Option<&str>, params: Value) -> Reply {
+        self.send(self.rpc_request(method, name, params)).await
+    }
+
+    /// The request [`Client::rpc`] sends, unsent.
+    pub fn rpc_request(
+        &self,
+        method: &str,
+        name: Option<&str>,
+        mut params: Value,
+    ) -> reqwest::RequestBuilder {
         if params.get("_meta").is_none() {
             params["_meta"] = self.meta();
         } else {
@@ -479,7 +536,7 @@ impl Client {
             }
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        self.send(self.request(method, name).json(&body)).await
+        self.request(method, name).json(&body)
     }
 
     pub async fn call(&self, tool: &str, args: Value) -> Reply {
@@ -492,8 +549,12 @@ impl Client {
     }
 
     pub async fn get(&self, task: &str) -> Reply {
-        self.rpc("tasks/get", Some(task), json!({"taskId": task}))
-            .await
+        self.send(self.get_request(task)).await
+    }
+
+    /// The request [`Client::get`] sends, unsent.
+    pub fn get_request(&self, task: &str) -> reqwest::RequestBuilder {
+        self.rpc_request("tasks/get", Some(task), json!({"taskId": task}))
     }
 
     pub async fn update(&self, task: &str, responses: Value) -> Reply {
