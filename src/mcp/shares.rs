@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Of the endpoint's request slots, what one principal may hold: a quarter.
 pub(super) const PRINCIPAL_SHARE: usize = 4;
@@ -16,9 +16,9 @@ pub(super) const PRINCIPAL_SHARE: usize = 4;
 pub(super) const NAMESPACE_SHARE: usize = 2;
 /// Failed authentications one client address may cause per window.
 pub(super) const MAX_AUTH_FAILURES: u32 = 50;
-/// The window failed authentications are counted in, in seconds.
-pub(super) const AUTH_FAILURE_WINDOW_SECS: u64 = 10;
-/// Addresses remembered at most; past it the oldest windows are forgotten.
+/// The window failed authentications are counted in, from an address's first failure.
+pub(super) const AUTH_FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// Addresses remembered before those whose windows have ended are forgotten.
 const ADDRESSES_REMEMBERED: usize = 10_000;
 
 /// Requests in progress, by principal and by namespace. Every request takes a share and gives
@@ -109,44 +109,36 @@ impl Drop for Share {
     }
 }
 
-/// Failed authentications by client address, in fixed windows.
+/// Failed authentications by client address, each address's counted in a window that opens
+/// with its first failure: a boundary shared by every address would let one try twice the
+/// limit across it, and would cut short the count of an address that began just before it.
+#[derive(Default)]
 pub(crate) struct AuthFailures {
-    start: Instant,
-    /// Read by every request, written only when one fails to authenticate.
-    seen: RwLock<HashMap<IpAddr, (u64, u32)>>,
-}
-
-impl Default for AuthFailures {
-    fn default() -> Self {
-        Self {
-            start: Instant::now(),
-            seen: RwLock::default(),
-        }
-    }
+    /// When each address's window opened and its failures in it. Read by every request,
+    /// written only when one fails to authenticate.
+    seen: RwLock<HashMap<IpAddr, (Instant, u32)>>,
 }
 
 impl AuthFailures {
-    fn window(&self) -> u64 {
-        self.start.elapsed().as_secs() / AUTH_FAILURE_WINDOW_SECS
-    }
-
-    /// Whether `ip` has used up its failures in the current window.
+    /// Whether `ip` has used up its failures in its window (the clock is read only for an
+    /// address that has).
     pub(super) fn blocked(&self, ip: IpAddr) -> bool {
-        let now = self.window();
         let seen = self.seen.read().expect("failures lock");
-        seen.get(&ip)
-            .is_some_and(|(w, n)| *w == now && *n >= MAX_AUTH_FAILURES)
+        seen.get(&ip).is_some_and(|(opened, n)| {
+            *n >= MAX_AUTH_FAILURES && opened.elapsed() < AUTH_FAILURE_WINDOW
+        })
     }
 
     /// `ip` failed to authenticate once more.
     pub(super) fn failed(&self, ip: IpAddr) {
-        let now = self.window();
+        let now = Instant::now();
+        let open = |opened: &Instant| now.saturating_duration_since(*opened) < AUTH_FAILURE_WINDOW;
         let mut seen = self.seen.write().expect("failures lock");
         if seen.len() >= ADDRESSES_REMEMBERED {
-            seen.retain(|_, (w, _)| *w == now);
+            seen.retain(|_, (opened, _)| open(opened));
         }
         let entry = seen.entry(ip).or_insert((now, 0));
-        if entry.0 != now {
+        if !open(&entry.0) {
             *entry = (now, 0);
         }
         entry.1 += 1;
@@ -261,8 +253,13 @@ mod tests {
         }
         assert!(f.blocked(ip));
         assert!(!f.blocked(other));
-        // The next window starts afresh.
-        f.seen.write().unwrap().get_mut(&ip).unwrap().0 = u64::MAX;
+        // Once the window that opened with the first failure ends, the address may try again,
+        // and its next failure opens a window of its own.
+        let ended = Instant::now() - AUTH_FAILURE_WINDOW;
+        f.seen.write().unwrap().get_mut(&ip).unwrap().0 = ended;
         assert!(!f.blocked(ip));
+        f.failed(ip);
+        assert!(!f.blocked(ip));
+        assert_eq!(f.seen.read().unwrap()[&ip].1, 1);
     }
 }

@@ -222,7 +222,8 @@ kind: Workflow
 metadata: { name: release, namespace: NS }
 spec:
   tool: { description: One release at a time; nobody waits more than a second. }
-  execution: { concurrency: { limit: 1, queueTimeout: 1s }, ttlAfterFinished: 1s }
+  # Kept 5 s once ended: long enough to be read as a task however loaded the machine is.
+  execution: { concurrency: { limit: 1, queueTimeout: 1s }, ttlAfterFinished: 5s }
   steps:
     - name: hold
       input:

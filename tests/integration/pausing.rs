@@ -34,20 +34,6 @@ fn structured(r: &support::mcp::Reply) -> Value {
     r.result()["structuredContent"].clone()
 }
 
-fn events(r: &support::mcp::Reply) -> Vec<(String, String)> {
-    r.result()["structuredContent"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap().to_owned(),
-                e["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_finishes_its_step_starts_no_other_and_resumes_from_either_era() {
     let mcp = Mcp::start(&[("wf.yaml", GATE)]).await;
@@ -101,13 +87,16 @@ async fn a_paused_run_finishes_its_step_starts_no_other_and_resumes_from_either_
     assert_eq!(r["structuredContent"]["changed"], true, "{r}");
     mcp.wait(&id, "finished", |r| r.phase() == RunPhase::Succeeded)
         .await;
-    let seen = events(&alice.call("runway_get_run", json!({"taskId": id})).await);
-    let said = |reason: &str, who: &str| seen.iter().any(|(r, m)| r == reason && m.contains(who));
-    assert!(
-        said("Paused", "alice") && said("Paused", "freeze"),
-        "{seen:?}"
-    );
-    assert!(said("Resumed", "bob"), "{seen:?}");
+    let said = |seen: &[(String, String)], reason: &str, who: &str| {
+        seen.iter().any(|(r, m)| r == reason && m.contains(who))
+    };
+    let all = |seen: &[(String, String)]| {
+        said(seen, "Paused", "alice")
+            && said(seen, "Paused", "freeze")
+            && said(seen, "Resumed", "bob")
+    };
+    let seen = support::mcp::events_once(&alice, &id, all).await;
+    assert!(all(&seen), "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,11 +226,10 @@ spec:
         "paused: step deploy ran out of retries"
     );
 
-    let seen = events(&alice.call("runway_get_run", json!({"taskId": id})).await);
-    assert!(
-        seen.iter().any(|(r, m)| r == "Paused" && m.contains("503")),
-        "{seen:?}"
-    );
+    let paused =
+        |evs: &[(String, String)]| evs.iter().any(|(r, m)| r == "Paused" && m.contains("503"));
+    let seen = support::mcp::events_once(&alice, &id, paused).await;
+    assert!(paused(&seen), "{seen:?}");
 
     // The hold is in the Run: a restart keeps it, and starts nothing.
     let dir = mcp.stop().await;
@@ -256,8 +244,9 @@ spec:
     assert_eq!(done.phase(), RunPhase::Succeeded, "{:?}", done.status);
     assert_eq!(calls.load(Ordering::SeqCst), 3, "one more attempt, once");
     assert_eq!(done.status.unwrap().steps[0].attempt, 3);
-    let seen = events(&alice.call("runway_get_run", json!({"taskId": id})).await);
-    assert!(seen.iter().any(|(r, _)| r == "Resumed"), "{seen:?}");
+    let resumed = |evs: &[(String, String)]| evs.iter().any(|(r, _)| r == "Resumed");
+    let seen = support::mcp::events_once(&alice, &id, resumed).await;
+    assert!(resumed(&seen), "{seen:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -655,31 +655,23 @@ spec:
     mcp.wait(&task, "failed", |r| r.phase() == RunPhase::Failed)
         .await;
     // Events are recorded after the status write they describe: follow them to the last.
-    let deadline = std::time::Instant::now() + support::harness::PATIENCE;
-    let reasons = loop {
-        let full = alice.call("runway_get_run", json!({"taskId": task})).await;
-        let reasons = full.event_reasons();
-        let messages: Vec<String> = full.result()["structuredContent"]["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| format!("{} {}", e["reason"], e["message"]))
-            .collect();
-        if reasons.iter().any(|r| r == "Finished") || std::time::Instant::now() > deadline {
-            break messages;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let reasons: Vec<String> = support::mcp::events_once(&alice, &task, |evs| {
+        evs.iter().any(|(r, _)| r == "Finished")
+    })
+    .await
+    .iter()
+    .map(|(r, m)| format!("{r} {m}"))
+    .collect();
     assert!(
         reasons
             .iter()
-            .any(|m| m == "\"StepSucceeded\" \"step deliver succeeded\""),
+            .any(|m| m == "StepSucceeded step deliver succeeded"),
         "{reasons:?}"
     );
     assert!(
         reasons
             .iter()
-            .any(|m| m.starts_with("\"StepFailed\" \"step lost: HTTP 404")),
+            .any(|m| m.starts_with("StepFailed step lost: HTTP 404")),
         "{reasons:?}"
     );
 }

@@ -225,7 +225,7 @@ spec:
   tool: { description: Works a while; never two at once. }
   steps: [ { name: work, delay: { duration: 1500ms } } ]
   schedules:
-    - { name: forbid, cron: "*/2 * * * * *", concurrencyPolicy: Forbid }
+    - { name: forbid, cron: "*/6 * * * * *", concurrencyPolicy: Forbid }
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,7 +244,10 @@ async fn under_forbid_a_time_missed_while_down_starts_once_the_run_ahead_is_done
     let at: jiff::Timestamp = scheduled_for(&first).parse().unwrap();
     // Down while it works, until past its end (1.5 s) and past the schedule's next time.
     let dir = mcp.stop().await;
-    let next = at + jiff::SignedDuration::from_secs(2);
+    // Six seconds apart: the restarted scheduler finds the Run ahead still Running and looks
+    // again a second later, which must be before the time after `next` on a loaded machine too
+    // (or that later time is the one it rightly starts).
+    let next = at + jiff::SignedDuration::from_secs(6);
     let back = next + jiff::SignedDuration::from_millis(300);
     let wait = back.duration_since(jiff::Timestamp::now());
     tokio::time::sleep(std::time::Duration::try_from(wait).unwrap_or_default()).await;

@@ -59,7 +59,7 @@ struct Failing {
 pub struct FakeApi {
     inner: Arc<Mutex<Inner>>,
     events: broadcast::Sender<(u64, String, String, Value)>,
-    /// Write-held while watches are held: live events wait for a read of it.
+    /// Write-held while watches are held: every watch event waits for a read of it.
     watches: Arc<tokio::sync::RwLock<()>>,
     /// Told of every request, for [`FakeApi::wait_until`].
     requested: Arc<tokio::sync::Notify>,
@@ -168,7 +168,8 @@ impl FakeApi {
         me
     }
 
-    /// Hold every watch's live events (a reflector falling behind) until the guard is dropped.
+    /// Hold every watch's events (a reflector falling behind; a watch opened meanwhile replays
+    /// nothing either) until the guard is dropped.
     pub async fn hold_watches(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
         Arc::clone(&self.watches).write_owned().await
     }
@@ -701,8 +702,10 @@ async fn watch(
             }
         }
     });
+    // Held watches deliver nothing, what a watch opened meanwhile replays included: a watch
+    // that lags does not care when it was opened.
     let gate = Arc::clone(&api.watches);
-    let live = live.then(move |line| {
+    let events = head.chain(live).then(move |line| {
         let gate = Arc::clone(&gate);
         async move {
             let _open = gate.read().await;
@@ -713,9 +716,7 @@ async fn watch(
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
         .unwrap_or(300);
-    let body = head
-        .chain(live)
-        .take_until(tokio::time::sleep(std::time::Duration::from_secs(timeout)));
+    let body = events.take_until(tokio::time::sleep(std::time::Duration::from_secs(timeout)));
     Response::builder()
         .header("content-type", "application/json")
         .body(Body::from_stream(body))

@@ -352,6 +352,18 @@ impl Reply {
             .map(|e| e["reason"].as_str().unwrap().to_owned())
             .collect()
     }
+    /// The Events of a `runway_get_run` answer: reason and message.
+    pub fn events(&self) -> Vec<(String, String)> {
+        self.result()["structuredContent"]["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| {
+                let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                (text("reason"), text("message"))
+            })
+            .collect()
+    }
     /// The task ids of a `runway_list_runs` answer, in order.
     pub fn listed(&self) -> Vec<String> {
         self.result()["structuredContent"]["runs"]
@@ -897,6 +909,27 @@ where
 
 /// Call `tool` through `client`, as a client would, until the server offers it (a Workflow is
 /// offered once validated, which a server on Kubernetes learns through its watch); the task.
+/// The Events of Run `task` as `runway_get_run` shows them to `client`, once `done` holds for
+/// them (or when the test's patience ends): Events are recorded after the status write they
+/// describe, so a test that has seen the status follows them to the one it wants.
+pub async fn events_once(
+    client: &Client,
+    task: &str,
+    done: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let deadline = tokio::time::Instant::now() + super::harness::PATIENCE;
+    loop {
+        let events = client
+            .call("runway_get_run", json!({"taskId": task}))
+            .await
+            .events();
+        if done(&events) || tokio::time::Instant::now() > deadline {
+            return events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn until_created(client: &Client, tool: &str) -> String {
     let deadline = tokio::time::Instant::now() + super::harness::PATIENCE;
     loop {
