@@ -216,8 +216,8 @@ fn main() {
 }
 
 /// Load an already running server (one with the benchmark's `trivial` workflow, or the rmcp
-/// peer) with one scenario, for profiling it: `drive ADDR get|create|e2e|post CLIENTS SECONDS`
-/// (`post` sends a `tasks/get` of no task and reads whatever comes back: the HTTP limit's load).
+/// peer) with one scenario, for profiling it: `drive ADDR get|get2025|create|e2e|post CLIENTS
+/// SECONDS` (`get2025` polls as a 2025-era client in one session; `post` sends a `tasks/get` of no task and reads whatever comes back: the HTTP limit's load).
 /// `RUNWAY_BENCH_PATH` and `RUNWAY_BENCH_TOKEN` address a replica of the Kubernetes benchmark
 /// held with `--hold`.
 async fn drive(addr: SocketAddr, what: &str, clients: usize, measure: Duration) {
@@ -232,7 +232,18 @@ async fn drive(addr: SocketAddr, what: &str, clients: usize, measure: Duration) 
         "create" => load::create_op("trivial"),
         "e2e" => load::run_op("trivial", POLL),
         "post" => load::post_op(load::get("any")),
-        other => panic!("drive: unknown scenario {other} (get, create, e2e, post)"),
+        "get2025" => {
+            let task = one_run(to.clone(), "trivial", json!({})).await.0;
+            let mut c = Conn::open(to.clone()).await.expect("a connection");
+            let session = load::initialize(&mut c).await.expect("initialize");
+            load::checked_op(load::get_2025(&session, &task), |b| {
+                match load::status_of(b) {
+                    Some("completed") => Ok(()),
+                    _ => Err(format!("unexpected answer: {}", String::from_utf8_lossy(b))),
+                }
+            })
+        }
+        other => panic!("drive: unknown scenario {other} (get, get2025, create, e2e, post)"),
     };
     let stats = closed_loop(to, clients, Duration::ZERO, measure, op).await;
     println!(

@@ -194,26 +194,11 @@ mod tests {
 
     use futures::StreamExt;
     use http_body_util::BodyExt;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::api::{Principal, Run, RunSpec, WorkflowRef};
-    use crate::auth::{Identity, NoAuth};
-    use crate::engine::validate::Capabilities;
-    use crate::store::manifests::ManifestWorkflows;
-    use crate::store::sqlite::SqliteStore;
+    use crate::auth::Identity;
     use crate::store::{RunStore, WatchEvent};
-
-    fn scratch() -> std::path::PathBuf {
-        let mut b = [0u8; 8];
-        getrandom::fill(&mut b).unwrap();
-        let dir = std::env::temp_dir().join(format!(
-            "runway-delivery-{}",
-            data_encoding::HEXLOWER.encode(&b)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
 
     fn run(name: &str) -> Run {
         let mut r = Run::new(
@@ -235,19 +220,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_that_never_left_gives_up_its_run_and_one_handed_over_keeps_it() {
-        let dir = scratch();
-        let store = Arc::new(SqliteStore::open(&dir.join("runs.db")).unwrap());
-        let auth = Arc::new(NoAuth::new("default".into()));
-        let state = McpState::new(
-            store.clone(),
-            Arc::new(ManifestWorkflows::load(&dir, Capabilities { jobs: false })),
-            auth.clone(),
-            auth,
-            Arc::new(crate::controller::history::MemoryEvents::default()),
-            super::super::config::Config::new(),
-            CancellationToken::new(),
-        )
-        .unwrap();
+        let scratch = crate::mcp::state::Scratch::new();
+        let (state, store) = (scratch.state.clone(), scratch.store.clone());
         let tenant = Tenant {
             namespace: "default".into(),
             identity: Arc::new(Identity {
@@ -317,6 +291,5 @@ mod tests {
         assert!(changed.spec.cancel.is_some());
         let streamed = store.get("default", "streamed").await.unwrap().unwrap();
         assert!(streamed.spec.cancel.is_none());
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::rc::Rc;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -208,39 +209,32 @@ pub(super) async fn get_task(state: &McpState, tenant: &Tenant, get: FastGet) ->
     let FastGet { id, task_id } = get;
     match tasks::find_task(state, tenant, &task_id).await {
         Ok(found) => {
-            let view = projection::view(&found.run, found.live.as_ref());
-            let payload = projection::payload(&found.run, &view.status);
-            let result = TaskWire {
-                view: &view,
-                payload: &payload,
-                meta: found.meta.as_ref(),
-                run: &found.run,
+            let live = found.live.as_ref();
+            let meta = found.meta.as_ref();
+            let write = || {
+                let view = projection::view(&found.run, live);
+                let payload = projection::payload(&found.run, &view.status);
+                let result = TaskWire {
+                    view: &view,
+                    payload: &payload,
+                    meta,
+                    run: &found.run,
+                };
+                serde_json::to_vec(&result)
             };
             // The answer depends on this version of the Run alone unless the Workflow is read
             // live or the caller is told which questions are theirs.
-            if found.live.is_some() || found.meta.is_some() {
-                return answer(&Answer {
-                    jsonrpc: JsonRpcVersion2_0,
-                    id: &id,
-                    result,
-                });
-            }
-            let body = rendered::result_json(&found.run, Shape::Task2026, &result)
-                .and_then(|result| rendered::response_json(&id, &result));
-            json_body(body)
+            let result = if live.is_some() || meta.is_some() {
+                write().map(Rc::from)
+            } else {
+                rendered::result_json(&found.run, Shape::Task2026, write)
+            };
+            json_body(result.and_then(|result| rendered::response_json(&id, &result)))
         }
         // Every error `tasks/get` gives (unknown task, forbidden, internal) is an in-band
         // JSON-RPC error, HTTP 200, as rmcp answers them.
         Err(e) => reply(id, Err(e), ServerResult::GetTaskResult),
     }
-}
-
-/// A JSON-RPC response around a borrowed result.
-#[derive(Serialize)]
-struct Answer<'a, T> {
-    jsonrpc: JsonRpcVersion2_0,
-    id: &'a RequestId,
-    result: T,
 }
 
 /// `GetTaskResult` in rmcp's wire shape, written from the Run's borrowed parts: rmcp's types

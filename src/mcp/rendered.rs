@@ -43,12 +43,13 @@ struct Slots {
     next: usize,
 }
 
-/// The JSON text of `result` for this version of `run` in `shape`: kept from an earlier poll
-/// on this thread, or written now (and kept when small).
+/// The JSON text of the result for this version of `run` in `shape`: kept from an earlier poll
+/// on this thread, or written now by `write` (and kept when small). The result is built inside
+/// `write` so that a kept answer costs no projection of the Run either.
 pub(super) fn result_json(
     run: &Arc<Run>,
     shape: Shape,
-    result: &impl Serialize,
+    write: impl FnOnce() -> serde_json::Result<Vec<u8>>,
 ) -> serde_json::Result<Rc<[u8]>> {
     thread_local! {
         static KEPT: RefCell<Slots> = RefCell::new(Slots::default());
@@ -63,7 +64,7 @@ pub(super) fn result_json(
     if let Some(bytes) = found {
         return Ok(bytes);
     }
-    let bytes: Rc<[u8]> = serde_json::to_vec(result)?.into();
+    let bytes: Rc<[u8]> = write()?.into();
     if bytes.len() <= KEPT_UP_TO {
         KEPT.with_borrow_mut(|kept| {
             let at = kept.next;
@@ -108,6 +109,10 @@ mod tests {
         }
     }
 
+    fn written(result: &Counted<'_>) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(result)
+    }
+
     fn run(name: &str) -> Arc<Run> {
         Arc::new(Run::requested(
             "team",
@@ -124,11 +129,17 @@ mod tests {
         let writes = Cell::new(0);
         let version = run("a");
         for _ in 0..3 {
-            let got = result_json(&version, Shape::Task2026, &Counted(&writes, "working")).unwrap();
+            let got = result_json(&version, Shape::Task2026, || {
+                written(&Counted(&writes, "working"))
+            })
+            .unwrap();
             assert_eq!(&*got, br#"{"status":"working"}"#);
         }
         assert_eq!(writes.get(), 1);
-        let old = result_json(&version, Shape::Task2025, &Counted(&writes, "old")).unwrap();
+        let old = result_json(&version, Shape::Task2025, || {
+            written(&Counted(&writes, "old"))
+        })
+        .unwrap();
         assert_eq!(&*old, br#"{"status":"old"}"#);
         assert_eq!(writes.get(), 2);
     }
@@ -138,12 +149,13 @@ mod tests {
         let writes = Cell::new(0);
         let first = run("b");
         let same_content = Arc::new((*first).clone());
-        result_json(&first, Shape::Task2026, &Counted(&writes, "working")).unwrap();
-        let got = result_json(
-            &same_content,
-            Shape::Task2026,
-            &Counted(&writes, "completed"),
-        )
+        result_json(&first, Shape::Task2026, || {
+            written(&Counted(&writes, "working"))
+        })
+        .unwrap();
+        let got = result_json(&same_content, Shape::Task2026, || {
+            written(&Counted(&writes, "completed"))
+        })
         .unwrap();
         assert_eq!(&*got, br#"{"status":"completed"}"#);
         assert_eq!(writes.get(), 2);
@@ -153,13 +165,19 @@ mod tests {
     fn a_kept_answer_does_not_keep_its_run() {
         let writes = Cell::new(0);
         let version = run("c");
-        result_json(&version, Shape::Task2026, &Counted(&writes, "working")).unwrap();
+        result_json(&version, Shape::Task2026, || {
+            written(&Counted(&writes, "working"))
+        })
+        .unwrap();
         let weak = Arc::downgrade(&version);
         drop(version);
         assert!(weak.upgrade().is_none(), "the Run is freed");
         // A Run allocated since cannot be taken for the one kept.
         let next = run("c");
-        let got = result_json(&next, Shape::Task2026, &Counted(&writes, "completed")).unwrap();
+        let got = result_json(&next, Shape::Task2026, || {
+            written(&Counted(&writes, "completed"))
+        })
+        .unwrap();
         assert_eq!(&*got, br#"{"status":"completed"}"#);
         assert_eq!(writes.get(), 2);
     }
@@ -169,21 +187,27 @@ mod tests {
         let writes = Cell::new(0);
         let versions: Vec<_> = (0..=SLOTS).map(|i| run(&format!("r{i}"))).collect();
         for v in &versions {
-            result_json(v, Shape::Task2026, &Counted(&writes, "x")).unwrap();
+            result_json(v, Shape::Task2026, || written(&Counted(&writes, "x"))).unwrap();
         }
-        result_json(&versions[0], Shape::Task2026, &Counted(&writes, "x")).unwrap();
+        result_json(&versions[0], Shape::Task2026, || {
+            written(&Counted(&writes, "x"))
+        })
+        .unwrap();
         assert_eq!(
             writes.get(),
             SLOTS as u32 + 2,
             "the first version was evicted"
         );
-        result_json(&versions[SLOTS], Shape::Task2026, &Counted(&writes, "x")).unwrap();
+        result_json(&versions[SLOTS], Shape::Task2026, || {
+            written(&Counted(&writes, "x"))
+        })
+        .unwrap();
         assert_eq!(writes.get(), SLOTS as u32 + 2, "the newest is still kept");
 
         let large = "y".repeat(KEPT_UP_TO);
         let big = run("big");
-        result_json(&big, Shape::Task2026, &Counted(&writes, &large)).unwrap();
-        result_json(&big, Shape::Task2026, &Counted(&writes, &large)).unwrap();
+        result_json(&big, Shape::Task2026, || written(&Counted(&writes, &large))).unwrap();
+        result_json(&big, Shape::Task2026, || written(&Counted(&writes, &large))).unwrap();
         assert_eq!(writes.get(), SLOTS as u32 + 4);
     }
 

@@ -2,6 +2,7 @@
 //! the request and stream budgets; and the tenant a request acts in.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +43,9 @@ pub struct McpState {
     pub(super) shares: Arc<super::shares::Shares>,
     /// Failed authentications per client address.
     pub(super) auth_failures: super::shares::AuthFailures,
+    /// A number no other state of this process has had: what is remembered per thread about
+    /// this state's keys (opened session ids) is told apart from another server's by it.
+    pub(super) id: u64,
 }
 
 /// Why the endpoint's state cannot be assembled.
@@ -79,7 +83,9 @@ impl McpState {
         let events = RunChanges::follow(store.clone(), shutdown.clone());
         let hosts = config.hosts().iter().map(|h| AllowedHost::new(h)).collect();
         let origins = config.origins();
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Ok(Arc::new(Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             requests: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_requests)),
             hosts,
             origins,
@@ -106,4 +112,56 @@ pub struct Tenant {
     pub namespace: String,
     /// Caller.
     pub identity: Arc<Identity>,
+}
+
+/// A state over a fresh SQLite store and no Workflows, without authentication, for unit tests;
+/// its directory goes when it is dropped.
+#[cfg(test)]
+pub(crate) struct Scratch {
+    /// The state.
+    pub state: Arc<McpState>,
+    /// Its store.
+    pub store: Arc<crate::store::sqlite::SqliteStore>,
+    dir: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl Scratch {
+    /// A new state in a new directory (a Tokio runtime must be running: the state follows its
+    /// store's changes).
+    pub(crate) fn new() -> Self {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).expect("the OS random source works");
+        let dir = std::env::temp_dir().join(format!(
+            "runway-state-{}",
+            data_encoding::HEXLOWER.encode(&b)
+        ));
+        std::fs::create_dir_all(&dir).expect("the temporary directory is writable");
+        let store = Arc::new(
+            crate::store::sqlite::SqliteStore::open(&dir.join("runs.db")).expect("a scratch store"),
+        );
+        let auth = Arc::new(crate::auth::NoAuth::new("default".into()));
+        let workflows = crate::store::manifests::ManifestWorkflows::load(
+            &dir,
+            crate::engine::validate::Capabilities { jobs: false },
+        );
+        let state = McpState::new(
+            store.clone(),
+            Arc::new(workflows),
+            auth.clone(),
+            auth,
+            Arc::new(crate::controller::history::MemoryEvents::default()),
+            Config::new(),
+            CancellationToken::new(),
+        )
+        .expect("a state with a key");
+        Self { state, store, dir }
+    }
+}
+
+#[cfg(test)]
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

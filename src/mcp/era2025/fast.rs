@@ -8,13 +8,14 @@
 //! both answers.
 
 use std::borrow::Cow;
+use std::rc::Rc;
 
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::session::{Session, binding};
+use super::opened;
 use super::wire::OldTask;
 use crate::mcp::access::readable_run;
 use crate::mcp::fast::Envelope;
@@ -31,14 +32,6 @@ use crate::protocol::{HEADER_PROTOCOL_VERSION, HEADER_SESSION_ID, METHOD_GET_TAS
 struct Params<'a> {
     #[serde(rename = "taskId", borrow)]
     task_id: Cow<'a, str>,
-}
-
-/// A JSON-RPC response around a borrowed result.
-#[derive(Serialize)]
-struct Answer<'a> {
-    jsonrpc: &'static str,
-    id: &'a Value,
-    result: OldTask<'a>,
 }
 
 /// Answer the 2025-era `tasks/get` in `body` of `tenant` on `path`, if it has this path's
@@ -64,13 +57,16 @@ pub(crate) async fn get_task(
         b'"' => Value::String(serde_json::from_str(get.id.get()).ok()?),
         _ => Value::from(serde_json::from_str::<i64>(get.id.get()).ok()?),
     };
-    let bound = binding(&tenant.identity.principal.username, path);
-    let session = Session::open(state, sealed, &bound)?;
-    let version_agrees = match headers.get(HEADER_PROTOCOL_VERSION) {
-        None => true,
-        Some(v) => v.to_str().is_ok_and(|v| v.trim() == session.version),
+    // The session is this thread's (`Rc`): it is read here, before the first wait.
+    let serves_tasks = {
+        let session = opened::open(state, sealed, &tenant.identity.principal.username, path)?;
+        let version_agrees = match headers.get(HEADER_PROTOCOL_VERSION) {
+            None => true,
+            Some(v) => v.to_str().is_ok_and(|v| v.trim() == session.version),
+        };
+        version_agrees && session.has_tasks()
     };
-    if !version_agrees || !session.has_tasks() {
+    if !serves_tasks {
         return None;
     }
     // Anything but a Run to show (an error included) is the general path's to answer.
@@ -79,20 +75,16 @@ pub(crate) async fn get_task(
         .ok()
         .flatten()?;
     let live = live_spec(state, &run).await;
-    let view = projection::view(&run, live.as_ref());
-    let result = OldTask::of(&view);
-    let body = if live.is_some() {
+    let write = || serde_json::to_vec(&OldTask::of(&projection::view(&run, live.as_ref())));
+    let result = if live.is_some() {
         // Read with the Workflow as it is now: not this version's answer alone.
-        serde_json::to_vec(&Answer {
-            jsonrpc: "2.0",
-            id: &id,
-            result,
-        })
+        write().map(Rc::from)
     } else {
-        rendered::result_json(&run, Shape::Task2025, &result)
-            .and_then(|result| rendered::response_json(&id, &result))
-    }
-    .ok()?;
+        rendered::result_json(&run, Shape::Task2025, write)
+    };
+    let body = result
+        .and_then(|result| rendered::response_json(&id, &result))
+        .ok()?;
     state.config.metrics.request(METHOD_GET_TASK, 200);
     Some(
         (

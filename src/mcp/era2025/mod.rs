@@ -4,12 +4,14 @@
 //! questions a held call asks carry sealed ids, so any replica serves any request.
 //!
 //! `session` and `wire` are leaves; `tasks` and `held` serve the methods `serve` dispatches;
-//! `fast` answers the hot `tasks/get` before the general path reads the message; `batch`
-//! serves the arrays of revision 2025-03-26 one message at a time through `serve`.
+//! `fast` answers the hot `tasks/get` before the general path reads the message, with the
+//! sessions `opened` keeps per thread; `batch` serves the arrays of revision 2025-03-26 one
+//! message at a time through `serve`.
 
 mod batch;
 mod fast;
 mod held;
+mod opened;
 mod serve;
 mod session;
 mod tasks;
