@@ -2,7 +2,7 @@
 //! this module routes tenants, authenticates in front of it, and maps Workflows to tools and
 //! Runs to tasks. rmcp types do not leave this module.
 //!
-//! Leaves (`config`, `errors`, `caps`, `headers`, `projection`) import nothing of the
+//! Leaves (`config`, `errors`, `caps`, `headers`, `projection`, `recent`) import nothing of the
 //! folder but each other; `state` and `caller` hold what a request carries; `handler` defines
 //! the per-request `RunwayMcp`, whose methods live beside what they serve (`tools`, `tasks`,
 //! `answers`, `builtin`, `sealing`); `gate` and `fast` sit on top. Nothing imports upwards
@@ -33,6 +33,7 @@ mod message;
 mod own_tools;
 mod pausing;
 mod projection;
+mod recent;
 mod rendered;
 mod retrying;
 mod sealing;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 
 use serde::Serialize;
 
+use super::recent::Recent;
 use crate::api::Run;
 
 /// Which shape of answer a slot holds: the same version is written differently per era.
@@ -37,12 +38,6 @@ struct Slot {
     bytes: Rc<[u8]>,
 }
 
-#[derive(Default)]
-struct Slots {
-    slots: [Option<Slot>; SLOTS],
-    next: usize,
-}
-
 /// The JSON text of the result for this version of `run` in `shape`: kept from an earlier poll
 /// on this thread, or written now by `write` (and kept when small). The result is built inside
 /// `write` so that a kept answer costs no projection of the Run either.
@@ -52,13 +47,10 @@ pub(super) fn result_json(
     write: impl FnOnce() -> serde_json::Result<Vec<u8>>,
 ) -> serde_json::Result<Rc<[u8]>> {
     thread_local! {
-        static KEPT: RefCell<Slots> = RefCell::new(Slots::default());
+        static KEPT: RefCell<Recent<Slot, SLOTS>> = RefCell::new(Recent::default());
     }
     let found = KEPT.with_borrow(|kept| {
-        kept.slots
-            .iter()
-            .flatten()
-            .find(|s| s.shape == shape && std::ptr::eq(s.run.as_ptr(), Arc::as_ptr(run)))
+        kept.find(|s| s.shape == shape && std::ptr::eq(s.run.as_ptr(), Arc::as_ptr(run)))
             .map(|s| s.bytes.clone())
     });
     if let Some(bytes) = found {
@@ -67,13 +59,11 @@ pub(super) fn result_json(
     let bytes: Rc<[u8]> = write()?.into();
     if bytes.len() <= KEPT_UP_TO {
         KEPT.with_borrow_mut(|kept| {
-            let at = kept.next;
-            kept.slots[at] = Some(Slot {
+            kept.keep(Slot {
                 run: Arc::downgrade(run),
                 shape,
                 bytes: bytes.clone(),
-            });
-            kept.next = (at + 1) % SLOTS;
+            })
         });
     }
     Ok(bytes)

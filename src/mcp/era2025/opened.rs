@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::session::{Session, binding};
+use crate::mcp::recent::Recent;
 use crate::mcp::state::McpState;
 
 /// How many sessions each thread keeps: clients' polls reach a server's threads in turn.
@@ -24,12 +25,6 @@ struct Slot {
     session: Rc<Session>,
 }
 
-#[derive(Default)]
-struct Slots {
-    slots: [Option<Slot>; SLOTS],
-    next: usize,
-}
-
 /// The session `sealed` names for `username` on `path`, as `Session::open` finds it: kept
 /// from an earlier request on this thread, or opened now (and kept when it opens).
 pub(super) fn open(
@@ -39,34 +34,26 @@ pub(super) fn open(
     path: &str,
 ) -> Option<Rc<Session>> {
     thread_local! {
-        static KEPT: RefCell<Slots> = RefCell::new(Slots::default());
+        static KEPT: RefCell<Recent<Slot, SLOTS>> = RefCell::new(Recent::default());
     }
     let found = KEPT.with_borrow(|kept| {
-        kept.slots
-            .iter()
-            .flatten()
-            .find(|s| {
-                s.state == state.id
-                    && s.sealed == sealed
-                    && s.username == username
-                    && s.path == path
-            })
-            .map(|s| s.session.clone())
+        kept.find(|s| {
+            s.state == state.id && s.sealed == sealed && s.username == username && s.path == path
+        })
+        .map(|s| s.session.clone())
     });
     if found.is_some() {
         return found;
     }
     let session = Rc::new(Session::open(state, sealed, &binding(username, path))?);
     KEPT.with_borrow_mut(|kept| {
-        let at = kept.next;
-        kept.slots[at] = Some(Slot {
+        kept.keep(Slot {
             state: state.id,
             username: username.to_owned(),
             path: path.to_owned(),
             sealed: sealed.to_owned(),
             session: session.clone(),
-        });
-        kept.next = (at + 1) % SLOTS;
+        })
     });
     Some(session)
 }
