@@ -279,10 +279,12 @@ async fn endpoint_config(
     Ok(config)
 }
 
-async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, OperatorError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| OperatorError::Listen(addr, e))
+/// Listen on `addr`, and the address bound (the port, when `addr` asked for any).
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), OperatorError> {
+    let listen = |e| OperatorError::Listen(addr, e);
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(listen)?;
+    let bound = listener.local_addr().map_err(listen)?;
+    Ok((listener, bound))
 }
 
 /// Start the operator with `client`, and run until `shutdown`.
@@ -327,8 +329,8 @@ pub async fn run_with(
     )
     .map_err(|e| OperatorError::Start(e.to_string()))?;
     let changes = state.events.clone();
-    let mcp_listener = bind(opts.listen).await?;
-    let metrics_listener = bind(opts.metrics_listen).await?;
+    let (mcp_listener, mcp_addr) = bind(opts.listen).await?;
+    let (metrics_listener, metrics_addr) = bind(opts.metrics_listen).await?;
     let mut tasks = tokio::task::JoinSet::new();
     let token = shutdown.clone();
     tasks.spawn(async move {
@@ -341,7 +343,7 @@ pub async fn run_with(
     if let Some(a) = archive.clone() {
         tasks.spawn(a.prune_until(shutdown.clone()));
     }
-    tracing::info!(mcp = %opts.listen, metrics = %opts.metrics_listen, "runway operator started");
+    tracing::info!(mcp = %mcp_addr, metrics = %metrics_addr, "runway operator started");
 
     let cluster = Cluster {
         client,

@@ -179,7 +179,7 @@ async fn setup() -> (TempDir, Process) {
     std::fs::write(dir.path().join("workflows/wf.yaml"), WORKFLOWS).unwrap();
     std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
     std::fs::write(dir.path().join("alice.token"), "alice-token\n").unwrap();
-    let p = Process::start(dir.path(), free_port()).await;
+    let p = Process::start(dir.path(), 0).await;
     (dir, p)
 }
 
@@ -1039,7 +1039,7 @@ async fn runway_tasks_reads_a_deleted_task_from_the_archive() {
     std::fs::write(dir.path().join("workflows/wf.yaml"), BRIEF).unwrap();
     std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
     std::fs::write(dir.path().join("alice.token"), "alice-token\n").unwrap();
-    let p = Process::start(dir.path(), free_port()).await;
+    let p = Process::start(dir.path(), 0).await;
     // Held until it ends (`--no-task`): a followed task could be deleted between its end and
     // the client's last look.
     let mut call = client_cmd(&dir, &p);

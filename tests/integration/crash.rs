@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use support::harness::{PATIENCE, TempDir};
 use support::mcp::{AUTH, Client};
-use support::process::{Process, free_port};
+use support::process::Process;
 
 const WORKFLOWS: &str = r#"
 apiVersion: runway.dev/v1alpha1
@@ -46,8 +46,8 @@ fn client(p: &Process) -> Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_survive_kill_9_and_finish_exactly_once() {
     let dir = setup();
-    let port = free_port();
-    let p = Process::start(dir.path(), port).await;
+    let p = Process::start(dir.path(), 0).await;
+    let port = p.port;
     let c = client(&p);
     let mut naps = Vec::new();
     for i in 0..5 {
@@ -183,11 +183,11 @@ async fn answer(c: &Client, state: &str) -> support::mcp::Reply {
 async fn the_state_key_survives_restarts_and_rotates_with_an_overlap() {
     let dir = setup();
     std::fs::write(dir.path().join("workflows/hello.yaml"), HELLO).unwrap();
-    let port = free_port();
     let caps = json!({"extensions": {support::mcp::TASKS: {}}, "elicitation": {}});
 
     // No key file: the key lives in the database, so a restart changes nothing.
-    let p = Process::start_keyed(dir.path(), port, None).await;
+    let p = Process::start_keyed(dir.path(), 0, None).await;
+    let port = p.port;
     let c = client(&p).with_caps(caps.clone());
     let first = idempotent_nap(&c, "k1").await;
     let open = question(&c).await;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::harness::TempDir;
 use support::mcp::{AUTH, Client};
-use support::process::{Process, free_port};
+use support::process::Process;
 use support::sink::Sink;
 
 /// Calls sent in each round, besides the re-sends.
@@ -76,7 +76,6 @@ async fn retried_idempotent_calls_survive_kill_9_without_duplicates() {
     std::fs::create_dir_all(dir.path().join("workflows")).unwrap();
     std::fs::write(dir.path().join("workflows/wf.yaml"), workflow(&sink.url)).unwrap();
     std::fs::write(dir.path().join("auth.yaml"), AUTH).unwrap();
-    let port = free_port();
 
     // Every key ever sent, and each answer it got (all must be the same task).
     let mut answers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -85,7 +84,7 @@ async fn retried_idempotent_calls_survive_kill_9_without_duplicates() {
     let mut lost_answers = 0usize;
     for round in 0..=kills {
         // The server keeps its state key in its database: no key file.
-        let mut p = Some(Process::start_keyed(dir.path(), port, None).await);
+        let mut p = Some(Process::start_keyed(dir.path(), 0, None).await);
         let base = p.as_ref().unwrap().base();
         let c = Client::new(&base, Some("alice-token"), "/namespaces/team-a/mcp");
         let mut batch = std::mem::take(&mut unanswered);

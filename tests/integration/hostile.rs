@@ -441,14 +441,13 @@ async fn http_steps_ignore_the_proxy_variables_of_the_environment() {
     )
     .unwrap();
     std::fs::write(dir.path().join("auth.yaml"), support::mcp::AUTH).unwrap();
-    let port = support::process::free_port();
     let vars = [
         ("HTTP_PROXY", proxy_url.as_str()),
         ("http_proxy", proxy_url.as_str()),
         ("ALL_PROXY", proxy_url.as_str()),
         ("NO_PROXY", ""),
     ];
-    let p = support::process::Process::start_env(dir.path(), port, None, &vars).await;
+    let p = support::process::Process::start_env(dir.path(), 0, None, &vars).await;
     let alice = support::mcp::Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
     let id = alice.call("hook", json!({})).await.result()["taskId"]
         .as_str()

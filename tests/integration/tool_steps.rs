@@ -487,8 +487,8 @@ async fn after_kill_9_the_server_resumes_the_same_upstream_task() {
         )],
         &auth_a(),
     );
-    let port = free_port();
-    let p = Process::start(dir.path(), port).await;
+    let p = Process::start(dir.path(), 0).await;
+    let port = p.port;
     let c = Client::new(&p.base(), Some("alice-token"), "/namespaces/team-a/mcp");
     let id = c.call("relay-nap", json!({"msg": "zz"})).await.task_id();
     // A polls only after the upstream task id is in its status

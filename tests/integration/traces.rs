@@ -11,7 +11,7 @@ use serde_json::json;
 use support::harness::TempDir;
 use support::mcp::Client;
 use support::otlp::{Receiver, Span};
-use support::process::{Process, free_port};
+use support::process::Process;
 use support::sink::Sink;
 use support::upstream::{Proxy, auth_with_secrets, write_server_dir};
 
@@ -101,7 +101,7 @@ async fn a_run_across_a_restart_is_one_trace_under_the_callers_span() {
         "b-state-key-of-at-least-thirty-two-bytes",
     )
     .unwrap();
-    let b = start(&b_dir, free_port(), &env).await;
+    let b = start(&b_dir, 0, &env).await;
     let proxy = Proxy::start(&b.base()).await;
     let a_dir = TempDir::new();
     write_server_dir(
@@ -120,8 +120,8 @@ async fn a_run_across_a_restart_is_one_trace_under_the_callers_span() {
         "a-state-key-of-at-least-thirty-two-bytes",
     )
     .unwrap();
-    let port = free_port();
-    let a = start(&a_dir, port, &env).await;
+    let a = start(&a_dir, 0, &env).await;
+    let port = a.port;
     let alice = Client::new(&a.base(), Some("alice-token"), "/namespaces/team-a/mcp");
 
     // The caller's own span, as an agent framework would send it.
@@ -308,7 +308,7 @@ spec:
     // Off: the receiver's endpoint is named but OTEL_SDK_DISABLED wins.
     let mut env = otel_env(&receiver);
     env.push(("OTEL_SDK_DISABLED", "true".to_owned()));
-    let off = start(&dir, free_port(), &env).await;
+    let off = start(&dir, 0, &env).await;
     let alice = Client::new(&off.base(), Some("alice-token"), "/namespaces/team-a/mcp");
     let task = alice.call("ping", json!({})).await.result()["taskId"]
         .as_str()
@@ -318,7 +318,7 @@ spec:
     off.kill9().await;
     assert!(sink.traceparent.lock().unwrap().is_empty());
     // On, without a caller trace: the Run's trace is its own, rooted at the Run span.
-    let on = start(&dir, free_port(), &otel_env(&receiver)).await;
+    let on = start(&dir, 0, &otel_env(&receiver)).await;
     let alice = Client::new(&on.base(), Some("alice-token"), "/namespaces/team-a/mcp");
     let task = alice.call("ping", json!({})).await.result()["taskId"]
         .as_str()

@@ -8,11 +8,15 @@ use tokio::process::{Child, Command};
 
 pub struct Process {
     pub child: Child,
+    /// The port it listens on.
     pub port: u16,
     /// Every line the server wrote on stderr so far (its log).
     pub logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+/// A port nobody listens on now. Another process may take it before the caller binds it, so a
+/// server this file starts is given port 0 instead and reports the port it bound
+/// ([`Process::port`]); this is for addresses that must be known first or must stay unreachable.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -22,7 +26,9 @@ pub fn free_port() -> u16 {
 }
 
 impl Process {
-    /// Start `runway serve` with a state key file and wait for its "started" log line.
+    /// Start `runway serve` with a state key file and wait for its "started" log line. Port 0
+    /// lets the server bind any free port, read back from that line: no other process can take
+    /// it between a choice and the bind.
     pub async fn start(dir: &Path, port: u16) -> Self {
         Self::start_keyed(dir, port, Some(&key_file(dir))).await
     }
@@ -62,23 +68,29 @@ impl Process {
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let logs: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let kept = logs.clone();
-        let started = tokio::time::timeout(super::harness::PATIENCE, async {
+        let bound = tokio::time::timeout(super::harness::PATIENCE, async {
             while let Some(line) = lines.next_line().await.unwrap() {
-                let started = line.contains("runway serve started");
+                let bound = line
+                    .contains("runway serve started")
+                    .then(|| bound_port(&line));
                 kept.lock().unwrap().push(line);
-                if started {
-                    return true;
+                if let Some(bound) = bound {
+                    return bound;
                 }
             }
-            false
+            None
         })
         .await
-        .unwrap_or(false);
+        .ok()
+        .flatten();
+        let Some(bound) = bound else {
+            panic!("runway serve did not start: {:?}", logs.lock().unwrap());
+        };
         assert!(
-            started,
-            "runway serve did not start: {:?}",
-            logs.lock().unwrap()
+            port == 0 || port == bound,
+            "asked for {port}, bound {bound}"
         );
+        let port = bound;
         // Keep draining stderr so the child never blocks on a full pipe.
         let kept = logs.clone();
         tokio::spawn(async move {
@@ -98,6 +110,12 @@ impl Process {
     pub fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
+}
+
+/// The port in the `addr=` field of the server's "started" line.
+fn bound_port(line: &str) -> Option<u16> {
+    let addr = line.split_once("addr=")?.1.split_whitespace().next()?;
+    addr.parse::<std::net::SocketAddr>().ok().map(|a| a.port())
 }
 
 fn key_file(dir: &Path) -> PathBuf {
