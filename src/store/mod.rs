@@ -8,6 +8,7 @@ mod compact;
 pub mod events;
 mod exclusive;
 mod fill;
+mod handoff;
 pub mod identities;
 pub mod kube;
 pub mod kube_sources;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -27,6 +28,10 @@ pub const SYNCHRONOUS: &str = "FULL";
 const MAX_GROUP: usize = 512;
 /// Watch history kept in memory; an older resume point gets `Gone`.
 const HISTORY: usize = 4096;
+/// How long the writer's thread stays awake for the next write before it sleeps
+/// (`handoff::next`). Measured with a one-client `tools/call`: 0.48–0.50 → 0.34–0.35 ms at p50
+/// for about 0.06 ms more CPU per call; 300 µs gained nearly as much, 150 µs half of it.
+const AWAKE_FOR_NEXT_WRITE: Duration = Duration::from_micros(500);
 
 use super::key_of;
 use crate::api::ObjectKey as Key;
@@ -239,7 +244,7 @@ fn writer(
     inner: std::sync::Weak<Inner>,
     mut rv: u64,
 ) {
-    while let Ok(first) = rx.recv() {
+    while let Some(first) = super::handoff::next(&rx, AWAKE_FOR_NEXT_WRITE) {
         let Some(inner) = inner.upgrade() else { return };
         let mut ops = vec![first];
         while ops.len() < MAX_GROUP {
