@@ -86,15 +86,17 @@ mod tests {
 
     #[test]
     fn a_long_gap_puts_the_next_wait_to_sleep_and_a_close_item_wakes_it_again() {
-        let mut wait = Handoff::new(Duration::from_millis(1));
+        // Margins far beyond any pause of a busy test machine's scheduler: close is within
+        // 100 ms here, and the gap is 500 ms.
+        let mut wait = Handoff::new(Duration::from_millis(50));
         let (tx, rx) = mpsc::channel();
         let sender = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(500));
             tx.send(1).unwrap();
             tx
         });
         assert_eq!(wait.next(&rx), Some(1));
-        assert!(!wait.close, "20 ms after the last one is not close");
+        assert!(!wait.close, "500 ms after the wait began is not close");
         let tx = sender.join().unwrap();
         tx.send(2).unwrap();
         assert_eq!(wait.next(&rx), Some(2));
